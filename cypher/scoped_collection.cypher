@@ -1,0 +1,3 @@
+MATCH (c:Collection {uid: $uid})
+WHERE c.library_uid IN $libs
+RETURN c.uid AS uid

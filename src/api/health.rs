@@ -1,0 +1,122 @@
+//! `/healthz`, `/readyz`, `/metrics`, and the well-known documents.
+
+use std::time::Duration;
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
+use serde_json::json;
+
+use crate::startup::AppState;
+
+/// How long readiness waits for each store.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/.well-known/mcp/server.json", get(server_json))
+        .route("/.well-known/oauth-protected-resource", get(protected_resource))
+        .route("/.well-known/oauth-protected-resource/{*rest}", get(protected_resource))
+}
+
+async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// Each store's state: `Ok(())` or a short reason. Probed concurrently.
+pub async fn probe_stores(state: &AppState, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
+    let pg = async {
+        match tokio::time::timeout(timeout, crate::store::pg::ping(&state.pg)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(short(&e.to_string())),
+            Err(_) => Err("timed out".to_owned()),
+        }
+    };
+    let graph = async {
+        match tokio::time::timeout(timeout, state.graph.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(short(&e.to_string())),
+            Err(_) => Err("timed out".to_owned()),
+        }
+    };
+    tokio::join!(pg, graph)
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let (pg, graph) = probe_stores(&state, PROBE_TIMEOUT).await;
+    let mut failing = Vec::new();
+    let mut checks = serde_json::Map::new();
+    for (name, r) in [("postgres", &pg), ("graph", &graph)] {
+        match r {
+            Ok(()) => {
+                checks.insert(name.into(), json!({"status": "ok"}));
+            }
+            Err(e) => {
+                failing.push(name);
+                checks.insert(name.into(), json!({"status": "error", "message": e}));
+            }
+        }
+    }
+    if failing.is_empty() {
+        (StatusCode::OK, Json(json!({"status": "ready", "checks": checks})))
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "unavailable",
+                "error": "unavailable",
+                "failing": failing,
+                "message": format!("not ready: {} unavailable", failing.join(", ")),
+                "checks": checks,
+            })),
+        )
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    crate::metrics::handler(State(state.metrics.clone())).await
+}
+
+/// This server's registry entry, shaped like the Pallas registry
+/// (spec/PALLAS_MCP_INTERFACE.md §1).
+async fn server_json(State(state): State<AppState>) -> impl IntoResponse {
+    let base = state.settings.public_url.trim_end_matches('/');
+    Json(json!({
+        "servers": [{
+            "server": {
+                "$schema": "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json",
+                "name": "ca.helu.ouranos/mnemosyne",
+                "title": "Mnemosyne",
+                "description": "Authenticated knowledge server: full-text search over the Libraries a bearer may read",
+                "version": env!("CARGO_PKG_VERSION"),
+                "remotes": [{"type": "streamable-http", "url": format!("{base}/mcp/")}]
+            },
+            "_meta": {"io.modelcontextprotocol.registry/official": {"status": "active", "isLatest": true}}
+        }]
+    }))
+}
+
+/// RFC 9728 metadata; only when an authorization server is configured.
+async fn protected_resource(State(state): State<AppState>) -> impl IntoResponse {
+    match &state.settings.authorization_server {
+        Some(issuer) => {
+            let base = state.settings.public_url.trim_end_matches('/');
+            (
+                StatusCode::OK,
+                Json(json!({
+                    "resource": format!("{base}/mcp"),
+                    "authorization_servers": [issuer],
+                    "bearer_methods_supported": ["header"],
+                    "resource_name": "Mnemosyne",
+                })),
+            )
+                .into_response()
+        }
+        None => crate::error::ApiError::NotFound("no authorization server is configured".into()).into_response(),
+    }
+}

@@ -1,0 +1,218 @@
+//! Auth caches: one moka cache per question, each invalidated by the Postgres
+//! `LISTEN mnemosyne_auth` task (`listen`) and bounded by the configured maximum
+//! staleness. While the listener is down the caches are bypassed, and on every
+//! (re)connect they are emptied: a gap in notifications means "cold".
+
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::store::pg::{auth::TeamAuthRow, auth::TokenAuthRow, AUTH_CHANNEL};
+
+/// A moka cache with a generation counter: a value read from a store is only
+/// inserted if no invalidation happened since the read began, so a NOTIFY that
+/// races a slow read cannot be overwritten by the stale value.
+pub struct Named<K, V> {
+    cache: Cache<K, V>,
+    generation: AtomicU64,
+}
+
+impl<K, V> Named<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn new(name: &str, ttl: Duration, capacity: u64) -> Self {
+        Named {
+            cache: Cache::builder().name(name).max_capacity(capacity).time_to_live(ttl).build(),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    pub async fn get(&self, k: &K) -> Option<V> {
+        self.cache.get(k).await
+    }
+
+    /// Inserts unless an invalidation happened after `generation` was read.
+    pub async fn insert_if_current(&self, generation: u64, k: K, v: V) {
+        if self.generation() == generation {
+            self.cache.insert(k, v).await;
+            // An invalidation may have landed between the check and the insert.
+            if self.generation() != generation {
+                self.cache.invalidate_all();
+            }
+        }
+    }
+
+    pub async fn invalidate(&self, k: &K) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.invalidate(k).await;
+    }
+
+    pub fn invalidate_all(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.invalidate_all();
+    }
+}
+
+impl Named<String, Arc<String>> {
+    /// Caches an immutable fact (a jti's session binding never changes).
+    pub async fn cache_fact(&self, k: String, v: &str) {
+        self.cache.insert(k, Arc::new(v.to_owned())).await;
+    }
+}
+
+/// Every auth cache of one server instance.
+pub struct AuthCaches {
+    enabled: bool,
+    listener_up: AtomicBool,
+    /// kid → decoded secret of a non-retired key. Invalidated by `mcp_signing_keys:*`.
+    pub keys: Named<String, Arc<Vec<u8>>>,
+    /// token hash → token row. Invalidated by `mcp_tokens:*` and `users:*`.
+    pub tokens: Named<String, Arc<TokenAuthRow>>,
+    /// team id → team row with assignments. Invalidated by `teams:<id>`,
+    /// `team_workspace_assignments:<id>`.
+    pub teams: Named<Uuid, Arc<TeamAuthRow>>,
+    /// workspace id → its Library uids. Invalidated by `workspace:<id>` (ingest
+    /// creating or deleting a workspace Library).
+    pub workspace_libraries: Named<String, Arc<Vec<String>>>,
+    /// sha256(user:password) → verified service account. Invalidated by `users:*`.
+    pub basic: Named<String, Arc<String>>,
+    /// per-turn jti → the session it is bound to (only immutable facts are cached).
+    pub jti_sessions: Named<String, Arc<String>>,
+    notifications: broadcast::Sender<String>,
+}
+
+impl AuthCaches {
+    pub fn new(max_staleness: Duration) -> Self {
+        let ttl = if max_staleness.is_zero() { Duration::from_secs(1) } else { max_staleness };
+        let (notifications, _) = broadcast::channel(1024);
+        AuthCaches {
+            enabled: !max_staleness.is_zero(),
+            listener_up: AtomicBool::new(false),
+            keys: Named::new("keys", ttl, 1_000),
+            tokens: Named::new("tokens", ttl, 100_000),
+            teams: Named::new("teams", ttl, 100_000),
+            workspace_libraries: Named::new("workspace_libraries", ttl, 100_000),
+            basic: Named::new("basic", ttl, 1_000),
+            // A jti outlives its token by at most the leeway; sessions do not move.
+            jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000),
+            notifications,
+        }
+    }
+
+    /// Whether cached answers may be used right now.
+    pub fn usable(&self) -> bool {
+        self.enabled && self.listener_up.load(Ordering::SeqCst)
+    }
+
+    pub fn invalidate_all(&self) {
+        self.keys.invalidate_all();
+        self.tokens.invalidate_all();
+        self.teams.invalidate_all();
+        self.workspace_libraries.invalidate_all();
+        self.basic.invalidate_all();
+    }
+
+    /// Applies one `mnemosyne_auth` payload (`<table>:<key>`).
+    pub async fn apply(&self, payload: &str) {
+        let (table, key) = payload.split_once(':').unwrap_or((payload, "*"));
+        match table {
+            "teams" | "team_workspace_assignments" => match Uuid::parse_str(key) {
+                Ok(id) => self.teams.invalidate(&id).await,
+                Err(_) => self.teams.invalidate_all(),
+            },
+            "mcp_tokens" => self.tokens.invalidate_all(),
+            "users" => {
+                self.tokens.invalidate_all();
+                self.basic.invalidate_all();
+            }
+            "mcp_signing_keys" => self.keys.invalidate_all(),
+            "workspace" if key != "*" => self.workspace_libraries.invalidate(&key.to_owned()).await,
+            _ => self.invalidate_all(),
+        }
+        let _ = self.notifications.send(payload.to_owned());
+    }
+
+    /// Subscribes to applied notifications (a writer waits for its own echo so
+    /// that it answers only once the caches have seen the change).
+    pub fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.notifications.subscribe()
+    }
+
+    pub fn listener_up(&self) -> bool {
+        self.listener_up.load(Ordering::SeqCst)
+    }
+}
+
+/// Waits (bounded) until this instance's listener has applied `payload`.
+pub async fn await_echo(mut rx: broadcast::Receiver<String>, payload: &str, limit: Duration) {
+    let _ = tokio::time::timeout(limit, async {
+        loop {
+            match rx.recv().await {
+                Ok(p) if p == payload => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
+    .await;
+}
+
+/// The LISTEN task: runs until the process ends. Any error or dropped
+/// connection marks the caches unusable, then reconnects with backoff,
+/// re-subscribes, empties every cache, and only then marks them usable again.
+pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        caches.listener_up.store(false, Ordering::SeqCst);
+        if pool.is_closed() {
+            return;
+        }
+        let listener = async {
+            let mut l = PgListener::connect_with(&pool).await?;
+            l.listen(AUTH_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        let mut listener = match listener {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "auth LISTEN connection failed; caches bypassed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        caches.invalidate_all();
+        caches.listener_up.store(true, Ordering::SeqCst);
+        tracing::debug!("auth LISTEN connected");
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => caches.apply(n.payload()).await,
+                Ok(None) => {
+                    tracing::warn!("auth LISTEN connection lost; caches bypassed until reconnect");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "auth LISTEN error; caches bypassed until reconnect");
+                    break;
+                }
+            }
+        }
+        caches.listener_up.store(false, Ordering::SeqCst);
+        caches.invalidate_all();
+    }
+}

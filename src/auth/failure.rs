@@ -1,0 +1,112 @@
+//! The failure table of DESIGN §3: exact messages and metric reasons.
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde_json::json;
+
+/// Why a bearer was refused. `message()` is the spec's exact string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Bad signature, unknown or retired kid, malformed, bad claim or `sub`.
+    InvalidToken,
+    Expired,
+    InvalidIssuer,
+    TeamNotFound,
+    StaleJti,
+    TeamInactive,
+    TokenNotFound,
+    UserDisabled,
+    Replay,
+}
+
+impl AuthFailure {
+    pub fn message(self) -> &'static str {
+        match self {
+            AuthFailure::InvalidToken
+            | AuthFailure::TeamNotFound
+            | AuthFailure::StaleJti
+            | AuthFailure::TokenNotFound => "Invalid MCP token.",
+            AuthFailure::Expired => "Token has expired.",
+            AuthFailure::InvalidIssuer => "Invalid token issuer.",
+            AuthFailure::TeamInactive => "Token has been deactivated.",
+            AuthFailure::UserDisabled => "User account is disabled.",
+            AuthFailure::Replay => "Token replay detected.",
+        }
+    }
+
+    /// The `reason` label of `mcp_auth_failures_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AuthFailure::InvalidToken => "invalid_token",
+            AuthFailure::Expired => "expired",
+            AuthFailure::InvalidIssuer => "invalid_issuer",
+            AuthFailure::TeamNotFound => "team_not_found",
+            AuthFailure::StaleJti => "stale_jti",
+            AuthFailure::TeamInactive => "team_inactive",
+            AuthFailure::TokenNotFound => "token_not_found",
+            AuthFailure::UserDisabled => "user_disabled",
+            AuthFailure::Replay => "replay",
+        }
+    }
+}
+
+/// Resolution did not produce a principal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    Refused(AuthFailure),
+    /// A store did not answer: 503, never a guess (fail closed).
+    Unavailable(&'static str),
+}
+
+impl From<AuthFailure> for AuthError {
+    fn from(f: AuthFailure) -> Self {
+        AuthError::Refused(f)
+    }
+}
+
+impl AuthError {
+    /// The HTTP answer; `resource_metadata` is the RFC 9728 URL when an
+    /// authorization server is configured.
+    pub fn into_response_with(self, resource_metadata: Option<&str>) -> Response {
+        let rm = resource_metadata
+            .map(|u| format!(", resource_metadata=\"{u}\""))
+            .unwrap_or_default();
+        match self {
+            AuthError::Missing => {
+                let challenge = match resource_metadata {
+                    Some(u) => format!("Bearer resource_metadata=\"{u}\""),
+                    None => "Bearer".to_owned(),
+                };
+                let mut r = (
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({"error": "invalid_request", "error_description": "Missing bearer token."})),
+                )
+                    .into_response();
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+                }
+                r
+            }
+            AuthError::Refused(f) => {
+                let msg = f.message();
+                let mut r = (
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({"error": "invalid_token", "error_description": msg})),
+                )
+                    .into_response();
+                let challenge =
+                    format!("Bearer error=\"invalid_token\", error_description=\"{msg}\"{rm}");
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+                }
+                r
+            }
+            AuthError::Unavailable(store) => crate::error::ApiError::StoreUnavailable(store).into_response(),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The resolver: classify the bearer, validate it, produce a `Principal`.
+//! Warm paths are served from the caches; cold paths make at most one Postgres
+//! and one graph round trip. Any store error is `Unavailable` (fail closed).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::cache::AuthCaches;
+use super::failure::{AuthError, AuthFailure};
+use super::jwt::{self, Verified};
+use super::principal::{Principal, PrincipalKind, Scope};
+use crate::metrics::Metrics;
+use crate::store::graph::GraphStore;
+use crate::store::pg::auth as pga;
+
+/// What the transport tells the resolver about the request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestContext<'a> {
+    /// `Mcp-Session-Id` of a session-based request.
+    pub session_id: Option<&'a str>,
+}
+
+/// A per-turn jti consumed by a request that had no session yet; if the
+/// response opens one, the jti is bound to it (`Authenticator::bind_session`).
+#[derive(Clone, Debug)]
+pub struct PendingJti(pub String);
+
+pub struct Authenticator {
+    pg: PgPool,
+    graph: GraphStore,
+    pub caches: Arc<AuthCaches>,
+    metrics: Metrics,
+    store_timeout: Duration,
+    /// Opaque tokens used since the last flush (ids); written off the request path.
+    touched: Mutex<HashSet<i64>>,
+}
+
+fn pg_down(_: sqlx::Error) -> AuthError {
+    AuthError::Unavailable("postgres")
+}
+
+/// Hex SHA-256 of an opaque token's plaintext: what `mcp_tokens.token_hash` holds.
+pub fn token_hash(plaintext: &str) -> String {
+    hex::encode(Sha256::digest(plaintext.as_bytes()))
+}
+
+impl Authenticator {
+    pub fn new(pg: PgPool, graph: GraphStore, caches: Arc<AuthCaches>, metrics: Metrics, store_timeout: Duration) -> Self {
+        Authenticator { pg, graph, caches, metrics, store_timeout, touched: Mutex::new(HashSet::new()) }
+    }
+
+    /// Resolves one request's bearer. Counts failures by reason and logs the
+    /// principal kind and library count of successes (never the token).
+    pub async fn authenticate(
+        &self,
+        bearer: &str,
+        ctx: RequestContext<'_>,
+    ) -> Result<(Principal, Option<PendingJti>), AuthError> {
+        let out = match tokio::time::timeout(self.store_timeout, self.resolve(bearer, ctx)).await {
+            Ok(r) => r,
+            Err(_) => Err(AuthError::Unavailable("postgres")),
+        };
+        match &out {
+            Ok((p, _)) => {
+                self.metrics.auth_resolutions.with_label_values(&[p.kind.as_str()]).inc();
+                tracing::info!(principal = %p.kind, libraries = p.libraries.len(), "bearer resolved");
+            }
+            Err(AuthError::Refused(f)) => {
+                self.metrics.auth_failures.with_label_values(&[f.reason()]).inc();
+                tracing::info!(reason = f.reason(), "bearer refused");
+            }
+            Err(AuthError::Unavailable(store)) => {
+                self.metrics.auth_failures.with_label_values(&["store_unavailable"]).inc();
+                tracing::warn!(store, "bearer not resolved: store unavailable");
+            }
+            Err(AuthError::Missing) => {
+                self.metrics.auth_failures.with_label_values(&["missing"]).inc();
+            }
+        }
+        out
+    }
+
+    async fn resolve(
+        &self,
+        bearer: &str,
+        ctx: RequestContext<'_>,
+    ) -> Result<(Principal, Option<PendingJti>), AuthError> {
+        if bearer.is_empty() {
+            return Err(AuthError::Missing);
+        }
+        if !jwt::looks_like_jwt(bearer) {
+            return Ok((self.resolve_opaque(bearer).await?, None));
+        }
+        let kid = jwt::header_kid(bearer)?;
+        let secret = self.signing_secret(&kid).await?;
+        let raw = jwt::verify_signature(bearer, &secret)?;
+        match jwt::check_claims(&raw, Utc::now().timestamp())? {
+            Verified::PerTurn { sub, jti, exp, libs } => {
+                let pending = self.check_replay(&jti, exp, ctx.session_id).await?;
+                let p = Principal { kind: PrincipalKind::PerTurn, subject: sub, libraries: Scope::new(libs) };
+                Ok((p, pending))
+            }
+            Verified::Team { team_id, jti } => Ok((self.resolve_team(team_id, jti).await?, None)),
+        }
+    }
+
+    async fn signing_secret(&self, kid: &str) -> Result<Arc<Vec<u8>>, AuthError> {
+        let use_cache = self.caches.usable();
+        let key = kid.to_owned();
+        if use_cache {
+            if let Some(s) = self.caches.keys.get(&key).await {
+                return Ok(s);
+            }
+        }
+        let generation = self.caches.keys.generation();
+        let hex_secret = crate::store::pg::keys::active_secret(&self.pg, kid)
+            .await
+            .map_err(pg_down)?
+            .ok_or(AuthFailure::InvalidToken)?;
+        let secret = Arc::new(hex::decode(hex_secret.trim()).map_err(|_| AuthFailure::InvalidToken)?);
+        if use_cache {
+            self.caches.keys.insert_if_current(generation, key, secret.clone()).await;
+        }
+        Ok(secret)
+    }
+
+    async fn resolve_opaque(&self, bearer: &str) -> Result<Principal, AuthError> {
+        let hash = token_hash(bearer);
+        let use_cache = self.caches.usable();
+        let cached = if use_cache { self.caches.tokens.get(&hash).await } else { None };
+        let row = match cached {
+            Some(r) => r,
+            None => {
+                let generation = self.caches.tokens.generation();
+                let row = pga::token_by_hash(&self.pg, &hash)
+                    .await
+                    .map_err(pg_down)?
+                    .ok_or(AuthFailure::TokenNotFound)?;
+                let row = Arc::new(row);
+                if use_cache {
+                    self.caches.tokens.insert_if_current(generation, hash, row.clone()).await;
+                }
+                row
+            }
+        };
+        if !row.active || row.expires_at.is_some_and(|e| e <= Utc::now()) {
+            return Err(AuthFailure::TokenNotFound.into());
+        }
+        if !row.user_active {
+            return Err(AuthFailure::UserDisabled.into());
+        }
+        if let Ok(mut t) = self.touched.lock() {
+            t.insert(row.id);
+        }
+        Ok(Principal {
+            kind: PrincipalKind::Token,
+            subject: format!("token:{}", row.id),
+            libraries: Scope::new(row.allowed_libraries.0.iter().cloned()),
+        })
+    }
+
+    /// DESIGN §3 per-turn replay: bound to the session where first seen; single
+    /// use without a session. Postgres decides, so it holds across replicas.
+    async fn check_replay(&self, jti: &str, exp: i64, session: Option<&str>) -> Result<Option<PendingJti>, AuthError> {
+        let key = jti.to_owned();
+        if let (Some(s), Some(bound)) = (session, self.caches.jti_sessions.get(&key).await) {
+            return if bound.as_str() == s { Ok(None) } else { Err(AuthFailure::Replay.into()) };
+        }
+        let expires_at = Utc
+            .timestamp_opt(exp + jwt::LEEWAY_SECS, 0)
+            .single()
+            .ok_or(AuthFailure::InvalidToken)?;
+        match pga::claim_jti(&self.pg, jti, session, expires_at).await.map_err(pg_down)? {
+            pga::JtiBinding::Fresh => match session {
+                Some(s) => {
+                    self.caches.jti_sessions.cache_fact(key, s).await;
+                    Ok(None)
+                }
+                None => Ok(Some(PendingJti(key))),
+            },
+            pga::JtiBinding::Bound(Some(b)) if Some(b.as_str()) == session => {
+                self.caches.jti_sessions.cache_fact(key, &b).await;
+                Ok(None)
+            }
+            pga::JtiBinding::Bound(_) => Err(AuthFailure::Replay.into()),
+        }
+    }
+
+    /// Binds a jti consumed by a session-opening request to the new session.
+    pub async fn bind_session(&self, pending: &PendingJti, session: &str) -> Result<(), AuthError> {
+        pga::bind_jti_session(&self.pg, &pending.0, session).await.map_err(pg_down)?;
+        self.caches.jti_sessions.cache_fact(pending.0.clone(), session).await;
+        Ok(())
+    }
+
+    async fn resolve_team(&self, team_id: Uuid, jti: Uuid) -> Result<Principal, AuthError> {
+        let use_cache = self.caches.usable();
+        let cached = if use_cache { self.caches.teams.get(&team_id).await } else { None };
+        let team = match cached {
+            Some(t) => t,
+            None => {
+                let generation = self.caches.teams.generation();
+                let t = pga::team_for_auth(&self.pg, team_id)
+                    .await
+                    .map_err(pg_down)?
+                    .ok_or(AuthFailure::TeamNotFound)?;
+                let t = Arc::new(t);
+                if use_cache {
+                    self.caches.teams.insert_if_current(generation, team_id, t.clone()).await;
+                }
+                t
+            }
+        };
+        if !team.active {
+            return Err(AuthFailure::TeamInactive.into());
+        }
+        if team.active_jti != Some(jti) {
+            return Err(AuthFailure::StaleJti.into());
+        }
+        let libraries = self.workspace_libraries(&team.workspace_ids).await?;
+        Ok(Principal { kind: PrincipalKind::Team, subject: format!("team:{team_id}"), libraries })
+    }
+
+    /// Libraries of the workspaces, in assignment order then uid order, from the
+    /// cache and one graph query for the workspaces it lacks.
+    async fn workspace_libraries(&self, workspace_ids: &[String]) -> Result<Scope, AuthError> {
+        let use_cache = self.caches.usable();
+        let mut per_ws: Vec<Option<Arc<Vec<String>>>> = Vec::with_capacity(workspace_ids.len());
+        let mut missing = Vec::new();
+        for ws in workspace_ids {
+            let hit = if use_cache { self.caches.workspace_libraries.get(ws).await } else { None };
+            if hit.is_none() {
+                missing.push(ws.clone());
+            }
+            per_ws.push(hit);
+        }
+        if !missing.is_empty() {
+            let generation = self.caches.workspace_libraries.generation();
+            let mut fetched = self
+                .graph
+                .libraries_for_workspaces(&missing)
+                .await
+                .map_err(|_| AuthError::Unavailable("graph"))?;
+            for (slot, ws) in per_ws.iter_mut().zip(workspace_ids) {
+                if slot.is_none() {
+                    let libs = Arc::new(fetched.remove(ws).unwrap_or_default());
+                    if use_cache {
+                        self.caches
+                            .workspace_libraries
+                            .insert_if_current(generation, ws.clone(), libs.clone())
+                            .await;
+                    }
+                    *slot = Some(libs);
+                }
+            }
+        }
+        Ok(Scope::new(per_ws.into_iter().flatten().flat_map(|l| l.iter().cloned().collect::<Vec<_>>())))
+    }
+
+    /// Writes `last_used_at` for the tokens used since the last call.
+    pub async fn flush_token_usage(&self) {
+        let ids: Vec<i64> = match self.touched.lock() {
+            Ok(mut t) => t.drain().collect(),
+            Err(_) => return,
+        };
+        if !ids.is_empty() {
+            if let Err(e) = pga::touch_tokens(&self.pg, &ids).await {
+                tracing::warn!(error = %e, "could not record token usage");
+            }
+        }
+    }
+
+    /// Periodic housekeeping: token usage and expired jti rows.
+    pub async fn housekeeping(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            self.flush_token_usage().await;
+            if let Err(e) = pga::sweep_jtis(&self.pg).await {
+                tracing::debug!(error = %e, "jti sweep failed");
+            }
+        }
+    }
+}

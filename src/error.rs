@@ -1,0 +1,178 @@
+//! One error table for the HTTP surface: a stable code, the status, a message
+//! for the caller. 5xx bodies are opaque; their cause is logged once here.
+
+use axum::{
+    extract::{rejection::JsonRejection, FromRequest, Request},
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: bad input; `field` names the offending field when there is one.
+    #[error("{message}")]
+    BadRequest { field: Option<String>, message: String },
+    /// 401 for the Basic-authenticated APIs.
+    #[error("authentication required")]
+    BasicUnauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// 503: a store did not answer; the name says which.
+    #[error("{0} unavailable")]
+    StoreUnavailable(&'static str),
+    /// 500: never shows its cause to the caller.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_field(field: &str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { field: Some(field.to_owned()), message: message.into() }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::BasicUnauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::StoreUnavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::BasicUnauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            ApiError::BadRequest { field: Some(f), message } => {
+                json!({"error": self.code(), "field": f, "message": message})
+            }
+            ApiError::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                json!({"error": self.code(), "message": "internal error"})
+            }
+            ApiError::StoreUnavailable(store) => {
+                tracing::warn!(store, "store unavailable");
+                json!({"error": self.code(), "store": store, "message": format!("{store} is unavailable, retry later")})
+            }
+            other => json!({"error": other.code(), "message": other.to_string()}),
+        };
+        let mut resp = (status, Json(body)).into_response();
+        match self {
+            ApiError::BasicUnauthorized => {
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"mnemosyne\""),
+                );
+            }
+            ApiError::StoreUnavailable(_) => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Tls(_) => ApiError::StoreUnavailable("postgres"),
+            sqlx::Error::RowNotFound => ApiError::NotFound("not found".into()),
+            other => ApiError::Internal(format!("postgres: {other}")),
+        }
+    }
+}
+
+impl From<crate::store::graph::GraphError> for ApiError {
+    fn from(e: crate::store::graph::GraphError) -> Self {
+        match e {
+            crate::store::graph::GraphError::Unavailable(_) => ApiError::StoreUnavailable("graph"),
+            crate::store::graph::GraphError::Query(m) => ApiError::Internal(format!("graph: {m}")),
+        }
+    }
+}
+
+/// `Json<T>` whose rejections are our JSON errors: 413 for an oversized body,
+/// 400 naming the field for a body that does not fit `T`.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state)
+            .await
+            .map_err(json_rejection)?;
+        let v: T = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            let field = if path == "." {
+                // "missing field `name`" names the field only in the message.
+                inner
+                    .split('`')
+                    .nth(1)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| "body".to_owned())
+            } else {
+                path
+            };
+            ApiError::BadRequest { message: format!("{field}: {inner}"), field: Some(field) }
+        })?;
+        Ok(ApiJson(v))
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    match r.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::BadRequest {
+            field: Some("content-type".into()),
+            message: "expected Content-Type: application/json".into(),
+        },
+        _ => ApiError::BadRequest { field: Some("body".into()), message: r.body_text() },
+    }
+}
+
+/// Fallback for unknown paths: a JSON 404 like every other error.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint".into())
+}

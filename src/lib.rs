@@ -1,0 +1,13 @@
+//! Mnemosyne: the authenticated knowledge MCP server of the Daedalus ↔ Pallas ↔
+//! Mnemosyne stack. See `README.md` for the architecture.
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod mcp;
+pub mod metrics;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,38 @@
+//! MCP over Streamable HTTP at `/mcp` and `/mcp/` (DESIGN §5): rmcp serves the
+//! session-based revisions and the stateless 2026-07-28 on one endpoint; the
+//! auth layer in front resolves every request's bearer.
+
+pub mod args;
+pub mod server;
+
+use std::sync::Arc;
+
+use axum::{middleware, Router};
+use rmcp::transport::streamable_http_server::{
+    session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+
+use crate::startup::AppState;
+
+pub use server::KnowledgeServer;
+
+pub fn routes(state: AppState) -> Router<AppState> {
+    // Host and Origin are checked by our layer first (so a foreign Origin is 403
+    // before any auth work); rmcp checks them again.
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(state.allowed_hosts.iter().cloned())
+        .with_allowed_origins(state.allowed_origins.iter().cloned())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(state.settings.body_limit_bytes);
+    let router = Arc::new(KnowledgeServer::router());
+    let s = state.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(KnowledgeServer::new(s.clone(), (*router).clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", service.clone())
+        .route_service("/mcp/", service)
+        .layer(middleware::from_fn_with_state(state, crate::auth::layer::mcp_auth))
+}

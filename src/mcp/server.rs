@@ -1,0 +1,557 @@
+//! The six tools. Each validates its own arguments (a bad one is an `isError`
+//! result naming it), reads only inside the caller's scope, and answers with
+//! `structuredContent` plus a readable text block.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use http::request::Parts;
+use rmcp::{
+    handler::server::{router::tool::ToolRouter, tool::schema_for_output, tool::Extension},
+    model::{
+        CallToolResult, ContentBlock, Implementation, JsonObject, ProgressNotificationParam, ServerCapabilities,
+        ServerConfig,
+    },
+    service::RequestContext,
+    tool, tool_handler, tool_router, ErrorData as McpError, RoleServer, ServerHandler,
+};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::args::{decode_cursor, encode_cursor, ArgError, Args};
+use crate::auth::{Principal, Scope};
+use crate::startup::AppState;
+use crate::store::graph::knowledge::{ChunkView, CollectionView, ItemView, LibraryView, SearchHit};
+use crate::store::graph::GraphError;
+
+#[derive(Serialize, JsonSchema)]
+pub struct SearchOut {
+    pub results: Vec<SearchHit>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ChunkOut {
+    pub chunk: ChunkView,
+    pub neighbors: Vec<ChunkView>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct LibrariesOut {
+    pub libraries: Vec<LibraryView>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct CollectionsOut {
+    pub collections: Vec<CollectionView>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ItemsOut {
+    pub items: Vec<ItemView>,
+    pub next_cursor: Option<String>,
+}
+
+const UID: &str = r#"{"type": "string", "minLength": 1, "maxLength": 64}"#;
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
+fn uid_schema(description: &str) -> Value {
+    let mut v: Value = serde_json::from_str(UID).unwrap_or_default();
+    v["description"] = json!(description);
+    v
+}
+
+fn search_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": 1000,
+                      "description": "Plain text to look for (no query syntax: * and ? are ordinary characters)"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+            "library_uids": {"type": "array", "items": uid_schema("Library uid"), "maxItems": 1000,
+                             "description": "Only these libraries (narrows the caller's libraries, never widens)"},
+            "collection_uid": uid_schema("Only this collection"),
+        },
+        "required": ["query"],
+        "additionalProperties": false
+    }))
+}
+
+fn get_chunk_schema() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "chunk_uid": uid_schema("The chunk to read"),
+            "context": {"type": "integer", "minimum": 0, "maximum": 5, "default": 0,
+                        "description": "Neighbouring chunks to include on each side"},
+        },
+        "required": ["chunk_uid"],
+        "additionalProperties": false
+    }))
+}
+
+fn empty_schema() -> Arc<JsonObject> {
+    schema(json!({"type": "object", "properties": {}, "additionalProperties": false}))
+}
+
+fn page_props() -> Value {
+    json!({
+        "cursor": {"type": "string", "description": "next_cursor of the previous page"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+    })
+}
+
+fn list_collections_schema() -> Arc<JsonObject> {
+    let mut props = page_props();
+    props["library_uid"] = uid_schema("Only this library's collections");
+    schema(json!({"type": "object", "properties": props, "additionalProperties": false}))
+}
+
+fn list_items_schema() -> Arc<JsonObject> {
+    let mut props = page_props();
+    props["library_uid"] = uid_schema("Items of this library");
+    props["collection_uid"] = uid_schema("Items of this collection");
+    schema(json!({
+        "type": "object",
+        "properties": props,
+        "anyOf": [{"required": ["collection_uid"]}, {"required": ["library_uid"]}],
+        "additionalProperties": false
+    }))
+}
+
+/// A tool's answer before it becomes a `CallToolResult`.
+enum Outcome {
+    Ok { structured: Value, text: String },
+    /// A caller error (bad argument, not found): `isError` with this message.
+    Refused(String),
+    /// A store failure: `isError` with a clear message, no internals.
+    Failed,
+}
+
+impl From<ArgError> for Outcome {
+    fn from(e: ArgError) -> Self {
+        Outcome::Refused(e.to_string())
+    }
+}
+
+impl From<GraphError> for Outcome {
+    fn from(e: GraphError) -> Self {
+        tracing::warn!(error = %e, "tool store error");
+        Outcome::Failed
+    }
+}
+
+fn ok<T: Serialize>(out: &T, text: String) -> Outcome {
+    match serde_json::to_value(out) {
+        Ok(structured) => Outcome::Ok { structured, text },
+        Err(_) => Outcome::Failed,
+    }
+}
+
+fn not_found(what: &str, uid: &str) -> Outcome {
+    Outcome::Refused(format!("{what} not found: {uid}"))
+}
+
+impl Outcome {
+    fn into_result(self) -> CallToolResult {
+        match self {
+            Outcome::Ok { structured, text } => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = Some(structured);
+                r
+            }
+            Outcome::Refused(msg) => CallToolResult::error(vec![ContentBlock::text(msg)]),
+            Outcome::Failed => CallToolResult::error(vec![ContentBlock::text(
+                "The knowledge store is unavailable right now; try again shortly.",
+            )]),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        !matches!(self, Outcome::Ok { .. })
+    }
+}
+
+/// The caller's scope, from the principal the auth layer put on the request.
+/// No principal (cannot happen behind the layer) means nothing: fail closed.
+fn scope_of(parts: &Parts) -> Scope {
+    parts.extensions.get::<Principal>().map(|p| p.libraries.clone()).unwrap_or_default()
+}
+
+fn snippet(text: &str, n: usize) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= n {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(n).collect::<String>())
+    }
+}
+
+#[derive(Clone)]
+pub struct KnowledgeServer {
+    state: AppState,
+    tool_router: ToolRouter<KnowledgeServer>,
+}
+
+#[tool_router]
+impl KnowledgeServer {
+    pub fn new(state: AppState, tool_router: ToolRouter<KnowledgeServer>) -> Self {
+        KnowledgeServer { state, tool_router }
+    }
+
+    /// Built once and cloned into each session's server.
+    pub fn router() -> ToolRouter<KnowledgeServer> {
+        Self::tool_router()
+    }
+
+    /// Sends `mnemosyne/<tool>: <phase>` when the client asked for progress.
+    async fn progress(ctx: &RequestContext<RoleServer>, tool: &str, phase: &str) {
+        if let Some(token) = ctx.meta.get_progress_token() {
+            let mut p = ProgressNotificationParam::new(token, if phase == "started" { 0.0 } else { 1.0 })
+                .with_message(format!("mnemosyne/{tool}: {phase}"));
+            if phase != "started" {
+                p = p.with_total(1.0);
+            }
+            let _ = ctx.peer.notify_progress(p).await;
+        }
+    }
+
+    async fn run(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &str,
+        work: impl std::future::Future<Output = Outcome>,
+    ) -> CallToolResult {
+        Self::progress(ctx, tool, "started").await;
+        let out = work.await;
+        Self::progress(ctx, tool, if out.failed() { "failed" } else { "completed" }).await;
+        out.into_result()
+    }
+
+    #[tool(
+        description = "Full-text search over the chunks of the libraries you may read. Returns the best-matching chunks with their library, collection and item uids.",
+        input_schema = search_schema(),
+        output_schema = schema_for_output::<SearchOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn search(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, "search", self.do_search(scope_of(&parts), &args)).await)
+    }
+
+    #[tool(
+        description = "Read one chunk by uid, optionally with up to 5 neighbouring chunks of the same item on each side.",
+        input_schema = get_chunk_schema(),
+        output_schema = schema_for_output::<ChunkOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_chunk(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, "get_chunk", self.do_get_chunk(scope_of(&parts), &args)).await)
+    }
+
+    #[tool(
+        description = "List the libraries you may read, in your order, with collection and item counts.",
+        input_schema = empty_schema(),
+        output_schema = schema_for_output::<LibrariesOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_libraries(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, "list_libraries", self.do_list_libraries(scope_of(&parts), &args)).await)
+    }
+
+    #[tool(
+        description = "List collections (optionally of one library), a page at a time.",
+        input_schema = list_collections_schema(),
+        output_schema = schema_for_output::<CollectionsOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_collections(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, "list_collections", self.do_list_collections(scope_of(&parts), &args)).await)
+    }
+
+    #[tool(
+        description = "List the items of a collection or of a library, a page at a time.",
+        input_schema = list_items_schema(),
+        output_schema = schema_for_output::<ItemsOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_items(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, "list_items", self.do_list_items(scope_of(&parts), &args)).await)
+    }
+
+    #[tool(
+        description = "Returns the health status of this server and its stores.",
+        input_schema = empty_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_health(&self) -> Result<CallToolResult, McpError> {
+        Ok(CallToolResult::success(vec![ContentBlock::text(self.health().await.to_string())]))
+    }
+}
+
+impl KnowledgeServer {
+    async fn do_search(&self, scope: Scope, args: &JsonObject) -> Outcome {
+        let a = Args(args);
+        let parsed = (|| {
+            a.only(&["query", "limit", "library_uids", "collection_uid"])?;
+            let q = a.required_string("query", 1, 1000)?;
+            let limit = a.int("limit", 1, 50, 10)?;
+            let libs = a.string_list("library_uids", 1000)?;
+            let col = a.string("collection_uid", 1, 64)?;
+            Ok::<_, ArgError>((q, limit, libs, col))
+        })();
+        let (q, limit, libs, col) = match parsed {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let scope = match &libs {
+            Some(only) => scope.narrow(only),
+            None => scope,
+        };
+        let hits = match self.state.graph.search(&scope, &q, limit as usize, col.as_deref()).await {
+            Ok(h) => h,
+            Err(e) => return e.into(),
+        };
+        let mut text = format!("{} result(s) for \"{}\"", hits.len(), q);
+        for (i, h) in hits.iter().enumerate() {
+            text.push_str(&format!(
+                "\n\n{}. {} (score {:.3}; chunk {} #{}; item {}; collection {}; library {})\n{}",
+                i + 1,
+                h.item_title,
+                h.score,
+                h.chunk_uid,
+                h.ordinal,
+                h.item_uid,
+                h.collection_uid,
+                h.library_uid,
+                snippet(&h.text, 400)
+            ));
+        }
+        ok(&SearchOut { results: hits }, text)
+    }
+
+    async fn do_get_chunk(&self, scope: Scope, args: &JsonObject) -> Outcome {
+        let a = Args(args);
+        let parsed = (|| {
+            a.only(&["chunk_uid", "context"])?;
+            Ok::<_, ArgError>((a.required_string("chunk_uid", 1, 64)?, a.int("context", 0, 5, 0)?))
+        })();
+        let (uid, context) = match parsed {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        match self.state.graph.get_chunk(&scope, &uid, context).await {
+            Ok(Some((chunk, neighbors))) => {
+                let text = format!(
+                    "{} — chunk {} #{} (item {}; collection {}; library {})\n\n{}{}",
+                    chunk.item_title,
+                    chunk.uid,
+                    chunk.ordinal,
+                    chunk.item_uid,
+                    chunk.collection_uid,
+                    chunk.library_uid,
+                    chunk.text,
+                    if neighbors.is_empty() { String::new() } else { format!("\n\n(+{} neighbouring chunk(s))", neighbors.len()) }
+                );
+                ok(&ChunkOut { chunk, neighbors }, text)
+            }
+            Ok(None) => not_found("chunk", &uid),
+            Err(e) => e.into(),
+        }
+    }
+
+    async fn do_list_libraries(&self, scope: Scope, args: &JsonObject) -> Outcome {
+        if let Err(e) = Args(args).only(&[]) {
+            return e.into();
+        }
+        match self.state.graph.list_libraries(&scope).await {
+            Ok(libraries) => {
+                let mut text = format!("{} librar{}", libraries.len(), if libraries.len() == 1 { "y" } else { "ies" });
+                for l in &libraries {
+                    text.push_str(&format!(
+                        "\n- {} ({}): {} collection(s), {} item(s){}",
+                        l.name,
+                        l.uid,
+                        l.collection_count,
+                        l.item_count,
+                        if l.description.is_empty() { String::new() } else { format!(" — {}", l.description) }
+                    ));
+                }
+                ok(&LibrariesOut { libraries }, text)
+            }
+            Err(e) => e.into(),
+        }
+    }
+
+    /// The scope narrowed to one library, or "not found" when it is outside
+    /// the scope or does not exist (indistinguishable).
+    async fn one_library(&self, scope: &Scope, uid: &str) -> Result<Scope, Outcome> {
+        let narrowed = scope.narrow(&[uid.to_owned()]);
+        match self.state.graph.list_libraries(&narrowed).await {
+            Ok(l) if !l.is_empty() => Ok(narrowed),
+            Ok(_) => Err(not_found("library", uid)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn do_list_collections(&self, scope: Scope, args: &JsonObject) -> Outcome {
+        let a = Args(args);
+        let parsed = (|| {
+            a.only(&["library_uid", "cursor", "limit"])?;
+            let lib = a.string("library_uid", 1, 64)?;
+            let limit = a.int("limit", 1, 200, 50)?;
+            let cursor = a.string("cursor", 1, 1000)?;
+            let after = decode_cursor(cursor.as_deref(), "collections", lib.as_deref().unwrap_or(""))?;
+            Ok::<_, ArgError>((lib, limit, after))
+        })();
+        let (lib, limit, after) = match parsed {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let scope = match &lib {
+            Some(uid) => match self.one_library(&scope, uid).await {
+                Ok(s) => s,
+                Err(o) => return o,
+            },
+            None => scope,
+        };
+        let mut page = match self.state.graph.list_collections(&scope, &after, limit as usize + 1).await {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let next_cursor = if page.len() > limit as usize {
+            page.truncate(limit as usize);
+            page.last().map(|c| encode_cursor("collections", lib.as_deref().unwrap_or(""), &c.uid))
+        } else {
+            None
+        };
+        let mut text = format!("{} collection(s)", page.len());
+        for c in &page {
+            text.push_str(&format!("\n- {} ({}) in library {}: {} item(s)", c.name, c.uid, c.library_uid, c.item_count));
+        }
+        if next_cursor.is_some() {
+            text.push_str("\n(more: pass next_cursor as cursor)");
+        }
+        ok(&CollectionsOut { collections: page, next_cursor }, text)
+    }
+
+    async fn do_list_items(&self, scope: Scope, args: &JsonObject) -> Outcome {
+        let a = Args(args);
+        let parsed = (|| {
+            a.only(&["library_uid", "collection_uid", "cursor", "limit"])?;
+            let lib = a.string("library_uid", 1, 64)?;
+            let col = a.string("collection_uid", 1, 64)?;
+            if lib.is_none() && col.is_none() {
+                return Err(ArgError::new("collection_uid", "collection_uid or library_uid is required"));
+            }
+            let limit = a.int("limit", 1, 200, 50)?;
+            let cursor = a.string("cursor", 1, 1000)?;
+            let filter = format!("{}|{}", lib.as_deref().unwrap_or(""), col.as_deref().unwrap_or(""));
+            let after = decode_cursor(cursor.as_deref(), "items", &filter)?;
+            Ok::<_, ArgError>((lib, col, limit, after, filter))
+        })();
+        let (lib, col, limit, after, filter) = match parsed {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let scope = match &lib {
+            Some(uid) => match self.one_library(&scope, uid).await {
+                Ok(s) => s,
+                Err(o) => return o,
+            },
+            None => scope,
+        };
+        if let Some(c) = &col {
+            match self.state.graph.collection_in_scope(&scope, c).await {
+                Ok(true) => {}
+                Ok(false) => return not_found("collection", c),
+                Err(e) => return e.into(),
+            }
+        }
+        let mut page = match self.state.graph.list_items(&scope, col.as_deref(), &after, limit as usize + 1).await {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
+        let next_cursor = if page.len() > limit as usize {
+            page.truncate(limit as usize);
+            page.last().map(|i| encode_cursor("items", &filter, &i.uid))
+        } else {
+            None
+        };
+        let mut text = format!("{} item(s)", page.len());
+        for i in &page {
+            text.push_str(&format!("\n- {} ({}): {} chunk(s)", i.title, i.uid, i.chunk_count));
+        }
+        if next_cursor.is_some() {
+            text.push_str("\n(more: pass next_cursor as cursor)");
+        }
+        ok(&ItemsOut { items: page, next_cursor }, text)
+    }
+
+    /// Pallas spec §2: `ok`, `degraded` (slow store) or `error` (a store down),
+    /// with a message when not ok. Both probes run concurrently, bounded.
+    pub async fn health(&self) -> Value {
+        let started = std::time::Instant::now();
+        let (pg, graph) = crate::api::health::probe_stores(&self.state, Duration::from_millis(700)).await;
+        let elapsed = started.elapsed();
+        let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        let mut down = Vec::new();
+        if let Err(e) = &pg {
+            down.push(format!("PostgreSQL unreachable ({e})"));
+        }
+        if let Err(e) = &graph {
+            down.push(format!("graph store unreachable ({e})"));
+        }
+        if !down.is_empty() {
+            json!({"status": "error", "timestamp": timestamp, "message": down.join("; ")})
+        } else if elapsed > Duration::from_millis(300) {
+            json!({"status": "degraded", "timestamp": timestamp,
+                   "message": format!("stores slow to answer ({} ms)", elapsed.as_millis())})
+        } else {
+            json!({"status": "ok", "timestamp": timestamp})
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for KnowledgeServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("mnemosyne", env!("CARGO_PKG_VERSION")).with_title("Mnemosyne knowledge server"),
+            )
+            .with_instructions(
+                "Search and read the knowledge libraries your credential grants. Use `search` to find chunks, \
+                 `get_chunk` to read one with its neighbours, and the list tools to browse.",
+            )
+    }
+}

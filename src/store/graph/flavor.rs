@@ -1,0 +1,66 @@
+//! The one seam where Neo4j 5 and ArcadeDB differ: the full-text index.
+//! ArcadeDB creates full-text indexes only through its SQL (HTTP API) and names
+//! them `Type[props]`; Neo4j uses Cypher `CREATE FULLTEXT INDEX` and a name.
+
+use serde_json::json;
+
+use super::{statements, GraphError, GraphStore};
+use crate::config::{GraphFlavor, Settings};
+
+#[derive(Clone, Debug)]
+pub struct Flavor {
+    pub kind: GraphFlavor,
+    http_url: String,
+    database: String,
+    user: String,
+    password: String,
+}
+
+impl Flavor {
+    pub fn new(kind: GraphFlavor, s: &Settings) -> Self {
+        Flavor {
+            kind,
+            http_url: s.arcadedb_http_url.trim_end_matches('/').to_owned(),
+            database: s.bolt_database.clone(),
+            user: s.bolt_user.clone(),
+            password: s.bolt_password.expose().to_owned(),
+        }
+    }
+
+    /// Name to pass to `db.index.fulltext.queryNodes`.
+    pub fn fulltext_index(&self) -> &'static str {
+        match self.kind {
+            GraphFlavor::Arcadedb => "Chunk[text,library_uid]",
+            GraphFlavor::Neo4j => "chunk_text",
+        }
+    }
+
+    pub(super) async fn create_fulltext_index(&self, store: &GraphStore) -> Result<(), GraphError> {
+        match self.kind {
+            GraphFlavor::Neo4j => {
+                store
+                    .run(neo4rs::query(include_str!("../../../cypher/schema_fulltext_neo4j.cypher")))
+                    .await
+            }
+            GraphFlavor::Arcadedb => {
+                let client = reqwest::Client::new();
+                let url = format!("{}/api/v1/command/{}", self.http_url, self.database);
+                for stmt in statements(include_str!("../../../cypher/schema_fulltext_arcadedb.sql")) {
+                    let resp = client
+                        .post(&url)
+                        .basic_auth(&self.user, Some(&self.password))
+                        .json(&json!({"language": "sql", "command": stmt}))
+                        .send()
+                        .await
+                        .map_err(|e| GraphError::Unavailable(format!("ArcadeDB HTTP API: {e}")))?;
+                    if !resp.status().is_success() {
+                        let status = resp.status();
+                        let body = resp.text().await.unwrap_or_default();
+                        return Err(GraphError::Query(format!("{stmt}: {status} {body}")));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! Knowledge reads. Every function takes the caller's `Scope`: there is no way
+//! to read a Library, Collection, Item or Chunk outside it, and anything outside
+//! it is reported exactly like something that does not exist.
+
+use neo4rs::{query, BoltType, Query};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{GraphError, GraphStore};
+use crate::auth::Scope;
+
+/// Lucene caps a boolean query at 1024 clauses; scope lists longer than this are
+/// searched in batches and merged.
+const LIBS_PER_QUERY: usize = 500;
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct SearchHit {
+    pub chunk_uid: String,
+    pub item_uid: String,
+    pub item_title: String,
+    pub collection_uid: String,
+    pub library_uid: String,
+    pub ordinal: i64,
+    pub score: f64,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ChunkView {
+    pub uid: String,
+    pub text: String,
+    pub ordinal: i64,
+    pub item_uid: String,
+    pub item_title: String,
+    pub collection_uid: String,
+    pub library_uid: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct LibraryView {
+    pub uid: String,
+    pub name: String,
+    pub description: String,
+    pub collection_count: i64,
+    pub item_count: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct CollectionView {
+    pub uid: String,
+    pub name: String,
+    pub library_uid: String,
+    pub item_count: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct ItemView {
+    pub uid: String,
+    pub title: String,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+    pub chunk_count: i64,
+    pub updated_at: Option<String>,
+    pub collection_uid: String,
+    pub library_uid: String,
+}
+
+/// Escapes user text for the Lucene query parser: every special character is
+/// a plain character, and the upper-case operators become plain words.
+pub fn lucene_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        if matches!(word, "AND" | "OR" | "NOT" | "TO") {
+            out.push_str(&word.to_lowercase());
+            continue;
+        }
+        for ch in word.chars() {
+            if "+-&|!(){}[]^\"~*?:\\/".contains(ch) {
+                out.push('\\');
+            }
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Whether the analyzer will keep any term of this text (the standard analyzer
+/// drops punctuation; a query of only punctuation matches nothing).
+pub fn has_terms(text: &str) -> bool {
+    text.chars().any(char::is_alphanumeric)
+}
+
+/// The full-text query: the user's text on `text`, the scope pushed into the
+/// index as a zero-boost clause on `library_uid` (it filters without changing
+/// scores; an exact `IN $libs` check follows in Cypher).
+pub fn lucene_query(text: &str, libs: &[String]) -> String {
+    let libs: Vec<String> = libs.iter().map(|l| format!("\"{}\"", lucene_escape_phrase(l))).collect();
+    format!("+text:({}) +library_uid:({})^0", lucene_escape(text), libs.join(" "))
+}
+
+fn lucene_escape_phrase(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn libs_param(libs: &[String]) -> BoltType {
+    libs.to_vec().into()
+}
+
+fn opt(s: Option<&str>) -> BoltType {
+    s.map(str::to_owned).into()
+}
+
+impl GraphStore {
+    /// Full-text search inside `scope`, best first; ties by the library's
+    /// position in the scope, then chunk uid (stable).
+    pub async fn search(
+        &self,
+        scope: &Scope,
+        text: &str,
+        limit: usize,
+        collection_uid: Option<&str>,
+    ) -> Result<Vec<SearchHit>, GraphError> {
+        if scope.is_empty() || !has_terms(text) {
+            return Ok(Vec::new());
+        }
+        // A few extra rows so ties at the cut are broken by scope order.
+        let fetch = (limit + 10) as i64;
+        let mut hits = Vec::new();
+        for batch in scope.uids().chunks(LIBS_PER_QUERY) {
+            let q = query(include_str!("../../../cypher/search.cypher"))
+                .param("index", self.flavor.fulltext_index())
+                .param("lucene", lucene_query(text, batch))
+                .param("libs", libs_param(batch))
+                .param("collection_uid", opt(collection_uid))
+                .param("limit", fetch);
+            for row in self.rows(q).await? {
+                hits.push(row.to::<SearchHit>()?);
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| scope.position(&a.library_uid).cmp(&scope.position(&b.library_uid)))
+                .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
+        });
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// A chunk and up to `context` neighbours each side, or None if absent or
+    /// outside the scope.
+    pub async fn get_chunk(
+        &self,
+        scope: &Scope,
+        uid: &str,
+        context: i64,
+    ) -> Result<Option<(ChunkView, Vec<ChunkView>)>, GraphError> {
+        if scope.is_empty() {
+            return Ok(None);
+        }
+        let q = query(include_str!("../../../cypher/get_chunk.cypher"))
+            .param("uid", uid)
+            .param("libs", libs_param(scope.uids()))
+            .param("context", context);
+        let mut focal = None;
+        let mut neighbors = Vec::new();
+        for row in self.rows(q).await? {
+            let c = row.to::<ChunkView>()?;
+            if c.uid == uid {
+                focal = Some(c);
+            } else {
+                neighbors.push(c);
+            }
+        }
+        Ok(focal.map(|f| (f, neighbors)))
+    }
+
+    /// The scope's libraries that exist, in scope order, with counts.
+    pub async fn list_libraries(&self, scope: &Scope) -> Result<Vec<LibraryView>, GraphError> {
+        if scope.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = query(include_str!("../../../cypher/list_libraries.cypher")).param("libs", libs_param(scope.uids()));
+        let mut libs = Vec::new();
+        for row in self.rows(q).await? {
+            libs.push(LibraryView {
+                uid: row.get("uid")?,
+                name: row.get::<Option<String>>("name")?.unwrap_or_default(),
+                description: row.get::<Option<String>>("description")?.unwrap_or_default(),
+                collection_count: row.get("collection_count")?,
+                item_count: row.get("item_count")?,
+            });
+        }
+        libs.sort_by_key(|l| scope.position(&l.uid));
+        Ok(libs)
+    }
+
+    /// One page of collections (uid order) after `after`.
+    pub async fn list_collections(
+        &self,
+        scope: &Scope,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<CollectionView>, GraphError> {
+        if scope.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = query(include_str!("../../../cypher/list_collections.cypher"))
+            .param("libs", libs_param(scope.uids()))
+            .param("after", after)
+            .param("limit", limit as i64);
+        self.rows(q).await?.iter().map(|r| Ok(r.to::<CollectionView>()?)).collect()
+    }
+
+    /// Whether the collection exists inside the scope.
+    pub async fn collection_in_scope(&self, scope: &Scope, uid: &str) -> Result<bool, GraphError> {
+        if scope.is_empty() {
+            return Ok(false);
+        }
+        let q = query(include_str!("../../../cypher/scoped_collection.cypher"))
+            .param("uid", uid)
+            .param("libs", libs_param(scope.uids()));
+        Ok(!self.rows(q).await?.is_empty())
+    }
+
+    /// One page of items (uid order) after `after`, optionally in one collection.
+    pub async fn list_items(
+        &self,
+        scope: &Scope,
+        collection_uid: Option<&str>,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<ItemView>, GraphError> {
+        if scope.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q: Query = query(include_str!("../../../cypher/list_items.cypher"))
+            .param("libs", libs_param(scope.uids()))
+            .param("collection_uid", opt(collection_uid))
+            .param("after", after)
+            .param("limit", limit as i64);
+        self.rows(q).await?.iter().map(|r| Ok(r.to::<ItemView>()?)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_makes_specials_plain() {
+        assert_eq!(lucene_escape("(foo AND \"bar"), "\\(foo and \\\"bar");
+        assert_eq!(lucene_escape("a:b"), "a\\:b");
+        assert_eq!(lucene_escape("*  ?"), "\\* \\?");
+        assert_eq!(lucene_escape("c++ -x /y\\"), "c\\+\\+ \\-x \\/y\\\\");
+    }
+
+    #[test]
+    fn scope_is_pushed_into_the_index_query_with_zero_boost() {
+        let q = lucene_query("alpha", &["lib_a".into(), "lib_b".into()]);
+        assert_eq!(q, "+text:(alpha) +library_uid:(\"lib_a\" \"lib_b\")^0");
+    }
+
+    #[test]
+    fn punctuation_only_has_no_terms() {
+        assert!(!has_terms("* ? ()"));
+        assert!(has_terms("a:b"));
+    }
+}

@@ -1,0 +1,163 @@
+//! The Bolt graph (Libraries, Collections, Items, Chunks). Every statement is a
+//! file in `cypher/`; every knowledge read takes a `&Scope`.
+
+pub mod flavor;
+pub mod ingest;
+pub mod knowledge;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
+
+use crate::config::{GraphFlavor, Settings};
+
+pub use flavor::Flavor;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// Connection refused, timed out, or the pool could not hand out a connection.
+    #[error("graph unavailable: {0}")]
+    Unavailable(String),
+    /// The server answered with an error.
+    #[error("graph query failed: {0}")]
+    Query(String),
+}
+
+impl From<neo4rs::Error> for GraphError {
+    fn from(e: neo4rs::Error) -> Self {
+        match e {
+            neo4rs::Error::Neo4j(n) => GraphError::Query(format!("{}: {}", n.code(), n.message())),
+            neo4rs::Error::DeserializationError(d) => GraphError::Query(d.to_string()),
+            other => GraphError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<neo4rs::DeError> for GraphError {
+    fn from(e: neo4rs::DeError) -> Self {
+        GraphError::Query(e.to_string())
+    }
+}
+
+/// The graph store: a neo4rs pool, the flavor seam, and a per-call timeout.
+#[derive(Clone)]
+pub struct GraphStore {
+    graph: Graph,
+    pub flavor: Flavor,
+    timeout: Duration,
+}
+
+impl GraphStore {
+    /// Builds the pool; no connection is made until the first query, so `serve`
+    /// starts while the graph is down and `/readyz` says so.
+    pub async fn connect(settings: &Settings) -> Result<Self, GraphError> {
+        let config = ConfigBuilder::default()
+            .uri(settings.bolt_uri.as_str())
+            .user(settings.bolt_user.as_str())
+            .password(settings.bolt_password.expose())
+            .db(settings.bolt_database.as_str())
+            .max_connections(32)
+            .fetch_size(500)
+            .build()?;
+        let graph = Graph::connect(config).await?;
+        Ok(GraphStore {
+            graph,
+            flavor: Flavor::new(settings.graph_flavor, settings),
+            timeout: settings.store_timeout(),
+        })
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn timed<T>(&self, f: impl Future<Output = Result<T, GraphError>>) -> Result<T, GraphError> {
+        tokio::time::timeout(self.timeout, f)
+            .await
+            .map_err(|_| GraphError::Unavailable("timed out".into()))?
+    }
+
+    /// Runs a read and collects its rows.
+    pub async fn rows(&self, q: Query) -> Result<Vec<Row>, GraphError> {
+        self.timed(async {
+            let mut stream = self.graph.execute(q).await?;
+            let mut rows = Vec::new();
+            while let Some(row) = stream.next().await? {
+                rows.push(row);
+            }
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Runs statements in one explicit transaction: all or nothing.
+    pub async fn write_txn(&self, queries: Vec<Query>) -> Result<(), GraphError> {
+        self.timed(async {
+            let mut txn = self.graph.start_txn().await?;
+            for q in queries {
+                if let Err(e) = txn.run(q).await {
+                    let _ = txn.rollback().await;
+                    return Err(e.into());
+                }
+            }
+            txn.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn ping(&self) -> Result<(), GraphError> {
+        self.rows(query(include_str!("../../../cypher/ping.cypher"))).await.map(|_| ())
+    }
+
+    /// Creates constraints, scoping indexes and the full-text index; idempotent.
+    pub async fn bootstrap_schema(&self) -> Result<(), GraphError> {
+        for stmt in statements(include_str!("../../../cypher/schema_constraints.cypher")) {
+            self.timed(async { Ok(self.graph.run(query(stmt)).await?) }).await?;
+        }
+        self.flavor.create_fulltext_index(self).await
+    }
+
+    pub(crate) async fn run(&self, q: Query) -> Result<(), GraphError> {
+        self.timed(async { Ok(self.graph.run(q).await?) }).await
+    }
+
+    /// Library uids of each workspace, in uid order: the team path's one graph
+    /// round trip (spec §5.3).
+    pub async fn libraries_for_workspaces(
+        &self,
+        workspace_ids: &[String],
+    ) -> Result<HashMap<String, Vec<String>>, GraphError> {
+        let mut out: HashMap<String, Vec<String>> =
+            workspace_ids.iter().map(|w| (w.clone(), Vec::new())).collect();
+        if workspace_ids.is_empty() {
+            return Ok(out);
+        }
+        let rows = self
+            .rows(
+                query(include_str!("../../../cypher/libraries_for_workspaces.cypher"))
+                    .param("workspace_ids", workspace_ids.to_vec()),
+            )
+            .await?;
+        for row in rows {
+            let ws: String = row.get("workspace_id")?;
+            let uid: String = row.get("uid")?;
+            out.entry(ws).or_default().push(uid);
+        }
+        Ok(out)
+    }
+}
+
+/// Splits a file of `;`-separated statements.
+pub(crate) fn statements(file: &str) -> impl Iterator<Item = &str> {
+    file.split(';').map(str::trim).filter(|s| !s.is_empty())
+}
+
+impl GraphFlavor {
+    pub fn is_arcadedb(self) -> bool {
+        self == GraphFlavor::Arcadedb
+    }
+}

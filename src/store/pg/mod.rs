@@ -1,0 +1,64 @@
+//! Postgres: pool, migrations and the queries of each resource.
+
+pub mod auth;
+pub mod keys;
+pub mod teams;
+pub mod tokens;
+pub mod users;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Channel every auth-relevant change is announced on (see the migration's trigger).
+pub const AUTH_CHANNEL: &str = "mnemosyne_auth";
+
+/// Opens a pool; connecting is lazy so `serve` starts (and `/readyz` says why it
+/// is not ready) while Postgres is down.
+pub fn pool(database_url: &str, acquire_timeout: Duration) -> Result<PgPool, sqlx::Error> {
+    let opts: PgConnectOptions = database_url.parse::<PgConnectOptions>()?.disable_statement_logging();
+    Ok(PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(acquire_timeout)
+        .connect_lazy_with(opts))
+}
+
+/// Applies pending migrations; a no-op when all are applied.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+}
+
+/// Writes an audit event inside the caller's transaction (never a credential).
+pub async fn audit(
+    tx: &mut sqlx::PgConnection,
+    actor: &str,
+    action: &str,
+    target: &str,
+    detail: serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO audit_events (actor, action, target, detail) VALUES ($1, $2, $3, $4)")
+        .bind(actor)
+        .bind(action)
+        .bind(target)
+        .bind(detail)
+        .execute(tx)
+        .await
+        .map(|_| ())
+}
+
+/// Announces a change that no trigger sees (graph-side workspace libraries).
+pub async fn notify(pool: &PgPool, payload: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(AUTH_CHANNEL)
+        .bind(payload)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,177 @@
+//! Teams and their workspace assignments (spec §4.1, §7). Every write is one
+//! transaction with its audit event; the table triggers announce it.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::audit;
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Team {
+    pub id: Uuid,
+    pub name: String,
+    pub active: bool,
+    pub active_jti: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub enum Created {
+    /// A new team holding `jti` as its active jti.
+    New(Team),
+    /// The id existed: spec §7.1's idempotent answer (no JWT).
+    Existing(Team),
+}
+
+pub async fn create(
+    pool: &PgPool,
+    actor: &str,
+    id: Uuid,
+    name: &str,
+    jti: Uuid,
+) -> Result<Created, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let new: Option<Team> = sqlx::query_as(
+        "INSERT INTO teams (id, name, active_jti) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, name, active, active_jti, created_at, updated_at",
+    )
+    .bind(id)
+    .bind(name)
+    .bind(jti)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let out = match new {
+        Some(team) => {
+            audit(&mut tx, actor, "team_created", &id.to_string(), json!({"name": name})).await?;
+            Created::New(team)
+        }
+        None => Created::Existing(
+            sqlx::query_as(
+                "SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?,
+        ),
+    };
+    tx.commit().await?;
+    Ok(out)
+}
+
+pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<(Team, Vec<String>)>, sqlx::Error> {
+    let team: Option<Team> = sqlx::query_as(
+        "SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let Some(team) = team else { return Ok(None) };
+    let ws = assigned_workspaces(pool, id).await?;
+    Ok(Some((team, ws)))
+}
+
+async fn assigned_workspaces<'e, E: sqlx::PgExecutor<'e>>(ex: E, id: Uuid) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT workspace_id FROM team_workspace_assignments WHERE team_id = $1 ORDER BY position, id",
+    )
+    .bind(id)
+    .fetch_all(ex)
+    .await
+}
+
+/// Soft delete (spec §7.2). False when the team does not exist.
+pub async fn deactivate(pool: &PgPool, actor: &str, id: Uuid) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let n = sqlx::query("UPDATE teams SET active = FALSE, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n == 1 {
+        audit(&mut tx, actor, "team_deleted", &id.to_string(), json!({})).await?;
+    }
+    tx.commit().await?;
+    Ok(n == 1)
+}
+
+pub enum Rotated {
+    Ok,
+    NotFound,
+    Inactive,
+}
+
+/// Replaces the active jti (spec §7.4): the previous JWT stops validating.
+pub async fn rotate(pool: &PgPool, actor: &str, id: Uuid, jti: Uuid) -> Result<Rotated, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let active: Option<bool> = sqlx::query_scalar("SELECT active FROM teams WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let out = match active {
+        None => Rotated::NotFound,
+        Some(false) => Rotated::Inactive,
+        Some(true) => {
+            sqlx::query("UPDATE teams SET active_jti = $2, updated_at = now() WHERE id = $1")
+                .bind(id)
+                .bind(jti)
+                .execute(&mut *tx)
+                .await?;
+            audit(&mut tx, actor, "team_rotated", &id.to_string(), json!({})).await?;
+            Rotated::Ok
+        }
+    };
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// Replaces the assignment set (spec §7.3), never a union. The row lock on the
+/// team serialises concurrent PUTs, so the result is one submitted set whole.
+/// None when the team does not exist.
+pub async fn replace_workspaces(
+    pool: &PgPool,
+    actor: &str,
+    id: Uuid,
+    workspace_ids: &[String],
+) -> Result<Option<Vec<String>>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let exists: Option<Uuid> = sqlx::query_scalar("SELECT id FROM teams WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let current = assigned_workspaces(&mut *tx, id).await?;
+    if current != workspace_ids {
+        sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO team_workspace_assignments (team_id, workspace_id, position)
+             SELECT $1, ws, pos::int FROM unnest($2::text[]) WITH ORDINALITY AS u(ws, pos)",
+        )
+        .bind(id)
+        .bind(workspace_ids)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE teams SET updated_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        audit(
+            &mut tx,
+            actor,
+            "team_workspaces_updated",
+            &id.to_string(),
+            json!({"workspace_ids": workspace_ids}),
+        )
+        .await?;
+    }
+    let stored = assigned_workspaces(&mut *tx, id).await?;
+    tx.commit().await?;
+    Ok(Some(stored))
+}

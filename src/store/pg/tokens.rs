@@ -1,0 +1,61 @@
+//! Opaque MCP tokens (`mcp_tokens`). Only the SHA-256 of the plaintext is stored.
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::PgPool;
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct TokenInfo {
+    pub id: i64,
+    pub name: String,
+    pub username: String,
+    pub allowed_libraries: Json<Vec<String>>,
+    pub active: bool,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn create(
+    pool: &PgPool,
+    user_id: i64,
+    name: &str,
+    token_hash: &str,
+    libraries: &[String],
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO mcp_tokens (user_id, name, token_hash, allowed_libraries, expires_at)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+    )
+    .bind(user_id)
+    .bind(name)
+    .bind(token_hash)
+    .bind(Json(libraries))
+    .bind(expires_at)
+    .fetch_one(pool)
+    .await
+}
+
+pub async fn list(pool: &PgPool, username: Option<&str>) -> Result<Vec<TokenInfo>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.active, t.expires_at,
+                t.last_used_at, t.created_at
+           FROM mcp_tokens t JOIN users u ON u.id = t.user_id
+          WHERE ($1::text IS NULL OR u.username = $1)
+          ORDER BY t.id",
+    )
+    .bind(username)
+    .fetch_all(pool)
+    .await
+}
+
+/// Deactivates a token; false when unknown or already revoked.
+pub async fn revoke(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query("UPDATE mcp_tokens SET active = FALSE WHERE id = $1 AND active")
+        .bind(id)
+        .execute(pool)
+        .await?
+        .rows_affected()
+        == 1)
+}
