@@ -139,3 +139,19 @@ impl Settings {
         let _ = dotenvy::from_path(".dev/env");
     }
 }
+
+#[derive(clap::Parser)]
+struct EnvOnly {
+    #[command(flatten)]
+    settings: Settings,
+}
+
+impl Settings {
+    /// Settings from the environment (and `.dev/env`) alone, with defaults —
+    /// what `serve` would use with no flags. Used by tests and benchmarks.
+    pub fn from_env() -> Result<Self, clap::Error> {
+        Self::load_dev_env();
+        use clap::Parser;
+        EnvOnly::try_parse_from(["mnemosyne"]).map(|e| e.settings)
+    }
+}

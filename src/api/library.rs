@@ -1,9 +1,273 @@
-//! Library ingest and workspace lifecycle (DESIGN §6).
+//! Library ingest and workspace lifecycle (DESIGN §6), for Daedalus's service
+//! account. Creating or deleting a workspace Library is announced on the auth
+//! channel, so teams see it on their next request.
 
-use axum::Router;
+use std::time::Duration;
 
+use axum::{
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{delete, get, post},
+    Json, Router,
+};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use text_splitter::{ChunkConfig, MarkdownSplitter};
+
+use crate::auth::{basic::ServiceAccount, cache::await_echo};
+use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
+use crate::store::graph::ingest::{derived_uid, ItemWrite};
+use crate::store::pg;
+
+const ECHO_WAIT: Duration = Duration::from_secs(2);
 
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/library/api/ingest", post(ingest))
+        .route("/library/api/ingest/", post(ingest))
+        .route("/library/api/items/{uid}", delete(delete_item))
+        .route("/library/api/items/{uid}/", delete(delete_item))
+        .route("/library/api/workspaces/{ws}", get(workspace).delete(delete_workspace))
+        .route("/library/api/workspaces/{ws}/", get(workspace).delete(delete_workspace))
+        .route("/library/api/libraries", post(create_library))
+        .route("/library/api/libraries/", post(create_library))
+}
+
+/// Uids we accept from callers: letters, digits, `_ - . :`, 1–64 chars.
+pub fn valid_uid(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), ApiError> {
+    let n = v.chars().count();
+    if n < min || n > max || (min > 0 && v.trim().is_empty()) {
+        return Err(ApiError::bad_field(field, format!("{field} must be {min} to {max} characters")));
+    }
+    Ok(())
+}
+
+fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
+    if !valid_uid(v) {
+        return Err(ApiError::bad_field(field, format!("{field} must be 1-64 characters of letters, digits, _ - . :")));
+    }
+    Ok(())
+}
+
+/// Announces a workspace-library change and waits for our own listener.
+async fn announce_workspace(state: &AppState, ws: &str) {
+    let payload = format!("workspace:{ws}");
+    let echo = state.auth.caches.subscribe();
+    match pg::notify(&state.pg, &payload).await {
+        Ok(()) => await_echo(echo, &payload, ECHO_WAIT).await,
+        Err(e) => {
+            // The staleness bound still applies; say so loudly.
+            tracing::error!(error = %e, workspace = ws, "could not announce workspace change");
+            state.auth.caches.workspace_libraries.invalidate_all();
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemIn {
+    uid: Option<String>,
+    title: String,
+    source_uri: Option<String>,
+    mime_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IngestBody {
+    workspace_id: Option<String>,
+    library_uid: Option<String>,
+    collection: Option<String>,
+    item: ItemIn,
+    content: String,
+}
+
+/// Markdown-aware chunks of at most `max_chars` characters.
+pub fn split(content: &str, max_chars: usize) -> Vec<String> {
+    let max = max_chars.max(64);
+    let splitter = MarkdownSplitter::new(ChunkConfig::new(max / 2..max));
+    splitter.chunks(content).map(str::to_owned).filter(|c| !c.trim().is_empty()).collect()
+}
+
+async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body): ApiJson<IngestBody>) -> Result<Response, ApiError> {
+    // Validate everything before touching a store.
+    match (&body.workspace_id, &body.library_uid) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_field("library_uid", "give workspace_id or library_uid, not both")),
+        (None, None) => return Err(ApiError::bad_field("workspace_id", "workspace_id or library_uid is required")),
+        (Some(ws), None) => check_len("workspace_id", ws, 1, 64)?,
+        (None, Some(l)) => check_uid("library_uid", l)?,
+    }
+    let collection = body.collection.clone().unwrap_or_else(|| "Files".to_owned());
+    check_len("collection", &collection, 1, 200)?;
+    check_len("item.title", &body.item.title, 1, 500)?;
+    if let Some(u) = &body.item.uid {
+        check_uid("item.uid", u)?;
+    }
+    if let Some(s) = &body.item.source_uri {
+        check_len("item.source_uri", s, 0, 2000)?;
+    }
+    if let Some(m) = &body.item.mime_type {
+        check_len("item.mime_type", m, 0, 200)?;
+    }
+    let graph = &state.graph;
+    let library_uid = match (&body.workspace_id, &body.library_uid) {
+        (Some(ws), _) => {
+            let (uid, created) = graph.ensure_workspace_library(ws).await?;
+            if created {
+                announce_workspace(&state, ws).await;
+            }
+            uid
+        }
+        (_, Some(l)) => {
+            if graph.find_library(l).await?.is_none() {
+                return Err(ApiError::NotFound(format!("library not found: {l}")));
+            }
+            l.clone()
+        }
+        _ => unreachable!("validated above"),
+    };
+    let collection_uid = graph.ensure_collection(&library_uid, &collection).await?;
+    let identity = body.item.source_uri.as_deref().filter(|s| !s.is_empty()).unwrap_or(&body.item.title);
+    let item_uid = body
+        .item
+        .uid
+        .clone()
+        .unwrap_or_else(|| derived_uid("item", &[&library_uid, &collection_uid, identity]));
+    let sha = hex::encode(Sha256::digest(body.content.as_bytes()));
+    let existing = graph.find_item(&item_uid).await?;
+    if let Some(e) = &existing {
+        if e.library_uid != library_uid {
+            return Err(ApiError::Conflict(format!("item {item_uid} belongs to another library")));
+        }
+        if e.content_sha256.as_deref() == Some(sha.as_str()) && e.collection_uid == collection_uid {
+            if e.title != body.item.title || body.item.source_uri.is_some() || body.item.mime_type.is_some() {
+                graph
+                    .retitle_item(&item_uid, &body.item.title, body.item.source_uri.as_deref(), body.item.mime_type.as_deref())
+                    .await?;
+            }
+            return Ok((
+                StatusCode::OK,
+                Json(json!({"library_uid": library_uid, "collection_uid": collection_uid, "item_uid": item_uid,
+                            "chunk_count": e.chunk_count, "status": "unchanged"})),
+            )
+                .into_response());
+        }
+    }
+    let max = state.settings.chunk_max_chars;
+    let content = body.content;
+    let chunks = tokio::task::spawn_blocking(move || split(&content, max))
+        .await
+        .map_err(|e| ApiError::Internal(format!("splitter: {e}")))?;
+    graph
+        .write_item(&ItemWrite {
+            uid: &item_uid,
+            library_uid: &library_uid,
+            collection_uid: &collection_uid,
+            title: &body.item.title,
+            source_uri: body.item.source_uri.as_deref(),
+            mime_type: body.item.mime_type.as_deref(),
+            content_sha256: &sha,
+            chunks: &chunks,
+        })
+        .await?;
+    let (status, label) = if existing.is_some() { (StatusCode::OK, "replaced") } else { (StatusCode::CREATED, "created") };
+    tracing::info!(actor = %sa.username, item = %item_uid, library = %library_uid, chunks = chunks.len(), status = label, "ingested");
+    Ok((
+        status,
+        Json(json!({"library_uid": library_uid, "collection_uid": collection_uid, "item_uid": item_uid,
+                    "chunk_count": chunks.len(), "status": label})),
+    )
+        .into_response())
+}
+
+async fn delete_item(State(state): State<AppState>, sa: ServiceAccount, Path(uid): Path<String>) -> Result<Response, ApiError> {
+    check_uid("item_uid", &uid)?;
+    if !state.graph.delete_item(&uid).await? {
+        return Err(ApiError::NotFound(format!("item not found: {uid}")));
+    }
+    tracing::info!(actor = %sa.username, item = %uid, "item deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn workspace(State(state): State<AppState>, _sa: ServiceAccount, Path(ws): Path<String>) -> Result<Response, ApiError> {
+    check_len("workspace_id", &ws, 1, 64)?;
+    let libs = state.graph.workspace_libraries(&ws).await?;
+    let Some(lib) = libs.first() else {
+        return Err(ApiError::NotFound(format!("workspace has no library: {ws}")));
+    };
+    Ok(Json(json!({
+        "workspace_id": ws,
+        "library": lib,
+        "library_uid": lib.uid,
+        "collection_count": lib.collection_count,
+        "item_count": lib.item_count,
+        "chunk_count": lib.chunk_count,
+    }))
+    .into_response())
+}
+
+async fn delete_workspace(State(state): State<AppState>, sa: ServiceAccount, Path(ws): Path<String>) -> Result<Response, ApiError> {
+    check_len("workspace_id", &ws, 1, 64)?;
+    let libs: Vec<String> = state.graph.workspace_libraries(&ws).await?.into_iter().map(|l| l.uid).collect();
+    state.graph.delete_libraries(&libs).await?;
+    if !libs.is_empty() {
+        announce_workspace(&state, &ws).await;
+    }
+    tracing::info!(actor = %sa.username, workspace = %ws, libraries = libs.len(), "workspace deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LibraryBody {
+    uid: Option<String>,
+    name: String,
+    description: Option<String>,
+}
+
+async fn create_library(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body): ApiJson<LibraryBody>) -> Result<Response, ApiError> {
+    check_len("name", &body.name, 1, 200)?;
+    let description = body.description.unwrap_or_default();
+    check_len("description", &description, 0, 2000)?;
+    let uid = match body.uid {
+        Some(u) => {
+            check_uid("uid", &u)?;
+            u
+        }
+        None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
+    };
+    if !state.graph.create_library(&uid, &body.name, &description).await? {
+        return Err(ApiError::Conflict(format!("library {uid} already exists")));
+    }
+    tracing::info!(actor = %sa.username, library = %uid, "library created");
+    Ok((StatusCode::CREATED, Json(json!({"uid": uid, "name": body.name, "description": description}))).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_respects_max_and_keeps_text() {
+        let doc = "# Title\n\n".to_owned() + &"Some sentence here. ".repeat(200);
+        let chunks = split(&doc, 300);
+        assert!(chunks.len() > 5);
+        assert!(chunks.iter().all(|c| c.chars().count() <= 300));
+        assert!(chunks[0].starts_with("# Title"));
+    }
+
+    #[test]
+    fn uid_rules() {
+        assert!(valid_uid("lib_a-1.x:y"));
+        assert!(!valid_uid(""));
+        assert!(!valid_uid("has space"));
+        assert!(!valid_uid(&"x".repeat(65)));
+    }
 }

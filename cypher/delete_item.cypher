@@ -1,0 +1,2 @@
+MATCH (i:Item {uid: $uid})
+DETACH DELETE i

@@ -1,0 +1,2 @@
+MATCH (c:Collection) WHERE c.library_uid IN $libs
+DETACH DELETE c

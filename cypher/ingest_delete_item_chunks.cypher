@@ -1,0 +1,2 @@
+MATCH (c:Chunk {item_uid: $item_uid})
+DETACH DELETE c

@@ -1,0 +1,2 @@
+MATCH (l:Library {uid: $uid})
+RETURN l.uid AS uid, l.workspace_id AS workspace_id

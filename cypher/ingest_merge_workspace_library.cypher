@@ -1,0 +1,4 @@
+MERGE (l:Library {uid: $uid})
+ON CREATE SET l.workspace_id = $workspace_id, l.name = $name, l.description = $description,
+              l.created_at = $now
+RETURN l.uid AS uid

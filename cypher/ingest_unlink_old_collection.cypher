@@ -1,0 +1,3 @@
+MATCH (i:Item {uid: $uid})-[r:IN_COLLECTION]->(old:Collection)
+WHERE old.uid <> $collection_uid
+DELETE r
