@@ -63,7 +63,12 @@ impl std::str::FromStr for Secret {
 #[derive(Args, Clone, Debug)]
 pub struct Settings {
     /// PostgreSQL URL.
-    #[arg(long, env = "MNEMOSYNE_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/mnemosyne", global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/mnemosyne",
+        global = true
+    )]
     pub database_url: String,
 
     /// Bolt URI of the graph server.
@@ -73,7 +78,13 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_BOLT_USER", default_value = "root", global = true)]
     pub bolt_user: String,
 
-    #[arg(long, env = "MNEMOSYNE_BOLT_PASSWORD", default_value = "", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_BOLT_PASSWORD",
+        default_value = "",
+        hide_env_values = true,
+        global = true
+    )]
     pub bolt_password: Secret,
 
     /// Graph database name (ArcadeDB database / Neo4j database).
@@ -86,7 +97,12 @@ pub struct Settings {
 
     /// ArcadeDB HTTP API base URL, used only by `migrate` to create the full-text
     /// index (ArcadeDB creates those only through its SQL).
-    #[arg(long, env = "MNEMOSYNE_ARCADEDB_HTTP_URL", default_value = "http://127.0.0.1:2480", global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ARCADEDB_HTTP_URL",
+        default_value = "http://127.0.0.1:2480",
+        global = true
+    )]
     pub arcadedb_http_url: String,
 
     /// Address the HTTP server listens on.
@@ -94,7 +110,12 @@ pub struct Settings {
     pub listen: SocketAddr,
 
     /// Public base URL clients use (allowed Host / Origin, registry entry).
-    #[arg(long, env = "MNEMOSYNE_PUBLIC_URL", default_value = "http://127.0.0.1:8000", global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_PUBLIC_URL",
+        default_value = "http://127.0.0.1:8000",
+        global = true
+    )]
     pub public_url: String,
 
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -103,7 +124,12 @@ pub struct Settings {
     /// Upper bound, in seconds, on how long an auth cache entry may serve a change
     /// made behind the server's back (NOTIFY covers every change the server or CLI
     /// makes). 0 disables the caches.
-    #[arg(long, env = "MNEMOSYNE_CACHE_MAX_STALENESS_SECS", default_value_t = 30, global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_CACHE_MAX_STALENESS_SECS",
+        default_value_t = 30,
+        global = true
+    )]
     pub cache_max_staleness_secs: u64,
 
     /// Largest request body accepted, in bytes.

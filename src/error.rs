@@ -38,7 +38,10 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad_field(field: &str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest { field: Some(field.to_owned()), message: message.into() }
+        ApiError::BadRequest {
+            field: Some(field.to_owned()),
+            message: message.into(),
+        }
     }
 
     pub fn code(&self) -> &'static str {
@@ -74,7 +77,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = match &self {
-            ApiError::BadRequest { field: Some(f), message } => {
+            ApiError::BadRequest {
+                field: Some(f),
+                message,
+            } => {
                 json!({"error": self.code(), "field": f, "message": message})
             }
             ApiError::Internal(cause) => {
@@ -96,7 +102,8 @@ impl IntoResponse for ApiError {
                 );
             }
             ApiError::StoreUnavailable(_) => {
-                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }
@@ -155,7 +162,10 @@ where
             } else {
                 path
             };
-            ApiError::BadRequest { message: format!("{field}: {inner}"), field: Some(field) }
+            ApiError::BadRequest {
+                message: format!("{field}: {inner}"),
+                field: Some(field),
+            }
         })?;
         Ok(ApiJson(v))
     }
@@ -168,7 +178,10 @@ fn json_rejection(r: JsonRejection) -> ApiError {
             field: Some("content-type".into()),
             message: "expected Content-Type: application/json".into(),
         },
-        _ => ApiError::BadRequest { field: Some("body".into()), message: r.body_text() },
+        _ => ApiError::BadRequest {
+            field: Some("body".into()),
+            message: r.body_text(),
+        },
     }
 }
 

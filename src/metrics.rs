@@ -9,9 +9,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -31,10 +29,9 @@ impl Metrics {
         )
         .expect("valid metric");
         let http_duration = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route")
-                .buckets(vec![
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                ]),
+            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route").buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
             &["method", "route"],
         )
         .expect("valid metric");
@@ -44,7 +41,10 @@ impl Metrics {
         )
         .expect("valid metric");
         let auth_resolutions = IntCounterVec::new(
-            Opts::new("mcp_auth_resolutions_total", "Successful bearer resolutions by principal kind"),
+            Opts::new(
+                "mcp_auth_resolutions_total",
+                "Successful bearer resolutions by principal kind",
+            ),
             &["kind"],
         )
         .expect("valid metric");
@@ -56,7 +56,13 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric registered once");
         }
-        Metrics { registry, http_requests, http_duration, auth_failures, auth_resolutions }
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            auth_failures,
+            auth_resolutions,
+        }
     }
 
     /// The registry in Prometheus text format.
@@ -85,7 +91,10 @@ pub async fn track(State(metrics): State<Metrics>, req: Request<Body>, next: Nex
         .unwrap_or_else(|| "unmatched".to_owned());
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
-    metrics.http_requests.with_label_values(&[&method, &route, &status]).inc();
+    metrics
+        .http_requests
+        .with_label_values(&[&method, &route, &status])
+        .inc();
     metrics
         .http_duration
         .with_label_values(&[&method, &route])

@@ -64,7 +64,11 @@ impl Application {
             session_owners: Default::default(),
         };
         let router = router(state.clone());
-        Ok(Application { listener, router, state })
+        Ok(Application {
+            listener,
+            router,
+            state,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -80,8 +84,14 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, then drains in-flight requests.
-    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let listen = tokio::spawn(crate::auth::cache::listen(self.state.pg.clone(), self.state.auth.caches.clone()));
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let listen = tokio::spawn(crate::auth::cache::listen(
+            self.state.pg.clone(),
+            self.state.auth.caches.clone(),
+        ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
         let res = axum::serve(self.listener, self.router.into_make_service())

@@ -20,6 +20,7 @@ use crate::auth::{basic::ServiceAccount, cache::await_echo};
 use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
 use crate::store::graph::ingest::{derived_uid, ItemWrite};
+use crate::store::graph::GraphStore;
 use crate::store::pg;
 
 const ECHO_WAIT: Duration = Duration::from_secs(2);
@@ -44,14 +45,20 @@ pub fn valid_uid(s: &str) -> bool {
 fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), ApiError> {
     let n = v.chars().count();
     if n < min || n > max || (min > 0 && v.trim().is_empty()) {
-        return Err(ApiError::bad_field(field, format!("{field} must be {min} to {max} characters")));
+        return Err(ApiError::bad_field(
+            field,
+            format!("{field} must be {min} to {max} characters"),
+        ));
     }
     Ok(())
 }
 
 fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
     if !valid_uid(v) {
-        return Err(ApiError::bad_field(field, format!("{field} must be 1-64 characters of letters, digits, _ - . :")));
+        return Err(ApiError::bad_field(
+            field,
+            format!("{field} must be 1-64 characters of letters, digits, _ - . :"),
+        ));
     }
     Ok(())
 }
@@ -70,37 +77,98 @@ async fn announce_workspace(state: &AppState, ws: &str) {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct ItemIn {
-    uid: Option<String>,
-    title: String,
-    source_uri: Option<String>,
-    mime_type: Option<String>,
+pub struct ItemIn {
+    pub uid: Option<String>,
+    pub title: String,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// `POST /library/api/ingest/` body (DESIGN §6).
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct IngestBody {
-    workspace_id: Option<String>,
-    library_uid: Option<String>,
-    collection: Option<String>,
-    item: ItemIn,
-    content: String,
+pub struct IngestBody {
+    pub workspace_id: Option<String>,
+    pub library_uid: Option<String>,
+    pub collection: Option<String>,
+    pub item: ItemIn,
+    pub content: String,
 }
 
 /// Markdown-aware chunks of at most `max_chars` characters.
 pub fn split(content: &str, max_chars: usize) -> Vec<String> {
     let max = max_chars.max(64);
     let splitter = MarkdownSplitter::new(ChunkConfig::new(max / 2..max));
-    splitter.chunks(content).map(str::to_owned).filter(|c| !c.trim().is_empty()).collect()
+    splitter
+        .chunks(content)
+        .map(str::to_owned)
+        .filter(|c| !c.trim().is_empty())
+        .collect()
 }
 
-async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body): ApiJson<IngestBody>) -> Result<Response, ApiError> {
+async fn ingest(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    ApiJson(body): ApiJson<IngestBody>,
+) -> Result<Response, ApiError> {
+    let out = ingest_document(&state.graph, state.settings.chunk_max_chars, body).await?;
+    if let Some(ws) = &out.created_workspace {
+        announce_workspace(&state, ws).await;
+    }
+    tracing::info!(actor = %sa.username, item = %out.item_uid, library = %out.library_uid,
+                   chunks = out.chunk_count, status = out.status, "ingested");
+    let status = if out.status == "created" {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(
+            json!({"library_uid": out.library_uid, "collection_uid": out.collection_uid, "item_uid": out.item_uid,
+                    "chunk_count": out.chunk_count, "status": out.status}),
+        ),
+    )
+        .into_response())
+}
+
+/// What one ingest did.
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    pub library_uid: String,
+    pub collection_uid: String,
+    pub item_uid: String,
+    pub chunk_count: i64,
+    /// `created`, `replaced` or `unchanged`.
+    pub status: &'static str,
+    /// The workspace whose Library this call created (to announce).
+    pub created_workspace: Option<String>,
+}
+
+/// The ingest itself (HTTP handler and demo loader): validate, find-or-create
+/// the library and collection, then upsert the item with its chunks in one
+/// graph transaction.
+pub async fn ingest_document(
+    graph: &GraphStore,
+    chunk_max_chars: usize,
+    body: IngestBody,
+) -> Result<Ingested, ApiError> {
     // Validate everything before touching a store.
     match (&body.workspace_id, &body.library_uid) {
-        (Some(_), Some(_)) => return Err(ApiError::bad_field("library_uid", "give workspace_id or library_uid, not both")),
-        (None, None) => return Err(ApiError::bad_field("workspace_id", "workspace_id or library_uid is required")),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_field(
+                "library_uid",
+                "give workspace_id or library_uid, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::bad_field(
+                "workspace_id",
+                "workspace_id or library_uid is required",
+            ))
+        }
         (Some(ws), None) => check_len("workspace_id", ws, 1, 64)?,
         (None, Some(l)) => check_uid("library_uid", l)?,
     }
@@ -116,12 +184,12 @@ async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body)
     if let Some(m) = &body.item.mime_type {
         check_len("item.mime_type", m, 0, 200)?;
     }
-    let graph = &state.graph;
+    let mut created_workspace = None;
     let library_uid = match (&body.workspace_id, &body.library_uid) {
         (Some(ws), _) => {
             let (uid, created) = graph.ensure_workspace_library(ws).await?;
             if created {
-                announce_workspace(&state, ws).await;
+                created_workspace = Some(ws.clone());
             }
             uid
         }
@@ -134,7 +202,12 @@ async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body)
         _ => unreachable!("validated above"),
     };
     let collection_uid = graph.ensure_collection(&library_uid, &collection).await?;
-    let identity = body.item.source_uri.as_deref().filter(|s| !s.is_empty()).unwrap_or(&body.item.title);
+    let identity = body
+        .item
+        .source_uri
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(&body.item.title);
     let item_uid = body
         .item
         .uid
@@ -144,25 +217,33 @@ async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body)
     let existing = graph.find_item(&item_uid).await?;
     if let Some(e) = &existing {
         if e.library_uid != library_uid {
-            return Err(ApiError::Conflict(format!("item {item_uid} belongs to another library")));
+            return Err(ApiError::Conflict(format!(
+                "item {item_uid} belongs to another library"
+            )));
         }
         if e.content_sha256.as_deref() == Some(sha.as_str()) && e.collection_uid == collection_uid {
             if e.title != body.item.title || body.item.source_uri.is_some() || body.item.mime_type.is_some() {
                 graph
-                    .retitle_item(&item_uid, &body.item.title, body.item.source_uri.as_deref(), body.item.mime_type.as_deref())
+                    .retitle_item(
+                        &item_uid,
+                        &body.item.title,
+                        body.item.source_uri.as_deref(),
+                        body.item.mime_type.as_deref(),
+                    )
                     .await?;
             }
-            return Ok((
-                StatusCode::OK,
-                Json(json!({"library_uid": library_uid, "collection_uid": collection_uid, "item_uid": item_uid,
-                            "chunk_count": e.chunk_count, "status": "unchanged"})),
-            )
-                .into_response());
+            return Ok(Ingested {
+                library_uid,
+                collection_uid,
+                item_uid,
+                chunk_count: e.chunk_count,
+                status: "unchanged",
+                created_workspace,
+            });
         }
     }
-    let max = state.settings.chunk_max_chars;
     let content = body.content;
-    let chunks = tokio::task::spawn_blocking(move || split(&content, max))
+    let chunks = tokio::task::spawn_blocking(move || split(&content, chunk_max_chars))
         .await
         .map_err(|e| ApiError::Internal(format!("splitter: {e}")))?;
     graph
@@ -177,17 +258,21 @@ async fn ingest(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body)
             chunks: &chunks,
         })
         .await?;
-    let (status, label) = if existing.is_some() { (StatusCode::OK, "replaced") } else { (StatusCode::CREATED, "created") };
-    tracing::info!(actor = %sa.username, item = %item_uid, library = %library_uid, chunks = chunks.len(), status = label, "ingested");
-    Ok((
-        status,
-        Json(json!({"library_uid": library_uid, "collection_uid": collection_uid, "item_uid": item_uid,
-                    "chunk_count": chunks.len(), "status": label})),
-    )
-        .into_response())
+    Ok(Ingested {
+        library_uid,
+        collection_uid,
+        item_uid,
+        chunk_count: chunks.len() as i64,
+        status: if existing.is_some() { "replaced" } else { "created" },
+        created_workspace,
+    })
 }
 
-async fn delete_item(State(state): State<AppState>, sa: ServiceAccount, Path(uid): Path<String>) -> Result<Response, ApiError> {
+async fn delete_item(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
     check_uid("item_uid", &uid)?;
     if !state.graph.delete_item(&uid).await? {
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
@@ -196,7 +281,11 @@ async fn delete_item(State(state): State<AppState>, sa: ServiceAccount, Path(uid
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn workspace(State(state): State<AppState>, _sa: ServiceAccount, Path(ws): Path<String>) -> Result<Response, ApiError> {
+async fn workspace(
+    State(state): State<AppState>,
+    _sa: ServiceAccount,
+    Path(ws): Path<String>,
+) -> Result<Response, ApiError> {
     check_len("workspace_id", &ws, 1, 64)?;
     let libs = state.graph.workspace_libraries(&ws).await?;
     let Some(lib) = libs.first() else {
@@ -213,9 +302,19 @@ async fn workspace(State(state): State<AppState>, _sa: ServiceAccount, Path(ws):
     .into_response())
 }
 
-async fn delete_workspace(State(state): State<AppState>, sa: ServiceAccount, Path(ws): Path<String>) -> Result<Response, ApiError> {
+async fn delete_workspace(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(ws): Path<String>,
+) -> Result<Response, ApiError> {
     check_len("workspace_id", &ws, 1, 64)?;
-    let libs: Vec<String> = state.graph.workspace_libraries(&ws).await?.into_iter().map(|l| l.uid).collect();
+    let libs: Vec<String> = state
+        .graph
+        .workspace_libraries(&ws)
+        .await?
+        .into_iter()
+        .map(|l| l.uid)
+        .collect();
     state.graph.delete_libraries(&libs).await?;
     if !libs.is_empty() {
         announce_workspace(&state, &ws).await;
@@ -232,7 +331,11 @@ struct LibraryBody {
     description: Option<String>,
 }
 
-async fn create_library(State(state): State<AppState>, sa: ServiceAccount, ApiJson(body): ApiJson<LibraryBody>) -> Result<Response, ApiError> {
+async fn create_library(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    ApiJson(body): ApiJson<LibraryBody>,
+) -> Result<Response, ApiError> {
     check_len("name", &body.name, 1, 200)?;
     let description = body.description.unwrap_or_default();
     check_len("description", &description, 0, 2000)?;
@@ -247,7 +350,11 @@ async fn create_library(State(state): State<AppState>, sa: ServiceAccount, ApiJs
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
     }
     tracing::info!(actor = %sa.username, library = %uid, "library created");
-    Ok((StatusCode::CREATED, Json(json!({"uid": uid, "name": body.name, "description": description}))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"uid": uid, "name": body.name, "description": description})),
+    )
+        .into_response())
 }
 
 #[cfg(test)]

@@ -49,9 +49,9 @@ fn check_name(name: &str) -> Result<(), ApiError> {
 
 /// Signs a team JWT with the newest active key.
 async fn mint(state: &AppState, team: Uuid, jti: Uuid) -> Result<String, ApiError> {
-    let key = keys::newest_active(&state.pg)
-        .await?
-        .ok_or_else(|| ApiError::Internal("no active signing key; run `mnemosyne migrate` or `signing-key create`".into()))?;
+    let key = keys::newest_active(&state.pg).await?.ok_or_else(|| {
+        ApiError::Internal("no active signing key; run `mnemosyne migrate` or `signing-key create`".into())
+    })?;
     let secret = hex::decode(&key.secret_hex).map_err(|_| ApiError::Internal("corrupt signing key".into()))?;
     Ok(jwt::mint_team_jwt(team, jti, &key.kid, &secret, Utc::now().timestamp()))
 }
@@ -77,15 +77,25 @@ async fn create(
         teams::Created::New(t) => {
             await_echo(echo, &format!("teams:{id}"), ECHO_WAIT).await;
             tracing::info!(team = %id, actor = %sa.username, "team created");
-            Ok((StatusCode::CREATED, Json(json!({"id": t.id, "name": t.name, "jwt": token}))).into_response())
+            Ok((
+                StatusCode::CREATED,
+                Json(json!({"id": t.id, "name": t.name, "jwt": token})),
+            )
+                .into_response())
         }
         teams::Created::Existing(t) => Ok((StatusCode::OK, Json(json!({"id": t.id, "name": t.name}))).into_response()),
     }
 }
 
-async fn detail(State(state): State<AppState>, _sa: ServiceAccount, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn detail(
+    State(state): State<AppState>,
+    _sa: ServiceAccount,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id, "id")?;
-    let (t, ws) = teams::get(&state.pg, id).await?.ok_or_else(|| ApiError::NotFound("team not found".into()))?;
+    let (t, ws) = teams::get(&state.pg, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("team not found".into()))?;
     Ok(Json(json!({
         "id": t.id, "name": t.name, "active": t.active,
         "active_jti": t.active_jti, "workspace_ids": ws,
@@ -93,7 +103,11 @@ async fn detail(State(state): State<AppState>, _sa: ServiceAccount, Path(id): Pa
     .into_response())
 }
 
-async fn delete(State(state): State<AppState>, sa: ServiceAccount, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn delete(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id, "id")?;
     let echo = state.auth.caches.subscribe();
     if !teams::deactivate(&state.pg, &sa.username, id).await? {
@@ -146,7 +160,11 @@ async fn workspaces(
     Ok(Json(json!({"workspace_ids": stored})).into_response())
 }
 
-async fn rotate(State(state): State<AppState>, sa: ServiceAccount, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn rotate(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id, "id")?;
     let jti = Uuid::new_v4();
     let token = mint(&state, id, jti).await?;
@@ -158,7 +176,9 @@ async fn rotate(State(state): State<AppState>, sa: ServiceAccount, Path(id): Pat
             Ok(Json(json!({"jwt": token})).into_response())
         }
         teams::Rotated::NotFound => Err(ApiError::NotFound("team not found".into())),
-        teams::Rotated::Inactive => Err(ApiError::Conflict("team is inactive; create it again to reactivate".into())),
+        teams::Rotated::Inactive => Err(ApiError::Conflict(
+            "team is inactive; create it again to reactivate".into(),
+        )),
     }
 }
 

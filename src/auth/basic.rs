@@ -29,8 +29,7 @@ pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Er
 
 /// A real hash to verify against when the username does not exist, so a
 /// wrong username costs the same as a wrong password.
-static DUMMY_HASH: LazyLock<String> =
-    LazyLock::new(|| hash_password("mnemosyne-timing-equaliser").unwrap_or_default());
+static DUMMY_HASH: LazyLock<String> = LazyLock::new(|| hash_password("mnemosyne-timing-equaliser").unwrap_or_default());
 
 fn verify(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc)
@@ -60,7 +59,9 @@ impl FromRequestParts<AppState> for ServiceAccount {
         let use_cache = caches.usable();
         if use_cache {
             if let Some(u) = caches.basic.get(&key).await {
-                return Ok(ServiceAccount { username: u.to_string() });
+                return Ok(ServiceAccount {
+                    username: u.to_string(),
+                });
             }
         }
         let generation = caches.basic.generation();
@@ -80,8 +81,13 @@ impl FromRequestParts<AppState> for ServiceAccount {
             return Err(ApiError::Forbidden("this account is not a service account".into()));
         }
         if use_cache {
-            caches.basic.insert_if_current(generation, key, Arc::new(user.username.clone())).await;
+            caches
+                .basic
+                .insert_if_current(generation, key, Arc::new(user.username.clone()))
+                .await;
         }
-        Ok(ServiceAccount { username: user.username })
+        Ok(ServiceAccount {
+            username: user.username,
+        })
     }
 }

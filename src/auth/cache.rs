@@ -31,7 +31,11 @@ where
 {
     fn new(name: &str, ttl: Duration, capacity: u64) -> Self {
         Named {
-            cache: Cache::builder().name(name).max_capacity(capacity).time_to_live(ttl).build(),
+            cache: Cache::builder()
+                .name(name)
+                .max_capacity(capacity)
+                .time_to_live(ttl)
+                .build(),
             generation: AtomicU64::new(0),
         }
     }
@@ -96,7 +100,11 @@ pub struct AuthCaches {
 
 impl AuthCaches {
     pub fn new(max_staleness: Duration) -> Self {
-        let ttl = if max_staleness.is_zero() { Duration::from_secs(1) } else { max_staleness };
+        let ttl = if max_staleness.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            max_staleness
+        };
         let (notifications, _) = broadcast::channel(1024);
         AuthCaches {
             enabled: !max_staleness.is_zero(),

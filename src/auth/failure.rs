@@ -99,8 +99,7 @@ impl AuthError {
                     Json(json!({"error": "invalid_token", "error_description": msg})),
                 )
                     .into_response();
-                let challenge =
-                    format!("Bearer error=\"invalid_token\", error_description=\"{msg}\"{rm}");
+                let challenge = format!("Bearer error=\"invalid_token\", error_description=\"{msg}\"{rm}");
                 if let Ok(v) = HeaderValue::from_str(&challenge) {
                     r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
                 }

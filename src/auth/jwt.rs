@@ -66,8 +66,16 @@ pub struct RawClaims {
 /// A validated JWT, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verified {
-    PerTurn { sub: String, jti: String, exp: i64, libs: Vec<String> },
-    Team { team_id: Uuid, jti: Uuid },
+    PerTurn {
+        sub: String,
+        jti: String,
+        exp: i64,
+        libs: Vec<String>,
+    },
+    Team {
+        team_id: Uuid,
+        jti: Uuid,
+    },
 }
 
 fn num(v: &Option<Value>) -> Option<i64> {
@@ -118,7 +126,12 @@ pub fn check_claims(c: &RawClaims, now: i64) -> Result<Verified, AuthFailure> {
                     .ok_or(AuthFailure::InvalidToken)?,
                 Some(_) => return Err(AuthFailure::InvalidToken),
             };
-            Ok(Verified::PerTurn { sub: sub.to_owned(), jti: jti.to_owned(), exp, libs })
+            Ok(Verified::PerTurn {
+                sub: sub.to_owned(),
+                jti: jti.to_owned(),
+                exp,
+                libs,
+            })
         }
         (ISS_MNEMOSYNE, Some(Value::String(t))) if t == "team" => {
             let team_id = sub
@@ -203,7 +216,10 @@ mod tests {
 
     #[test]
     fn per_turn_and_team_issuers_are_both_accepted() {
-        assert!(matches!(check_claims(&claims(per_turn()), NOW), Ok(Verified::PerTurn { .. })));
+        assert!(matches!(
+            check_claims(&claims(per_turn()), NOW),
+            Ok(Verified::PerTurn { .. })
+        ));
         assert!(matches!(check_claims(&claims(team()), NOW), Ok(Verified::Team { .. })));
     }
 
@@ -223,7 +239,10 @@ mod tests {
             (with(team(), "iss", json!("daedalus")), AuthFailure::InvalidToken),
             (without(team(), "typ"), AuthFailure::InvalidToken),
             (with(team(), "sub", json!("team:not-a-uuid")), AuthFailure::InvalidToken),
-            (with(team(), "sub", json!(Uuid::nil().to_string())), AuthFailure::InvalidToken),
+            (
+                with(team(), "sub", json!(Uuid::nil().to_string())),
+                AuthFailure::InvalidToken,
+            ),
             (with(team(), "jti", json!("not-a-uuid")), AuthFailure::StaleJti),
         ];
         for (c, want) in cases {
@@ -267,7 +286,10 @@ mod tests {
         let good = sign_hs256(&per_turn(), "k1", &secret);
         assert_eq!(header_kid(&good).unwrap(), "k1");
         assert!(verify_signature(&good, &secret).is_ok());
-        assert_eq!(verify_signature(&good, &[8u8; 32]).unwrap_err(), AuthFailure::InvalidToken);
+        assert_eq!(
+            verify_signature(&good, &[8u8; 32]).unwrap_err(),
+            AuthFailure::InvalidToken
+        );
         // HS512 header
         let mut h = Header::new(Algorithm::HS512);
         h.kid = Some("k1".into());
@@ -291,7 +313,12 @@ mod tests {
         );
         assert_eq!(header_kid(&rs), Err(AuthFailure::InvalidToken));
         // no kid
-        let nokid = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &per_turn(), &EncodingKey::from_secret(&secret)).unwrap();
+        let nokid = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &per_turn(),
+            &EncodingKey::from_secret(&secret),
+        )
+        .unwrap();
         assert_eq!(header_kid(&nokid), Err(AuthFailure::InvalidToken));
     }
 

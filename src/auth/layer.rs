@@ -30,7 +30,12 @@ pub struct SessionOwners(Cache<String, Arc<(PrincipalKind, String)>>);
 
 impl SessionOwners {
     pub fn new() -> Self {
-        SessionOwners(Cache::builder().max_capacity(1_000_000).time_to_idle(Duration::from_secs(24 * 3600)).build())
+        SessionOwners(
+            Cache::builder()
+                .max_capacity(1_000_000)
+                .time_to_idle(Duration::from_secs(24 * 3600))
+                .build(),
+        )
     }
 }
 
@@ -40,7 +45,7 @@ impl Default for SessionOwners {
     }
 }
 
-fn header_str<'a>(h: &'a HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&'a str> {
+fn header_str(h: &HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -51,38 +56,51 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
 }
 
 fn forbidden(msg: &str) -> Response {
-    (StatusCode::FORBIDDEN, Json(json!({"error": "forbidden", "message": msg}))).into_response()
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({"error": "forbidden", "message": msg})),
+    )
+        .into_response()
 }
 
 /// Same answer rmcp gives for a session it does not know: another principal's
 /// session is indistinguishable from a missing one.
 fn session_not_found() -> Response {
-    (StatusCode::NOT_FOUND, Json(json!({"error": "not_found", "message": "Session not found"}))).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": "not_found", "message": "Session not found"})),
+    )
+        .into_response()
 }
 
 pub async fn mcp_auth(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let headers = req.headers();
     if let Some(host) = header_str(headers, header::HOST) {
         let host = host.to_ascii_lowercase();
-        if !state.allowed_hosts.iter().any(|h| *h == host) {
+        if !state.allowed_hosts.contains(&host) {
             return forbidden("Host header is not allowed");
         }
     }
     if let Some(origin) = header_str(headers, header::ORIGIN) {
         let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-        if !state.allowed_origins.iter().any(|o| *o == origin) {
+        if !state.allowed_origins.contains(&origin) {
             return forbidden("Origin is not allowed");
         }
     }
     let resource_metadata = state.settings.authorization_server.as_ref().map(|_| {
-        format!("{}/.well-known/oauth-protected-resource", state.settings.public_url.trim_end_matches('/'))
+        format!(
+            "{}/.well-known/oauth-protected-resource",
+            state.settings.public_url.trim_end_matches('/')
+        )
     });
     let Some(token) = bearer(headers).filter(|t| !t.is_empty()) else {
         state.metrics.auth_failures.with_label_values(&["missing"]).inc();
         return AuthError::Missing.into_response_with(resource_metadata.as_deref());
     };
     let session = header_str(headers, SESSION_HEADER).map(str::to_owned);
-    let ctx = RequestContext { session_id: session.as_deref() };
+    let ctx = RequestContext {
+        session_id: session.as_deref(),
+    };
     let (principal, pending) = match state.auth.authenticate(token, ctx).await {
         Ok(r) => r,
         Err(e) => return e.into_response_with(resource_metadata.as_deref()),

@@ -77,7 +77,14 @@ impl Scope {
     /// Narrows to `only` (never widens): the uids of `self` that `only` names,
     /// in `self`'s order.
     pub fn narrow(&self, only: &[String]) -> Scope {
-        Scope(self.0.iter().filter(|u| only.contains(u)).cloned().collect::<Vec<_>>().into())
+        Scope(
+            self.0
+                .iter()
+                .filter(|u| only.contains(u))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into(),
+        )
     }
 }
 

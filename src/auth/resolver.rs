@@ -51,8 +51,21 @@ pub fn token_hash(plaintext: &str) -> String {
 }
 
 impl Authenticator {
-    pub fn new(pg: PgPool, graph: GraphStore, caches: Arc<AuthCaches>, metrics: Metrics, store_timeout: Duration) -> Self {
-        Authenticator { pg, graph, caches, metrics, store_timeout, touched: Mutex::new(HashSet::new()) }
+    pub fn new(
+        pg: PgPool,
+        graph: GraphStore,
+        caches: Arc<AuthCaches>,
+        metrics: Metrics,
+        store_timeout: Duration,
+    ) -> Self {
+        Authenticator {
+            pg,
+            graph,
+            caches,
+            metrics,
+            store_timeout,
+            touched: Mutex::new(HashSet::new()),
+        }
     }
 
     /// Resolves one request's bearer. Counts failures by reason and logs the
@@ -68,7 +81,10 @@ impl Authenticator {
         };
         match &out {
             Ok((p, _)) => {
-                self.metrics.auth_resolutions.with_label_values(&[p.kind.as_str()]).inc();
+                self.metrics
+                    .auth_resolutions
+                    .with_label_values(&[p.kind.as_str()])
+                    .inc();
                 tracing::info!(principal = %p.kind, libraries = p.libraries.len(), "bearer resolved");
             }
             Err(AuthError::Refused(f)) => {
@@ -76,7 +92,10 @@ impl Authenticator {
                 tracing::info!(reason = f.reason(), "bearer refused");
             }
             Err(AuthError::Unavailable(store)) => {
-                self.metrics.auth_failures.with_label_values(&["store_unavailable"]).inc();
+                self.metrics
+                    .auth_failures
+                    .with_label_values(&["store_unavailable"])
+                    .inc();
                 tracing::warn!(store, "bearer not resolved: store unavailable");
             }
             Err(AuthError::Missing) => {
@@ -103,7 +122,11 @@ impl Authenticator {
         match jwt::check_claims(&raw, Utc::now().timestamp())? {
             Verified::PerTurn { sub, jti, exp, libs } => {
                 let pending = self.check_replay(&jti, exp, ctx.session_id).await?;
-                let p = Principal { kind: PrincipalKind::PerTurn, subject: sub, libraries: Scope::new(libs) };
+                let p = Principal {
+                    kind: PrincipalKind::PerTurn,
+                    subject: sub,
+                    libraries: Scope::new(libs),
+                };
                 Ok((p, pending))
             }
             Verified::Team { team_id, jti } => Ok((self.resolve_team(team_id, jti).await?, None)),
@@ -125,7 +148,10 @@ impl Authenticator {
             .ok_or(AuthFailure::InvalidToken)?;
         let secret = Arc::new(hex::decode(hex_secret.trim()).map_err(|_| AuthFailure::InvalidToken)?);
         if use_cache {
-            self.caches.keys.insert_if_current(generation, key, secret.clone()).await;
+            self.caches
+                .keys
+                .insert_if_current(generation, key, secret.clone())
+                .await;
         }
         Ok(secret)
     }
@@ -133,7 +159,11 @@ impl Authenticator {
     async fn resolve_opaque(&self, bearer: &str) -> Result<Principal, AuthError> {
         let hash = token_hash(bearer);
         let use_cache = self.caches.usable();
-        let cached = if use_cache { self.caches.tokens.get(&hash).await } else { None };
+        let cached = if use_cache {
+            self.caches.tokens.get(&hash).await
+        } else {
+            None
+        };
         let row = match cached {
             Some(r) => r,
             None => {
@@ -144,7 +174,10 @@ impl Authenticator {
                     .ok_or(AuthFailure::TokenNotFound)?;
                 let row = Arc::new(row);
                 if use_cache {
-                    self.caches.tokens.insert_if_current(generation, hash, row.clone()).await;
+                    self.caches
+                        .tokens
+                        .insert_if_current(generation, hash, row.clone())
+                        .await;
                 }
                 row
             }
@@ -170,13 +203,20 @@ impl Authenticator {
     async fn check_replay(&self, jti: &str, exp: i64, session: Option<&str>) -> Result<Option<PendingJti>, AuthError> {
         let key = jti.to_owned();
         if let (Some(s), Some(bound)) = (session, self.caches.jti_sessions.get(&key).await) {
-            return if bound.as_str() == s { Ok(None) } else { Err(AuthFailure::Replay.into()) };
+            return if bound.as_str() == s {
+                Ok(None)
+            } else {
+                Err(AuthFailure::Replay.into())
+            };
         }
         let expires_at = Utc
             .timestamp_opt(exp + jwt::LEEWAY_SECS, 0)
             .single()
             .ok_or(AuthFailure::InvalidToken)?;
-        match pga::claim_jti(&self.pg, jti, session, expires_at).await.map_err(pg_down)? {
+        match pga::claim_jti(&self.pg, jti, session, expires_at)
+            .await
+            .map_err(pg_down)?
+        {
             pga::JtiBinding::Fresh => match session {
                 Some(s) => {
                     self.caches.jti_sessions.cache_fact(key, s).await;
@@ -194,14 +234,20 @@ impl Authenticator {
 
     /// Binds a jti consumed by a session-opening request to the new session.
     pub async fn bind_session(&self, pending: &PendingJti, session: &str) -> Result<(), AuthError> {
-        pga::bind_jti_session(&self.pg, &pending.0, session).await.map_err(pg_down)?;
+        pga::bind_jti_session(&self.pg, &pending.0, session)
+            .await
+            .map_err(pg_down)?;
         self.caches.jti_sessions.cache_fact(pending.0.clone(), session).await;
         Ok(())
     }
 
     async fn resolve_team(&self, team_id: Uuid, jti: Uuid) -> Result<Principal, AuthError> {
         let use_cache = self.caches.usable();
-        let cached = if use_cache { self.caches.teams.get(&team_id).await } else { None };
+        let cached = if use_cache {
+            self.caches.teams.get(&team_id).await
+        } else {
+            None
+        };
         let team = match cached {
             Some(t) => t,
             None => {
@@ -212,7 +258,10 @@ impl Authenticator {
                     .ok_or(AuthFailure::TeamNotFound)?;
                 let t = Arc::new(t);
                 if use_cache {
-                    self.caches.teams.insert_if_current(generation, team_id, t.clone()).await;
+                    self.caches
+                        .teams
+                        .insert_if_current(generation, team_id, t.clone())
+                        .await;
                 }
                 t
             }
@@ -224,7 +273,11 @@ impl Authenticator {
             return Err(AuthFailure::StaleJti.into());
         }
         let libraries = self.workspace_libraries(&team.workspace_ids).await?;
-        Ok(Principal { kind: PrincipalKind::Team, subject: format!("team:{team_id}"), libraries })
+        Ok(Principal {
+            kind: PrincipalKind::Team,
+            subject: format!("team:{team_id}"),
+            libraries,
+        })
     }
 
     /// Libraries of the workspaces, in assignment order then uid order, from the
@@ -234,7 +287,11 @@ impl Authenticator {
         let mut per_ws: Vec<Option<Arc<Vec<String>>>> = Vec::with_capacity(workspace_ids.len());
         let mut missing = Vec::new();
         for ws in workspace_ids {
-            let hit = if use_cache { self.caches.workspace_libraries.get(ws).await } else { None };
+            let hit = if use_cache {
+                self.caches.workspace_libraries.get(ws).await
+            } else {
+                None
+            };
             if hit.is_none() {
                 missing.push(ws.clone());
             }
@@ -260,7 +317,12 @@ impl Authenticator {
                 }
             }
         }
-        Ok(Scope::new(per_ws.into_iter().flatten().flat_map(|l| l.iter().cloned().collect::<Vec<_>>())))
+        Ok(Scope::new(
+            per_ws
+                .into_iter()
+                .flatten()
+                .flat_map(|l| l.iter().cloned().collect::<Vec<_>>()),
+        ))
     }
 
     /// Writes `last_used_at` for the tokens used since the last call.

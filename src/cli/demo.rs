@@ -1,12 +1,214 @@
-//! `mnemosyne demo`: demo data and credentials (filled in with the ingest API).
+//! `mnemosyne demo`: loads demo data (three libraries over two workspaces and a
+//! user-managed one), a service account, a team attached to one workspace, and
+//! prints a credential of each kind plus ready-to-paste client configs.
+//! Idempotent: re-running refreshes the credentials and leaves the data as is.
 
+use anyhow::Context;
+use chrono::Utc;
 use clap::Args;
+use serde_json::json;
+use uuid::Uuid;
 
+use crate::api::library::{ingest_document, IngestBody, ItemIn};
+use crate::auth::{basic::hash_password, jwt};
 use crate::config::Settings;
+use crate::store::graph::GraphStore;
+use crate::store::pg::{self, keys, teams, users};
 
 #[derive(Args, Debug)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// Public URL the printed client snippets point at (default: MNEMOSYNE_PUBLIC_URL).
+    #[arg(long)]
+    pub url: Option<String>,
+}
 
-pub async fn run(_settings: &Settings, _pool: &sqlx::PgPool, _args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("demo data needs the ingest API")
+const WS_RESEARCH: &str = "demo-research";
+const WS_OPS: &str = "demo-ops";
+const HANDBOOK: &str = "demo_handbook";
+/// Fixed so re-running the demo finds the same team.
+const TEAM_ID: &str = "6f1c1d8e-2b7a-4c1e-9f3d-0d3e5a7b9c21";
+
+const DOCS: &[(&str, &str, &str)] = &[
+    (
+        WS_RESEARCH,
+        "Tidal energy in the Bay of Fundy",
+        include_str!("../../demo/research-tidal-energy.md"),
+    ),
+    (
+        WS_RESEARCH,
+        "Kelp forests and blue carbon",
+        include_str!("../../demo/research-kelp-carbon.md"),
+    ),
+    (
+        WS_OPS,
+        "Runbook: restoring the knowledge graph",
+        include_str!("../../demo/ops-runbook-restore.md"),
+    ),
+    (WS_OPS, "On-call handbook", include_str!("../../demo/ops-oncall.md")),
+];
+
+fn random_password() -> String {
+    let mut b = [0u8; 18];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut b);
+    hex::encode(b)
+}
+
+pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> anyhow::Result<()> {
+    let graph = GraphStore::connect(settings).await?;
+    let mut libs = std::collections::HashMap::new();
+    for (ws, title, content) in DOCS {
+        let body = IngestBody {
+            workspace_id: Some((*ws).to_owned()),
+            item: ItemIn {
+                title: (*title).to_owned(),
+                mime_type: Some("text/markdown".into()),
+                ..Default::default()
+            },
+            content: (*content).to_owned(),
+            ..Default::default()
+        };
+        let out = ingest_document(&graph, settings.chunk_max_chars, body)
+            .await
+            .map_err(|e| anyhow::anyhow!("ingesting {title}: {e}"))?;
+        if out.created_workspace.is_some() {
+            pg::notify(pool, &format!("workspace:{ws}")).await?;
+        }
+        libs.insert(*ws, out.library_uid);
+    }
+    graph
+        .create_library(HANDBOOK, "Team handbook", "House style and citation rules")
+        .await?;
+    ingest_document(
+        &graph,
+        settings.chunk_max_chars,
+        IngestBody {
+            library_uid: Some(HANDBOOK.into()),
+            collection: Some("Guides".into()),
+            item: ItemIn {
+                title: "Writing style handbook".into(),
+                mime_type: Some("text/markdown".into()),
+                ..Default::default()
+            },
+            content: include_str!("../../demo/handbook-style.md").into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("ingesting the handbook: {e}"))?;
+    let research = libs[WS_RESEARCH].clone();
+    let ops = libs[WS_OPS].clone();
+
+    // Service account (password refreshed on every run, printed once).
+    let service_password = random_password();
+    let hash = hash_password(&service_password).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if users::create(pool, "daedalus-service", Some(&hash), true)
+        .await?
+        .is_none()
+    {
+        users::set_password(pool, "daedalus-service", &hash).await?;
+    }
+    // A person with an opaque token over the handbook and the research library.
+    if users::by_username(pool, "demo-user").await?.is_none() {
+        users::create(pool, "demo-user", None, false).await?;
+    }
+    users::grant(pool, "demo-user", HANDBOOK, users::Role::Owner).await?;
+    users::grant(pool, "demo-user", &research, users::Role::Manager).await?;
+    let (_, opaque) = crate::cli::create_token(
+        pool,
+        "demo-user",
+        "demo",
+        &[HANDBOOK.to_owned(), research.clone()],
+        None,
+    )
+    .await?;
+
+    // A team attached to the research workspace only.
+    let key = keys::newest_active(pool)
+        .await?
+        .context("no active signing key: run `mnemosyne migrate` first")?;
+    let secret = hex::decode(&key.secret_hex)?;
+    let team_id = Uuid::parse_str(TEAM_ID)?;
+    let jti = Uuid::new_v4();
+    match teams::create(pool, "demo", team_id, "Demo research team", jti).await? {
+        teams::Created::New(_) => {}
+        teams::Created::Existing(_) => {
+            sqlx::query("UPDATE teams SET active = TRUE, active_jti = $2 WHERE id = $1")
+                .bind(team_id)
+                .bind(jti)
+                .execute(pool)
+                .await?;
+        }
+    }
+    teams::replace_workspaces(pool, "demo", team_id, &[WS_RESEARCH.to_owned()]).await?;
+    let now = Utc::now().timestamp();
+    let team_jwt = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now);
+    let per_turn = jwt::sign_hs256(
+        &json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
+                "jti": Uuid::new_v4().to_string(), "ws": WS_OPS, "libs": [ops]}),
+        &key.kid,
+        &secret,
+    );
+    let url = format!(
+        "{}/mcp/",
+        args.url
+            .as_deref()
+            .unwrap_or(&settings.public_url)
+            .trim_end_matches('/')
+    );
+
+    println!(
+        r#"
+== Mnemosyne demo data ==
+libraries: {research} (workspace {WS_RESEARCH}), {ops} (workspace {WS_OPS}), {HANDBOOK} (user-managed)
+
+== Credentials (shown once) ==
+service account (Basic, for /mcp_server/api/ and /library/api/):
+  daedalus-service : {service_password}
+opaque MCP token (demo-user; {HANDBOOK} + research):
+  {opaque}
+team JWT (team {TEAM_ID}, attached to {WS_RESEARCH}):
+  {team_jwt}
+per-turn JWT (legacy Daedalus path; libs=[{ops}]; valid 10 minutes, one turn):
+  {per_turn}
+  Daedalus mints these itself: HS256, header kid = a key from `mnemosyne signing-key create`,
+  HMAC key = the hex secret decoded to 32 bytes, claims iss=daedalus, sub, iat, exp (<= iat+600),
+  jti (uuid4), libs=[library uids]. In Python:
+    jwt.encode({{...claims...}}, bytes.fromhex(SECRET_HEX), algorithm="HS256", headers={{"kid": KID}})
+
+== fast-agent (Pallas) ==
+# fastagent.config.yaml
+mcp:
+  servers:
+    mnemosyne:
+      transport: http
+      url: {url}
+      auth:
+        oauth: false
+# fastagent.secrets.yaml
+mcp:
+  servers:
+    mnemosyne:
+      headers:
+        Authorization: "Bearer {team_jwt}"
+
+== Generic MCP client (Streamable HTTP), e.g. Claude Desktop via mcp-remote ==
+{{
+  "mcpServers": {{
+    "mnemosyne": {{
+      "command": "npx",
+      "args": ["-y", "mcp-remote", "{url}", "--header", "Authorization:Bearer {opaque}"]
+    }}
+  }}
+}}
+# clients that speak Streamable HTTP directly:
+{{"type": "http", "url": "{url}", "headers": {{"Authorization": "Bearer {opaque}"}}}}
+
+== Try it ==
+curl -s {url} -H 'Authorization: Bearer {opaque}' -H 'Content-Type: application/json' \
+  -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+  -H 'Mcp-Method: tools/call' -H 'Mcp-Name: search' \
+  -d '{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"search","arguments":{{"query":"tidal turbines"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}'
+"#
+    );
+    Ok(())
 }

@@ -3,10 +3,10 @@
 use std::io::Read;
 
 use anyhow::{anyhow, bail, Context};
+use base64::Engine;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use rand::RngCore;
-use base64::Engine;
 
 use crate::auth::{basic::hash_password, resolver::token_hash};
 use crate::config::Settings;
@@ -14,7 +14,12 @@ use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
 
 #[derive(Parser, Debug)]
-#[command(name = "mnemosyne", version, about = "Mnemosyne: authenticated knowledge MCP server", propagate_version = true)]
+#[command(
+    name = "mnemosyne",
+    version,
+    about = "Mnemosyne: authenticated knowledge MCP server",
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(flatten)]
     pub settings: Settings,
@@ -73,9 +78,19 @@ pub enum UserCmd {
 #[derive(Subcommand, Debug)]
 pub enum MembershipCmd {
     /// Grant a role on a library.
-    Grant { username: String, library_uid: String, #[arg(value_enum)] role: Role },
+    Grant {
+        username: String,
+        library_uid: String,
+        #[arg(value_enum)]
+        role: Role,
+    },
     /// Revoke a role on a library.
-    Revoke { username: String, library_uid: String, #[arg(value_enum)] role: Role },
+    Revoke {
+        username: String,
+        library_uid: String,
+        #[arg(value_enum)]
+        role: Role,
+    },
     /// List memberships.
     List {
         #[arg(long)]
@@ -130,7 +145,9 @@ pub mod demo;
 
 fn read_password_stdin() -> anyhow::Result<String> {
     let mut s = String::new();
-    std::io::stdin().read_to_string(&mut s).context("reading password from stdin")?;
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .context("reading password from stdin")?;
     let p = s.lines().next().unwrap_or("").to_owned();
     if p.len() < 8 {
         bail!("password must be at least 8 characters");
@@ -154,10 +171,16 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
             pg::migrate(&pool).await.context("applying Postgres migrations")?;
             println!("postgres: migrations applied");
             if let Some(k) = keys::ensure_active(&pool).await? {
-                println!("signing key created: kid={} secret={} (shown once; Daedalus needs both for per-turn JWTs)", k.kid, k.secret_hex);
+                println!(
+                    "signing key created: kid={} secret={} (shown once; Daedalus needs both for per-turn JWTs)",
+                    k.kid, k.secret_hex
+                );
             }
             let graph = GraphStore::connect(&settings).await?;
-            graph.bootstrap_schema().await.context("bootstrapping the graph schema")?;
+            graph
+                .bootstrap_schema()
+                .await
+                .context("bootstrapping the graph schema")?;
             println!("graph ({}): schema ready", settings.graph_flavor);
         }
         Command::User(c) => user(&pool, c).await?,
@@ -169,7 +192,13 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
             let libs = graph.all_libraries().await?;
             println!("{:<40} {:<24} {:<30} NAME", "UID", "WORKSPACE", "ITEMS");
             for l in libs {
-                println!("{:<40} {:<24} {:<30} {}", l.uid, l.workspace_id.unwrap_or_default(), l.item_count, l.name);
+                println!(
+                    "{:<40} {:<24} {:<30} {}",
+                    l.uid,
+                    l.workspace_id.unwrap_or_default(),
+                    l.item_count,
+                    l.name
+                );
             }
         }
         Command::Demo(args) => demo::run(&settings, &pool, args).await?,
@@ -179,7 +208,11 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
 
 async fn user(pool: &sqlx::PgPool, c: UserCmd) -> anyhow::Result<()> {
     match c {
-        UserCmd::Create { username, service, password_stdin } => {
+        UserCmd::Create {
+            username,
+            service,
+            password_stdin,
+        } => {
             if username.is_empty() || username.len() > 150 || username.contains(':') {
                 bail!("username must be 1-150 characters without ':'");
             }
@@ -189,7 +222,12 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd) -> anyhow::Result<()> {
                 None
             };
             match users::create(pool, &username, hash.as_deref(), service).await? {
-                Some(u) => println!("user created: {} (id {}{})", u.username, u.id, if service { ", service account" } else { "" }),
+                Some(u) => println!(
+                    "user created: {} (id {}{})",
+                    u.username,
+                    u.id,
+                    if service { ", service account" } else { "" }
+                ),
                 None => bail!("user {username} already exists"),
             }
         }
@@ -224,13 +262,21 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd) -> anyhow::Result<()> {
 
 async fn membership(pool: &sqlx::PgPool, c: MembershipCmd) -> anyhow::Result<()> {
     match c {
-        MembershipCmd::Grant { username, library_uid, role } => {
+        MembershipCmd::Grant {
+            username,
+            library_uid,
+            role,
+        } => {
             if !users::grant(pool, &username, &library_uid, role).await? {
                 bail!("no such user: {username}");
             }
             println!("granted {} on {library_uid} to {username}", role.as_str());
         }
-        MembershipCmd::Revoke { username, library_uid, role } => {
+        MembershipCmd::Revoke {
+            username,
+            library_uid,
+            role,
+        } => {
             if !users::revoke(pool, &username, &library_uid, role).await? {
                 bail!("{username} has no {} role on {library_uid}", role.as_str());
             }
@@ -255,7 +301,9 @@ pub async fn create_token(
     libraries: &[String],
     expires_at: Option<DateTime<Utc>>,
 ) -> anyhow::Result<(i64, String)> {
-    let user = users::by_username(pool, username).await?.ok_or_else(|| anyhow!("no such user: {username}"))?;
+    let user = users::by_username(pool, username)
+        .await?
+        .ok_or_else(|| anyhow!("no such user: {username}"))?;
     let mut libs = Vec::new();
     for l in libraries {
         if !libs.contains(l) {
@@ -279,12 +327,20 @@ pub async fn create_token(
 
 async fn token(pool: &sqlx::PgPool, c: TokenCmd) -> anyhow::Result<()> {
     match c {
-        TokenCmd::Create { user, libraries, name, expires_at } => {
+        TokenCmd::Create {
+            user,
+            libraries,
+            name,
+            expires_at,
+        } => {
             let (id, plaintext) = create_token(pool, &user, &name, &libraries, expires_at).await?;
             println!("token {id} created for {user}. Copy it now; it is not shown again:\n{plaintext}");
         }
         TokenCmd::List { user } => {
-            println!("{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} LIBRARIES", "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED");
+            println!(
+                "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} LIBRARIES",
+                "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED"
+            );
             for t in tokens::list(pool, user.as_deref()).await? {
                 println!(
                     "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {}",
@@ -312,7 +368,10 @@ async fn signing_key(pool: &sqlx::PgPool, c: KeyCmd) -> anyhow::Result<()> {
     match c {
         KeyCmd::Create => {
             let k = keys::create(pool).await?;
-            println!("kid:    {}\nsecret: {}\n(the secret is shown once)", k.kid, k.secret_hex);
+            println!(
+                "kid:    {}\nsecret: {}\n(the secret is shown once)",
+                k.kid, k.secret_hex
+            );
         }
         KeyCmd::List => {
             println!("{:<24} {:<27} RETIRED", "KID", "CREATED");

@@ -15,7 +15,10 @@ pub struct ArgError {
 
 impl ArgError {
     pub fn new(name: &str, message: impl Into<String>) -> Self {
-        ArgError { name: name.to_owned(), message: message.into() }
+        ArgError {
+            name: name.to_owned(),
+            message: message.into(),
+        }
     }
 }
 
@@ -42,7 +45,10 @@ impl<'a> Args<'a> {
             Some(Value::String(s)) => {
                 let n = s.chars().count();
                 if n < min || s.trim().is_empty() && min > 0 {
-                    Err(ArgError::new(name, format!("must be at least {min} non-blank character(s)")))
+                    Err(ArgError::new(
+                        name,
+                        format!("must be at least {min} non-blank character(s)"),
+                    ))
                 } else if n > max {
                     Err(ArgError::new(name, format!("must be at most {max} characters")))
                 } else {
@@ -54,7 +60,8 @@ impl<'a> Args<'a> {
     }
 
     pub fn required_string(&self, name: &str, min: usize, max: usize) -> Result<String, ArgError> {
-        self.string(name, min, max)?.ok_or_else(|| ArgError::new(name, "is required"))
+        self.string(name, min, max)?
+            .ok_or_else(|| ArgError::new(name, "is required"))
     }
 
     pub fn int(&self, name: &str, min: i64, max: i64, default: i64) -> Result<i64, ArgError> {
@@ -75,7 +82,10 @@ impl<'a> Args<'a> {
                 .iter()
                 .map(|v| match v {
                     Value::String(s) if !s.is_empty() && s.len() <= 64 => Ok(s.clone()),
-                    _ => Err(ArgError::new(name, "must be a list of library uids (non-empty strings)")),
+                    _ => Err(ArgError::new(
+                        name,
+                        "must be a list of library uids (non-empty strings)",
+                    )),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
@@ -95,7 +105,9 @@ pub fn encode_cursor(listing: &str, filter: &str, after: &str) -> String {
 pub fn decode_cursor(cursor: Option<&str>, listing: &str, filter: &str) -> Result<String, ArgError> {
     let Some(c) = cursor else { return Ok(String::new()) };
     let bad = || ArgError::new("cursor", "is not a cursor from this listing");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).map_err(|_| bad())?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
     let text = String::from_utf8(raw).map_err(|_| bad())?;
     let mut parts = text.splitn(4, '\n');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
@@ -130,7 +142,10 @@ mod tests {
         let c = encode_cursor("items", "col_1", "item_9");
         assert_eq!(decode_cursor(Some(&c), "items", "col_1").unwrap(), "item_9");
         assert_eq!(decode_cursor(Some(&c), "items", "col_2").unwrap_err().name, "cursor");
-        assert_eq!(decode_cursor(Some("garbage!"), "items", "col_1").unwrap_err().name, "cursor");
+        assert_eq!(
+            decode_cursor(Some("garbage!"), "items", "col_1").unwrap_err().name,
+            "cursor"
+        );
         assert_eq!(decode_cursor(None, "items", "x").unwrap(), "");
     }
 }

@@ -126,7 +126,10 @@ fn list_items_schema() -> Arc<JsonObject> {
 
 /// A tool's answer before it becomes a `CallToolResult`.
 enum Outcome {
-    Ok { structured: Value, text: String },
+    Ok {
+        structured: Value,
+        text: String,
+    },
     /// A caller error (bad argument, not found): `isError` with this message.
     Refused(String),
     /// A store failure: `isError` with a clear message, no internals.
@@ -180,7 +183,11 @@ impl Outcome {
 /// The caller's scope, from the principal the auth layer put on the request.
 /// No principal (cannot happen behind the layer) means nothing: fail closed.
 fn scope_of(parts: &Parts) -> Scope {
-    parts.extensions.get::<Principal>().map(|p| p.libraries.clone()).unwrap_or_default()
+    parts
+        .extensions
+        .get::<Principal>()
+        .map(|p| p.libraries.clone())
+        .unwrap_or_default()
 }
 
 fn snippet(text: &str, n: usize) -> String {
@@ -260,7 +267,9 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, "get_chunk", self.do_get_chunk(scope_of(&parts), &args)).await)
+        Ok(self
+            .run(&ctx, "get_chunk", self.do_get_chunk(scope_of(&parts), &args))
+            .await)
     }
 
     #[tool(
@@ -275,7 +284,9 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, "list_libraries", self.do_list_libraries(scope_of(&parts), &args)).await)
+        Ok(self
+            .run(&ctx, "list_libraries", self.do_list_libraries(scope_of(&parts), &args))
+            .await)
     }
 
     #[tool(
@@ -290,7 +301,13 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, "list_collections", self.do_list_collections(scope_of(&parts), &args)).await)
+        Ok(self
+            .run(
+                &ctx,
+                "list_collections",
+                self.do_list_collections(scope_of(&parts), &args),
+            )
+            .await)
     }
 
     #[tool(
@@ -305,7 +322,9 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, "list_items", self.do_list_items(scope_of(&parts), &args)).await)
+        Ok(self
+            .run(&ctx, "list_items", self.do_list_items(scope_of(&parts), &args))
+            .await)
     }
 
     #[tool(
@@ -314,7 +333,9 @@ impl KnowledgeServer {
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn get_health(&self) -> Result<CallToolResult, McpError> {
-        Ok(CallToolResult::success(vec![ContentBlock::text(self.health().await.to_string())]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            self.health().await.to_string(),
+        )]))
     }
 }
 
@@ -337,7 +358,12 @@ impl KnowledgeServer {
             Some(only) => scope.narrow(only),
             None => scope,
         };
-        let hits = match self.state.graph.search(&scope, &q, limit as usize, col.as_deref()).await {
+        let hits = match self
+            .state
+            .graph
+            .search(&scope, &q, limit as usize, col.as_deref())
+            .await
+        {
             Ok(h) => h,
             Err(e) => return e.into(),
         };
@@ -380,7 +406,11 @@ impl KnowledgeServer {
                     chunk.collection_uid,
                     chunk.library_uid,
                     chunk.text,
-                    if neighbors.is_empty() { String::new() } else { format!("\n\n(+{} neighbouring chunk(s))", neighbors.len()) }
+                    if neighbors.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n\n(+{} neighbouring chunk(s))", neighbors.len())
+                    }
                 );
                 ok(&ChunkOut { chunk, neighbors }, text)
             }
@@ -395,7 +425,11 @@ impl KnowledgeServer {
         }
         match self.state.graph.list_libraries(&scope).await {
             Ok(libraries) => {
-                let mut text = format!("{} librar{}", libraries.len(), if libraries.len() == 1 { "y" } else { "ies" });
+                let mut text = format!(
+                    "{} librar{}",
+                    libraries.len(),
+                    if libraries.len() == 1 { "y" } else { "ies" }
+                );
                 for l in &libraries {
                     text.push_str(&format!(
                         "\n- {} ({}): {} collection(s), {} item(s){}",
@@ -403,7 +437,11 @@ impl KnowledgeServer {
                         l.uid,
                         l.collection_count,
                         l.item_count,
-                        if l.description.is_empty() { String::new() } else { format!(" — {}", l.description) }
+                        if l.description.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" — {}", l.description)
+                        }
                     ));
                 }
                 ok(&LibrariesOut { libraries }, text)
@@ -444,24 +482,39 @@ impl KnowledgeServer {
             },
             None => scope,
         };
-        let mut page = match self.state.graph.list_collections(&scope, &after, limit as usize + 1).await {
+        let mut page = match self
+            .state
+            .graph
+            .list_collections(&scope, &after, limit as usize + 1)
+            .await
+        {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
         let next_cursor = if page.len() > limit as usize {
             page.truncate(limit as usize);
-            page.last().map(|c| encode_cursor("collections", lib.as_deref().unwrap_or(""), &c.uid))
+            page.last()
+                .map(|c| encode_cursor("collections", lib.as_deref().unwrap_or(""), &c.uid))
         } else {
             None
         };
         let mut text = format!("{} collection(s)", page.len());
         for c in &page {
-            text.push_str(&format!("\n- {} ({}) in library {}: {} item(s)", c.name, c.uid, c.library_uid, c.item_count));
+            text.push_str(&format!(
+                "\n- {} ({}) in library {}: {} item(s)",
+                c.name, c.uid, c.library_uid, c.item_count
+            ));
         }
         if next_cursor.is_some() {
             text.push_str("\n(more: pass next_cursor as cursor)");
         }
-        ok(&CollectionsOut { collections: page, next_cursor }, text)
+        ok(
+            &CollectionsOut {
+                collections: page,
+                next_cursor,
+            },
+            text,
+        )
     }
 
     async fn do_list_items(&self, scope: Scope, args: &JsonObject) -> Outcome {
@@ -471,7 +524,10 @@ impl KnowledgeServer {
             let lib = a.string("library_uid", 1, 64)?;
             let col = a.string("collection_uid", 1, 64)?;
             if lib.is_none() && col.is_none() {
-                return Err(ArgError::new("collection_uid", "collection_uid or library_uid is required"));
+                return Err(ArgError::new(
+                    "collection_uid",
+                    "collection_uid or library_uid is required",
+                ));
             }
             let limit = a.int("limit", 1, 200, 50)?;
             let cursor = a.string("cursor", 1, 1000)?;
@@ -497,7 +553,12 @@ impl KnowledgeServer {
                 Err(e) => return e.into(),
             }
         }
-        let mut page = match self.state.graph.list_items(&scope, col.as_deref(), &after, limit as usize + 1).await {
+        let mut page = match self
+            .state
+            .graph
+            .list_items(&scope, col.as_deref(), &after, limit as usize + 1)
+            .await
+        {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
@@ -514,7 +575,13 @@ impl KnowledgeServer {
         if next_cursor.is_some() {
             text.push_str("\n(more: pass next_cursor as cursor)");
         }
-        ok(&ItemsOut { items: page, next_cursor }, text)
+        ok(
+            &ItemsOut {
+                items: page,
+                next_cursor,
+            },
+            text,
+        )
     }
 
     /// Pallas spec §2: `ok`, `degraded` (slow store) or `error` (a store down),

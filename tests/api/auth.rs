@@ -29,7 +29,10 @@ async fn assert_refused(app: &TestApp, bearer: &str, message: &str, reason: &str
         ex.headers["www-authenticate"].to_str().unwrap(),
         format!("Bearer error=\"invalid_token\", error_description=\"{message}\"")
     );
-    assert_eq!(ex.json(), json!({"error": "invalid_token", "error_description": message}));
+    assert_eq!(
+        ex.json(),
+        json!({"error": "invalid_token", "error_description": message})
+    );
     let after = counter(&app.metrics().await, reason);
     assert_eq!(after, before + 1, "mcp_auth_failures_total{{reason=\"{reason}\"}}");
 }
@@ -53,9 +56,18 @@ async fn challenge_carries_resource_metadata_when_an_authorization_server_is_con
     let app = TestApp::spawn_with(|s| s.authorization_server = Some("https://auth.example".into())).await;
     let ex = app.mcp("").initialize().await;
     let ch = ex.headers["www-authenticate"].to_str().unwrap().to_owned();
-    assert!(ch.starts_with("Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""), "{ch}");
-    let (status, body) =
-        crate::helpers::json_of(app.http.get(app.url("/.well-known/oauth-protected-resource")).send().await.unwrap()).await;
+    assert!(
+        ch.starts_with("Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""),
+        "{ch}"
+    );
+    let (status, body) = crate::helpers::json_of(
+        app.http
+            .get(app.url("/.well-known/oauth-protected-resource"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["authorization_servers"], json!(["https://auth.example"]));
 }
@@ -63,7 +75,12 @@ async fn challenge_carries_resource_metadata_when_an_authorization_server_is_con
 #[tokio::test]
 async fn protected_resource_metadata_is_absent_without_an_authorization_server() {
     let app = TestApp::spawn().await;
-    let r = app.http.get(app.url("/.well-known/oauth-protected-resource")).send().await.unwrap();
+    let r = app
+        .http
+        .get(app.url("/.well-known/oauth-protected-resource"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
 
@@ -73,7 +90,9 @@ async fn protected_resource_metadata_is_absent_without_an_authorization_server()
 async fn opaque_token_resolves_to_allowed_libraries_in_order() {
     let app = TestApp::spawn().await;
     let s = seed(&app).await;
-    let token = app.opaque_token(&[s.lib_c.clone(), s.lib_a.clone(), s.lib_b.clone()]).await;
+    let token = app
+        .opaque_token(&[s.lib_c.clone(), s.lib_a.clone(), s.lib_b.clone()])
+        .await;
     assert_eq!(libs_of(&app, &token).await, vec![s.lib_c, s.lib_a, s.lib_b]);
 }
 
@@ -97,7 +116,10 @@ async fn opaque_token_revoked_is_invalid_on_the_next_request_of_a_live_session()
     let token = app.opaque_token(&[]).await;
     let mut c = app.mcp(&token).connect().await;
     assert_eq!(c.list_tools().await.status, StatusCode::OK);
-    sqlx::query("UPDATE mcp_tokens SET active = FALSE").execute(&app.pg).await.unwrap();
+    sqlx::query("UPDATE mcp_tokens SET active = FALSE")
+        .execute(&app.pg)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await; // NOTIFY delivery
     let ex = c.list_tools().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
@@ -109,7 +131,10 @@ async fn opaque_token_revoked_is_invalid_on_the_next_request_of_a_live_session()
 async fn opaque_token_expired_is_invalid() {
     let app = TestApp::spawn().await;
     let token = app.opaque_token(&[]).await;
-    sqlx::query("UPDATE mcp_tokens SET expires_at = now() - interval '1 second'").execute(&app.pg).await.unwrap();
+    sqlx::query("UPDATE mcp_tokens SET expires_at = now() - interval '1 second'")
+        .execute(&app.pg)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_refused(&app, &token, "Invalid MCP token.", "token_not_found").await;
 }
@@ -119,7 +144,10 @@ async fn opaque_token_of_a_disabled_user_is_refused() {
     let app = TestApp::spawn().await;
     let token = app.opaque_token(&[]).await;
     assert!(libs_of(&app, &token).await.is_empty()); // warm the cache
-    sqlx::query("UPDATE users SET active = FALSE WHERE NOT is_service").execute(&app.pg).await.unwrap();
+    sqlx::query("UPDATE users SET active = FALSE WHERE NOT is_service")
+        .execute(&app.pg)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_refused(&app, &token, "User account is disabled.", "user_disabled").await;
 }
@@ -128,15 +156,23 @@ async fn opaque_token_of_a_disabled_user_is_refused() {
 async fn only_the_hash_of_an_opaque_token_is_stored_and_last_used_is_recorded() {
     let app = TestApp::spawn().await;
     let token = app.opaque_token(&[]).await;
-    let stored: String = sqlx::query_scalar("SELECT token_hash FROM mcp_tokens").fetch_one(&app.pg).await.unwrap();
+    let stored: String = sqlx::query_scalar("SELECT token_hash FROM mcp_tokens")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
     assert_ne!(stored, token);
     assert_eq!(stored, mnemosyne::auth::resolver::token_hash(&token));
-    let dump: String = sqlx::query_scalar("SELECT row_to_json(t)::text FROM mcp_tokens t").fetch_one(&app.pg).await.unwrap();
+    let dump: String = sqlx::query_scalar("SELECT row_to_json(t)::text FROM mcp_tokens t")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
     assert!(!dump.contains(&token));
     libs_of(&app, &token).await;
     app.state.auth.flush_token_usage().await;
-    let used: Option<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT last_used_at FROM mcp_tokens").fetch_one(&app.pg).await.unwrap();
+    let used: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar("SELECT last_used_at FROM mcp_tokens")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
     assert!(used.is_some());
 }
 
@@ -152,7 +188,9 @@ fn claims_per_turn(libs: &[String]) -> Value {
 async fn per_turn_jwt_resolves_libs_claim_deduplicated_in_order() {
     let app = TestApp::spawn().await;
     let s = seed(&app).await;
-    let jwt = app.sign(claims_per_turn(&[s.lib_b.clone(), s.lib_a.clone(), s.lib_b.clone()])).await;
+    let jwt = app
+        .sign(claims_per_turn(&[s.lib_b.clone(), s.lib_a.clone(), s.lib_b.clone()]))
+        .await;
     assert_eq!(libs_of(&app, &jwt).await, vec![s.lib_b, s.lib_a]);
 }
 
@@ -183,7 +221,13 @@ async fn jwt_failure_rows_have_exact_messages_and_reasons() {
     let unknown = mnemosyne::auth::jwt::sign_hs256(&claims_per_turn(&[]), "no-such-kid", &secret);
     assert_refused(&app, &unknown, "Invalid MCP token.", "invalid_token").await;
     // malformed
-    assert_refused(&app, "eyJhbGciOiJIUzI1NiJ9.garbage.sig", "Invalid MCP token.", "invalid_token").await;
+    assert_refused(
+        &app,
+        "eyJhbGciOiJIUzI1NiJ9.garbage.sig",
+        "Invalid MCP token.",
+        "invalid_token",
+    )
+    .await;
     // expired beyond the 30 s leeway
     let expired = app.sign(with("exp", json!(now - 35))).await;
     assert_refused(&app, &expired, "Token has expired.", "expired").await;
@@ -198,7 +242,9 @@ async fn jwt_failure_rows_have_exact_messages_and_reasons() {
         assert_refused(&app, &t, "Invalid MCP token.", "invalid_token").await;
     }
     // per-turn lifetime 601 s
-    let long = app.sign(json!({"iss": "daedalus", "sub": "d", "iat": now - 1, "exp": now + 600, "jti": "j-long"})).await;
+    let long = app
+        .sign(json!({"iss": "daedalus", "sub": "d", "iat": now - 1, "exp": now + 600, "jti": "j-long"}))
+        .await;
     assert_refused(&app, &long, "Invalid MCP token.", "invalid_token").await;
     // aud present but not mnemosyne
     let aud = app.sign(with("aud", json!("someone-else"))).await;
@@ -224,17 +270,28 @@ async fn algorithms_other_than_hs256_are_refused() {
     let (kid, secret) = app.signing_key().await;
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let payload = b64.encode(claims_per_turn(&[]).to_string());
-    let none = format!("{}.{payload}.", b64.encode(json!({"alg": "none", "kid": kid}).to_string()));
+    let none = format!(
+        "{}.{payload}.",
+        b64.encode(json!({"alg": "none", "kid": kid}).to_string())
+    );
     assert_refused(&app, &none, "Invalid MCP token.", "invalid_token").await;
     let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS512);
     h.kid = Some(kid.clone());
-    let hs512 = jsonwebtoken::encode(&h, &claims_per_turn(&[]), &jsonwebtoken::EncodingKey::from_secret(&secret)).unwrap();
+    let hs512 = jsonwebtoken::encode(
+        &h,
+        &claims_per_turn(&[]),
+        &jsonwebtoken::EncodingKey::from_secret(&secret),
+    )
+    .unwrap();
     assert_refused(&app, &hs512, "Invalid MCP token.", "invalid_token").await;
     // RS256 header over an HMAC signature (algorithm confusion)
     let header = b64.encode(json!({"alg": "RS256", "kid": kid, "typ": "JWT"}).to_string());
     let signing_input = format!("{header}.{payload}");
     use hmac_sig::sign;
-    let rs = format!("{signing_input}.{}", b64.encode(sign(&secret, signing_input.as_bytes())));
+    let rs = format!(
+        "{signing_input}.{}",
+        b64.encode(sign(&secret, signing_input.as_bytes()))
+    );
     assert_refused(&app, &rs, "Invalid MCP token.", "invalid_token").await;
 }
 
@@ -253,7 +310,11 @@ mod hmac_sig {
         let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
         let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
         let inner = Sha256::new().chain_update(&ipad).chain_update(msg).finalize();
-        Sha256::new().chain_update(&opad).chain_update(inner).finalize().to_vec()
+        Sha256::new()
+            .chain_update(&opad)
+            .chain_update(inner)
+            .finalize()
+            .to_vec()
     }
 }
 
@@ -347,7 +408,13 @@ async fn team_jwt_resolves_live_to_attached_workspaces() {
 async fn team_jwt_for_a_missing_team_is_invalid() {
     let app = TestApp::spawn().await;
     let (kid, secret) = app.signing_key().await;
-    let jwt = mnemosyne::auth::jwt::mint_team_jwt(Uuid::new_v4(), Uuid::new_v4(), &kid, &secret, chrono::Utc::now().timestamp());
+    let jwt = mnemosyne::auth::jwt::mint_team_jwt(
+        Uuid::new_v4(),
+        Uuid::new_v4(),
+        &kid,
+        &secret,
+        chrono::Utc::now().timestamp(),
+    );
     assert_refused(&app, &jwt, "Invalid MCP token.", "team_not_found").await;
 }
 
@@ -356,8 +423,10 @@ async fn team_jwt_with_a_bad_sub_is_invalid() {
     let app = TestApp::spawn().await;
     let now = chrono::Utc::now().timestamp();
     let jwt = app
-        .sign(json!({"iss": "mnemosyne", "aud": "mnemosyne", "sub": "team:not-a-uuid", "typ": "team",
-                     "iat": now, "exp": now + 1000, "jti": Uuid::new_v4().to_string()}))
+        .sign(
+            json!({"iss": "mnemosyne", "aud": "mnemosyne", "sub": "team:not-a-uuid", "typ": "team",
+                     "iat": now, "exp": now + 1000, "jti": Uuid::new_v4().to_string()}),
+        )
         .await;
     assert_refused(&app, &jwt, "Invalid MCP token.", "invalid_token").await;
 }
@@ -367,12 +436,22 @@ async fn team_jwt_after_rotate_is_invalid_on_the_next_request_of_another_instanc
     let app = TestApp::spawn().await;
     let other = app.second_instance().await;
     let (id, old) = app.create_team("Iolaus").await;
-    assert_eq!(other.mcp(&old).connect().await.list_tools().await.status, StatusCode::OK); // warm other's cache
-    let r = app.service(reqwest::Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/")).send().await.unwrap();
+    assert_eq!(
+        other.mcp(&old).connect().await.list_tools().await.status,
+        StatusCode::OK
+    ); // warm other's cache
+    let r = app
+        .service(reqwest::Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let new: Value = r.json().await.unwrap();
     assert_refused(&other, &old, "Invalid MCP token.", "stale_jti").await;
-    assert_eq!(other.mcp(new["jwt"].as_str().unwrap()).initialize().await.status, StatusCode::OK);
+    assert_eq!(
+        other.mcp(new["jwt"].as_str().unwrap()).initialize().await.status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -381,7 +460,11 @@ async fn team_jwt_after_delete_is_deactivated() {
     let other = app.second_instance().await;
     let (id, jwt) = app.create_team("Harper").await;
     let mut live = other.mcp(&jwt).connect().await;
-    let r = app.service(reqwest::Method::DELETE, &format!("/mcp_server/api/teams/{id}/")).send().await.unwrap();
+    let r = app
+        .service(reqwest::Method::DELETE, &format!("/mcp_server/api/teams/{id}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     let ex = live.list_tools().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
@@ -404,7 +487,11 @@ async fn detached_workspace_is_gone_on_the_next_request_on_both_instances() {
     assert_eq!(c1.library_uids().await, vec![s.lib_b.clone()]);
     assert_eq!(c2.library_uids().await, vec![s.lib_b.clone()]);
     let hits = c2.call_ok("search", json!({"query": "zanzibarine"})).await;
-    assert!(hits["results"].as_array().unwrap().iter().all(|r| r["library_uid"] == s.lib_b.as_str()));
+    assert!(hits["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["library_uid"] == s.lib_b.as_str()));
 }
 
 #[tokio::test]
@@ -414,7 +501,11 @@ async fn changes_made_directly_in_postgres_apply_on_the_next_request() {
     let (id, jwt) = app.create_team("Kottos").await;
     app.put_workspaces(id, &[s.ws_a.clone()]).await;
     assert_eq!(libs_of(&app, &jwt).await, vec![s.lib_a.clone()]);
-    sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1").bind(id).execute(&app.pg).await.unwrap();
+    sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1")
+        .bind(id)
+        .execute(&app.pg)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(libs_of(&app, &jwt).await.is_empty());
 }
@@ -426,8 +517,8 @@ async fn a_dropped_listen_connection_does_not_leave_a_stale_cache() {
     let (id, jwt) = app.create_team("Kottos").await;
     app.put_workspaces(id, &[s.ws_a.clone()]).await;
     assert_eq!(libs_of(&app, &jwt).await, vec![s.lib_a.clone()]); // cached
-    // Kill the LISTEN backend, then change the team behind the server's back
-    // while it is disconnected: the NOTIFY is lost.
+                                                                  // Kill the LISTEN backend, then change the team behind the server's back
+                                                                  // while it is disconnected: the NOTIFY is lost.
     let killed: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
           WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
@@ -436,8 +527,15 @@ async fn a_dropped_listen_connection_does_not_leave_a_stale_cache() {
     .await
     .unwrap();
     assert!(!killed.is_empty(), "a LISTEN connection exists");
-    sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1").bind(id).execute(&app.pg).await.unwrap();
-    assert!(libs_of(&app, &jwt).await.is_empty(), "stale cache served after a dropped LISTEN");
+    sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1")
+        .bind(id)
+        .execute(&app.pg)
+        .await
+        .unwrap();
+    assert!(
+        libs_of(&app, &jwt).await.is_empty(),
+        "stale cache served after a dropped LISTEN"
+    );
     app.wait_listener().await;
     assert!(libs_of(&app, &jwt).await.is_empty());
 }
@@ -449,7 +547,10 @@ async fn with_caches_off_every_request_reads_the_stores() {
     let (id, jwt) = app.create_team("Kottos").await;
     app.put_workspaces(id, &[s.ws_a.clone()]).await;
     assert_eq!(libs_of(&app, &jwt).await, vec![s.lib_a.clone()]);
-    sqlx::query("DELETE FROM team_workspace_assignments").execute(&app.pg).await.unwrap();
+    sqlx::query("DELETE FROM team_workspace_assignments")
+        .execute(&app.pg)
+        .await
+        .unwrap();
     assert!(libs_of(&app, &jwt).await.is_empty());
 }
 
@@ -457,7 +558,11 @@ async fn with_caches_off_every_request_reads_the_stores() {
 
 #[tokio::test]
 async fn graph_down_during_team_resolution_is_503_never_a_wider_list() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let app = TestApp::spawn_with(|s| {
         s.bolt_uri = format!("127.0.0.1:{port}");
         s.store_timeout_ms = 1000;
@@ -476,7 +581,11 @@ async fn postgres_down_during_resolution_is_503() {
     let app = TestApp::spawn().await;
     let token = app.opaque_token(&[]).await;
     let mut settings = app.settings.clone();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     settings.database_url = format!("postgres://postgres@127.0.0.1:{port}/x");
     settings.store_timeout_ms = 1000;
     let down = mnemosyne::startup::Application::build(settings).await.unwrap();
@@ -517,7 +626,11 @@ async fn logs_show_principal_kind_and_count_but_no_token_material() {
     let per_turn = app.per_turn_jwt(&[s.lib_b.clone()]).await;
     let (_, team) = app.create_team("Kottos").await;
     for b in [&token, &per_turn, &team] {
-        app.mcp(b).connect().await.call_ok("search", json!({"query": "pelican"})).await;
+        app.mcp(b)
+            .connect()
+            .await
+            .call_ok("search", json!({"query": "pelican"}))
+            .await;
     }
     app.mcp(&per_turn).initialize().await; // a replay failure is logged too
     let logs = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();

@@ -29,7 +29,10 @@ async fn migrations_apply_to_an_empty_database_and_are_idempotent() {
         assert!(tables.contains(&t.to_owned()), "missing table {t}: {tables:?}");
     }
     // migrate makes sure exactly one active signing key exists, and only one.
-    assert!(mnemosyne::store::pg::keys::ensure_active(&app.pg).await.unwrap().is_none());
+    assert!(mnemosyne::store::pg::keys::ensure_active(&app.pg)
+        .await
+        .unwrap()
+        .is_none());
     let active: i64 = sqlx::query_scalar("SELECT count(*) FROM mcp_signing_keys WHERE retired_at IS NULL")
         .fetch_one(&app.pg)
         .await
@@ -98,7 +101,10 @@ async fn metrics_expose_request_counts_and_latency() {
         text.contains(r#"http_requests_total{method="GET",route="/healthz",status="200"} 1"#),
         "{text}"
     );
-    assert!(text.contains(r#"http_request_duration_seconds_bucket{method="GET",route="/readyz""#), "{text}");
+    assert!(
+        text.contains(r#"http_request_duration_seconds_bucket{method="GET",route="/readyz""#),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -114,7 +120,11 @@ async fn oversized_bodies_are_json_413() {
     let app = TestApp::spawn_with(|s| s.body_limit_bytes = 1024).await;
     let big = serde_json::json!({"workspace_id": "w", "item": {"title": "t"}, "content": "x".repeat(4096)});
     let (status, body) = json_of(
-        app.service(reqwest::Method::POST, "/library/api/ingest/").json(&big).send().await.unwrap(),
+        app.service(reqwest::Method::POST, "/library/api/ingest/")
+            .json(&big)
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
@@ -124,7 +134,14 @@ async fn oversized_bodies_are_json_413() {
 #[tokio::test]
 async fn server_json_describes_this_server_like_the_pallas_registry() {
     let app = TestApp::spawn().await;
-    let (status, body) = json_of(app.http.get(app.url("/.well-known/mcp/server.json")).send().await.unwrap()).await;
+    let (status, body) = json_of(
+        app.http
+            .get(app.url("/.well-known/mcp/server.json"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let server = &body["servers"][0]["server"];
     assert_eq!(server["name"], "ca.helu.ouranos/mnemosyne");
@@ -144,20 +161,32 @@ fn docker_compose_matches_the_binary() {
         assert!(services.contains_key(s), "service {s} missing");
     }
     assert!(services["neo4j"]["image"].as_str().unwrap().starts_with("neo4j:5"));
-    assert!(services["postgres"]["image"].as_str().unwrap().starts_with("postgres:16"));
+    assert!(services["postgres"]["image"]
+        .as_str()
+        .unwrap()
+        .starts_with("postgres:16"));
     // Every MNEMOSYNE_* variable the compose file sets is one the binary reads.
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne")).arg("serve").arg("--help").output().unwrap();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
+        .arg("serve")
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     let mut seen = 0;
     for name in ["migrate", "mnemosyne"] {
-        let env = services[name]["environment"].as_object().unwrap_or_else(|| panic!("{name} environment is a map"));
+        let env = services[name]["environment"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name} environment is a map"));
         for k in env.keys() {
             assert!(k.starts_with("MNEMOSYNE_"), "{k}");
             assert!(help.contains(&format!("[env: {k}")), "binary does not read {k}");
             seen += 1;
         }
         assert_eq!(env["MNEMOSYNE_GRAPH_FLAVOR"], "neo4j");
-        assert!(env["MNEMOSYNE_DATABASE_URL"].as_str().unwrap().contains("@postgres:5432/"));
+        assert!(env["MNEMOSYNE_DATABASE_URL"]
+            .as_str()
+            .unwrap()
+            .contains("@postgres:5432/"));
         assert!(env["MNEMOSYNE_BOLT_URI"].as_str().unwrap().contains("neo4j:7687"));
     }
     assert!(seen >= 8);

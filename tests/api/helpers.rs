@@ -2,7 +2,6 @@
 //! namespace in the (shared) graph, against the real stores `scripts/dev up`
 //! started, and an in-process app on a random port.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use mnemosyne::auth::jwt;
@@ -57,8 +56,13 @@ impl TestApp {
         let ns = format!("t{}", &Uuid::new_v4().simple().to_string()[..10]);
         let db = format!("mnemosyne_test_{ns}");
         let admin = admin_url(&settings.database_url);
-        let admin_pool = sqlx::PgPool::connect(&admin).await.expect("connect to the Postgres server (run scripts/dev up)");
-        sqlx::query(&format!("CREATE DATABASE \"{db}\"")).execute(&admin_pool).await.expect("create test database");
+        let admin_pool = sqlx::PgPool::connect(&admin)
+            .await
+            .expect("connect to the Postgres server (run scripts/dev up)");
+        sqlx::query(&format!("CREATE DATABASE \"{db}\""))
+            .execute(&admin_pool)
+            .await
+            .expect("create test database");
         admin_pool.close().await;
         settings.database_url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
         bootstrap_graph(&settings).await;
@@ -87,7 +91,10 @@ impl TestApp {
             pg: pool,
             settings,
             state,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
             shutdown: Some(tx),
             owned_db: None,
         };
@@ -123,7 +130,9 @@ impl TestApp {
     }
 
     pub fn service(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, self.url(path)).basic_auth(SERVICE_USER, Some(SERVICE_PASSWORD))
+        self.http
+            .request(method, self.url(path))
+            .basic_auth(SERVICE_USER, Some(SERVICE_PASSWORD))
     }
 
     /// POST /mcp_server/api/teams/ → (id, jwt).
@@ -153,11 +162,17 @@ impl TestApp {
 
     /// Ingests a document into a workspace's library; returns the response body.
     pub async fn ingest_ws(&self, ws: &str, title: &str, content: &str) -> Value {
-        self.ingest(json!({"workspace_id": ws, "item": {"title": title}, "content": content})).await
+        self.ingest(json!({"workspace_id": ws, "item": {"title": title}, "content": content}))
+            .await
     }
 
     pub async fn ingest(&self, body: Value) -> Value {
-        let r = self.service(reqwest::Method::POST, "/library/api/ingest/").json(&body).send().await.unwrap();
+        let r = self
+            .service(reqwest::Method::POST, "/library/api/ingest/")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status();
         let v: Value = r.json().await.unwrap();
         assert!(status.is_success(), "ingest failed: {status} {v}");
@@ -184,7 +199,9 @@ impl TestApp {
         for l in libs {
             users::grant(&self.pg, &name, l, users::Role::Owner).await.unwrap();
         }
-        let (_, plaintext) = mnemosyne::cli::create_token(&self.pg, &name, "test", libs, None).await.unwrap();
+        let (_, plaintext) = mnemosyne::cli::create_token(&self.pg, &name, "test", libs, None)
+            .await
+            .unwrap();
         plaintext
     }
 
@@ -197,9 +214,11 @@ impl TestApp {
     /// A per-turn JWT as Daedalus mints it.
     pub async fn per_turn_jwt(&self, libs: &[String]) -> String {
         let now = chrono::Utc::now().timestamp();
-        self.sign(json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now,
-                         "exp": now + 300, "jti": Uuid::new_v4().to_string(), "ws": "ws", "libs": libs}))
-            .await
+        self.sign(
+            json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now,
+                         "exp": now + 300, "jti": Uuid::new_v4().to_string(), "ws": "ws", "libs": libs}),
+        )
+        .await
     }
 
     pub async fn sign(&self, claims: Value) -> String {
@@ -212,7 +231,14 @@ impl TestApp {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap()
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 }
 
@@ -240,13 +266,18 @@ impl Drop for TestApp {
             let ns = self.ns.clone();
             // Drop runs outside async; clean up on a thread of its own.
             let _ = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(async move {
                     if let Ok(g) = GraphStore::connect(&settings).await {
                         let _ = cleanup_graph(&g, &ns).await;
                     }
                     if let Ok(p) = sqlx::PgPool::connect(&admin).await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).execute(&p).await;
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+                            .execute(&p)
+                            .await;
                     }
                 });
             })
@@ -310,7 +341,14 @@ pub const STATELESS: &str = "2026-07-28";
 
 impl McpClient {
     pub fn new(http: reqwest::Client, url: String, bearer: &str) -> Self {
-        McpClient { http, url, bearer: bearer.to_owned(), session: None, next_id: 1, stateless: false }
+        McpClient {
+            http,
+            url,
+            bearer: bearer.to_owned(),
+            session: None,
+            next_id: 1,
+            stateless: false,
+        }
     }
 
     pub fn stateless(mut self) -> Self {
@@ -329,16 +367,28 @@ impl McpClient {
             req = req.header("Authorization", format!("Bearer {}", self.bearer));
         }
         if self.stateless {
-            req = req.header("MCP-Protocol-Version", STATELESS).header("Mcp-Method", &method);
+            req = req
+                .header("MCP-Protocol-Version", STATELESS)
+                .header("Mcp-Method", &method);
             if method == "tools/call" {
                 req = req.header("Mcp-Name", body["params"]["name"].as_str().unwrap_or_default());
             }
-            let params = body.as_object_mut().unwrap().entry("params").or_insert_with(|| json!({}));
-            let meta = params.as_object_mut().unwrap().entry("_meta").or_insert_with(|| json!({}));
+            let params = body
+                .as_object_mut()
+                .unwrap()
+                .entry("params")
+                .or_insert_with(|| json!({}));
+            let meta = params
+                .as_object_mut()
+                .unwrap()
+                .entry("_meta")
+                .or_insert_with(|| json!({}));
             meta["io.modelcontextprotocol/protocolVersion"] = json!(STATELESS);
             meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
         } else if let Some(s) = &self.session {
-            req = req.header("Mcp-Session-Id", s).header("MCP-Protocol-Version", "2025-11-25");
+            req = req
+                .header("Mcp-Session-Id", s)
+                .header("MCP-Protocol-Version", "2025-11-25");
         }
         for (k, v) in extra {
             req = req.header(*k, *v);
@@ -347,16 +397,26 @@ impl McpClient {
         let status = resp.status();
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap_or_default();
-        let is_sse = headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|c| c.starts_with("text/event-stream"));
+        let is_sse = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
         let messages = if is_sse {
             text.lines()
                 .filter_map(|l| l.strip_prefix("data:"))
                 .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
                 .collect()
         } else {
-            serde_json::from_str::<Value>(&text).map(|v| vec![v]).unwrap_or_default()
+            serde_json::from_str::<Value>(&text)
+                .map(|v| vec![v])
+                .unwrap_or_default()
         };
-        Exchange { status, headers, messages, body: text }
+        Exchange {
+            status,
+            headers,
+            messages,
+            body: text,
+        }
     }
 
     fn id(&mut self) -> i64 {
@@ -377,7 +437,9 @@ impl McpClient {
             .await;
         if ex.status.is_success() {
             self.session = ex.headers.get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
-            let n = self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &[]).await;
+            let n = self
+                .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &[])
+                .await;
             assert!(n.status.is_success(), "initialized: {n:?}");
         }
         ex
@@ -394,7 +456,11 @@ impl McpClient {
 
     pub async fn list_tools(&mut self) -> Exchange {
         let id = self.id();
-        self.post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {}}), &[]).await
+        self.post(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {}}),
+            &[],
+        )
+        .await
     }
 
     pub async fn call_raw(&mut self, name: &str, args: Value, progress: Option<&str>) -> Exchange {
@@ -403,7 +469,11 @@ impl McpClient {
         if let Some(t) = progress {
             params["_meta"] = json!({"progressToken": t});
         }
-        self.post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}), &[]).await
+        self.post(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
+            &[],
+        )
+        .await
     }
 
     /// Calls a tool and returns its `result` (panics on an HTTP or JSON-RPC error).
@@ -425,7 +495,12 @@ impl McpClient {
     /// Library uids `list_libraries` shows.
     pub async fn library_uids(&mut self) -> Vec<String> {
         let out = self.call_ok("list_libraries", json!({})).await;
-        out["libraries"].as_array().unwrap().iter().map(|l| l["uid"].as_str().unwrap().to_owned()).collect()
+        out["libraries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["uid"].as_str().unwrap().to_owned())
+            .collect()
     }
 }
 
@@ -433,8 +508,4 @@ impl McpClient {
 pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
     let s = r.status();
     (s, r.json().await.unwrap_or(Value::Null))
-}
-
-pub fn arc<T>(t: T) -> Arc<T> {
-    Arc::new(t)
 }

@@ -24,7 +24,9 @@ async fn ingest_then_search_finds_the_text_through_mcp() {
     assert_eq!(hits["results"][0]["item_title"], "Notes");
     let cols = c.call_ok("list_collections", json!({"library_uid": lib})).await;
     assert_eq!(cols["collections"][0]["name"], "Files");
-    let items = c.call_ok("list_items", json!({"collection_uid": out["collection_uid"]})).await;
+    let items = c
+        .call_ok("list_items", json!({"collection_uid": out["collection_uid"]}))
+        .await;
     assert_eq!(items["items"][0]["source_uri"], "file:///notes.md");
     assert_eq!(items["items"][0]["mime_type"], "text/markdown");
 }
@@ -36,19 +38,39 @@ async fn reingest_replaces_the_chunks_and_unchanged_content_is_a_no_op() {
     let body = |content: &str| json!({"workspace_id": ws, "item": {"title": "Doc", "uid": app.uid("doc")}, "content": content});
     let first = app.ingest(body("The quetzal sings at dawn.")).await;
     let lib = first["library_uid"].as_str().unwrap().to_owned();
-    let r = app.service(Method::POST, "/library/api/ingest/").json(&body("The quetzal sings at dawn.")).send().await.unwrap();
+    let r = app
+        .service(Method::POST, "/library/api/ingest/")
+        .json(&body("The quetzal sings at dawn."))
+        .send()
+        .await
+        .unwrap();
     let (status, same) = json_of(r).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(same["status"], "unchanged");
-    let r = app.service(Method::POST, "/library/api/ingest/").json(&body("The narwhal dives at dusk.")).send().await.unwrap();
+    let r = app
+        .service(Method::POST, "/library/api/ingest/")
+        .json(&body("The narwhal dives at dusk."))
+        .send()
+        .await
+        .unwrap();
     let (status, replaced) = json_of(r).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(replaced["status"], "replaced");
     assert_eq!(replaced["item_uid"], first["item_uid"]);
     let token = app.opaque_token(&[lib]).await;
     let mut c = app.mcp(&token).connect().await;
-    assert_eq!(c.call_ok("search", json!({"query": "quetzal"})).await["results"], json!([]), "old text gone");
-    assert_eq!(c.call_ok("search", json!({"query": "narwhal"})).await["results"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        c.call_ok("search", json!({"query": "quetzal"})).await["results"],
+        json!([]),
+        "old text gone"
+    );
+    assert_eq!(
+        c.call_ok("search", json!({"query": "narwhal"})).await["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -56,13 +78,26 @@ async fn item_delete_removes_it_and_its_chunks() {
     let app = TestApp::spawn().await;
     let out = app.ingest_ws(&app.uid("ws"), "Doc", "The pangolin curls up.").await;
     let item = out["item_uid"].as_str().unwrap();
-    let r = app.service(Method::DELETE, &format!("/library/api/items/{item}/")).send().await.unwrap();
+    let r = app
+        .service(Method::DELETE, &format!("/library/api/items/{item}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let r = app.service(Method::DELETE, &format!("/library/api/items/{item}/")).send().await.unwrap();
+    let r = app
+        .service(Method::DELETE, &format!("/library/api/items/{item}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let token = app.opaque_token(&[out["library_uid"].as_str().unwrap().to_owned()]).await;
+    let token = app
+        .opaque_token(&[out["library_uid"].as_str().unwrap().to_owned()])
+        .await;
     let mut c = app.mcp(&token).connect().await;
-    assert_eq!(c.call_ok("search", json!({"query": "pangolin"})).await["results"], json!([]));
+    assert_eq!(
+        c.call_ok("search", json!({"query": "pangolin"})).await["results"],
+        json!([])
+    );
 }
 
 #[tokio::test]
@@ -71,13 +106,25 @@ async fn workspace_get_shows_its_library_and_counts() {
     let ws = app.uid("ws");
     app.ingest_ws(&ws, "One", "first document").await;
     let two = app.ingest_ws(&ws, "Two", "second document").await;
-    let (status, body) = json_of(app.service(Method::GET, &format!("/library/api/workspaces/{ws}/")).send().await.unwrap()).await;
+    let (status, body) = json_of(
+        app.service(Method::GET, &format!("/library/api/workspaces/{ws}/"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["library_uid"], two["library_uid"]);
     assert_eq!(body["item_count"], 2);
     assert_eq!(body["collection_count"], 1);
     assert_eq!(body["chunk_count"], 2);
-    let (status, _) = json_of(app.service(Method::GET, "/library/api/workspaces/nope-nothing/").send().await.unwrap()).await;
+    let (status, _) = json_of(
+        app.service(Method::GET, "/library/api/workspaces/nope-nothing/")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -93,9 +140,16 @@ async fn workspace_delete_cascades_and_an_attached_team_loses_it_on_the_next_req
     app.put_workspaces(id, &[ws.clone(), keep.clone()]).await;
     let mut c = other.mcp(&jwt).connect().await;
     assert_eq!(c.library_uids().await.len(), 2);
-    let r = app.service(Method::DELETE, &format!("/library/api/workspaces/{ws}/")).send().await.unwrap();
+    let r = app
+        .service(Method::DELETE, &format!("/library/api/workspaces/{ws}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    assert_eq!(c.library_uids().await, vec![kept["library_uid"].as_str().unwrap().to_owned()]);
+    assert_eq!(
+        c.library_uids().await,
+        vec![kept["library_uid"].as_str().unwrap().to_owned()]
+    );
     // nothing of it is left in the graph
     let lib = out["library_uid"].as_str().unwrap();
     let g = &app.state.graph;
@@ -103,14 +157,21 @@ async fn workspace_delete_cascades_and_an_attached_team_loses_it_on_the_next_req
     assert!(g.find_item(out["item_uid"].as_str().unwrap()).await.unwrap().is_none());
     let token = app.opaque_token(&[lib.to_owned()]).await;
     let mut c = app.mcp(&token).connect().await;
-    assert_eq!(c.call_ok("search", json!({"query": "okapi"})).await["results"], json!([]));
+    assert_eq!(
+        c.call_ok("search", json!({"query": "okapi"})).await["results"],
+        json!([])
+    );
 }
 
 #[tokio::test]
 async fn library_create_and_ingest_into_it() {
     let app = TestApp::spawn().await;
     let (status, body) = json_of(
-        app.service(Method::POST, "/library/api/libraries/").json(&json!({"name": "Handbook"})).send().await.unwrap(),
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"name": "Handbook"}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
@@ -118,11 +179,17 @@ async fn library_create_and_ingest_into_it() {
     assert!(uid.starts_with("lib_"));
     let lib = app.library("mine").await;
     let (status, _) = json_of(
-        app.service(Method::POST, "/library/api/libraries/").json(&json!({"uid": lib, "name": "dup"})).send().await.unwrap(),
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"uid": lib, "name": "dup"}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT);
-    let out = app.ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "text"})).await;
+    let out = app
+        .ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "text"}))
+        .await;
     assert_eq!(out["library_uid"], lib);
     let (status, body) = json_of(
         app.service(Method::POST, "/library/api/ingest/")
@@ -141,30 +208,66 @@ async fn bad_ingest_input_is_400_naming_the_field_and_changes_nothing() {
     let ws = app.uid("ws");
     let cases: Vec<(Value, &str)> = vec![
         (json!({"item": {"title": "T"}, "content": "x"}), "workspace_id"),
-        (json!({"workspace_id": ws, "library_uid": "l", "item": {"title": "T"}, "content": "x"}), "library_uid"),
-        (json!({"workspace_id": ws, "item": {"title": ""}, "content": "x"}), "item.title"),
-        (json!({"workspace_id": ws, "item": {"title": "T", "uid": "bad uid"}, "content": "x"}), "item.uid"),
+        (
+            json!({"workspace_id": ws, "library_uid": "l", "item": {"title": "T"}, "content": "x"}),
+            "library_uid",
+        ),
+        (
+            json!({"workspace_id": ws, "item": {"title": ""}, "content": "x"}),
+            "item.title",
+        ),
+        (
+            json!({"workspace_id": ws, "item": {"title": "T", "uid": "bad uid"}, "content": "x"}),
+            "item.uid",
+        ),
         (json!({"workspace_id": ws, "item": {"title": "T"}}), "content"),
-        (json!({"workspace_id": ws, "item": {"title": "T"}, "content": 5}), "content"),
-        (json!({"workspace_id": ws, "item": {"title": "T"}, "content": "x", "extra": 1}), "extra"),
-        (json!({"workspace_id": "x".repeat(65), "item": {"title": "T"}, "content": "x"}), "workspace_id"),
-        (json!({"workspace_id": ws, "collection": "", "item": {"title": "T"}, "content": "x"}), "collection"),
+        (
+            json!({"workspace_id": ws, "item": {"title": "T"}, "content": 5}),
+            "content",
+        ),
+        (
+            json!({"workspace_id": ws, "item": {"title": "T"}, "content": "x", "extra": 1}),
+            "extra",
+        ),
+        (
+            json!({"workspace_id": "x".repeat(65), "item": {"title": "T"}, "content": "x"}),
+            "workspace_id",
+        ),
+        (
+            json!({"workspace_id": ws, "collection": "", "item": {"title": "T"}, "content": "x"}),
+            "collection",
+        ),
     ];
     for (body, field) in cases {
-        let (status, out) = json_of(app.service(Method::POST, "/library/api/ingest/").json(&body).send().await.unwrap()).await;
+        let (status, out) = json_of(
+            app.service(Method::POST, "/library/api/ingest/")
+                .json(&body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {out}");
         assert_eq!(out["field"], field, "{body}: {out}");
     }
     // invalid UTF-8 and invalid JSON
     for raw in [b"{\"workspace_id\": \"\xff\xfe\"}".to_vec(), b"{not json".to_vec()] {
         let (status, out) = json_of(
-            app.service(Method::POST, "/library/api/ingest/").header("content-type", "application/json").body(raw).send().await.unwrap(),
+            app.service(Method::POST, "/library/api/ingest/")
+                .header("content-type", "application/json")
+                .body(raw)
+                .send()
+                .await
+                .unwrap(),
         )
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
         assert_eq!(out["error"], "bad_request");
     }
-    assert!(app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty(), "nothing was written");
+    assert!(
+        app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty(),
+        "nothing was written"
+    );
 }
 
 #[tokio::test]
@@ -172,7 +275,14 @@ async fn oversized_ingest_is_413_and_changes_nothing() {
     let app = TestApp::spawn_with(|s| s.body_limit_bytes = 2048).await;
     let ws = app.uid("ws");
     let body = json!({"workspace_id": ws, "item": {"title": "Big"}, "content": "word ".repeat(2000)});
-    let (status, out) = json_of(app.service(Method::POST, "/library/api/ingest/").json(&body).send().await.unwrap()).await;
+    let (status, out) = json_of(
+        app.service(Method::POST, "/library/api/ingest/")
+            .json(&body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
     assert!(app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty());
 }
@@ -196,7 +306,11 @@ fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
         .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -207,11 +321,28 @@ async fn token_create_needs_owner_or_manager_and_reader_is_refused() {
     assert!(cli(&app, &["membership", "grant", "bob", &a, "owner"]).0);
     assert!(cli(&app, &["membership", "grant", "bob", &b, "manager"]).0);
     assert!(cli(&app, &["membership", "grant", "bob", &c, "reader"]).0);
-    let (ok, out, _) = cli(&app, &["token", "create", "--user", "bob", "--library", &a, "--library", &b, "--name", "laptop"]);
+    let (ok, out, _) = cli(
+        &app,
+        &[
+            "token",
+            "create",
+            "--user",
+            "bob",
+            "--library",
+            &a,
+            "--library",
+            &b,
+            "--name",
+            "laptop",
+        ],
+    );
     assert!(ok);
     let plaintext = out.lines().last().unwrap().trim().to_owned();
     assert!(plaintext.starts_with("mnm_"));
-    let (ok, _, err) = cli(&app, &["token", "create", "--user", "bob", "--library", &a, "--library", &c]);
+    let (ok, _, err) = cli(
+        &app,
+        &["token", "create", "--user", "bob", "--library", &a, "--library", &c],
+    );
     assert!(!ok);
     assert!(err.contains(&c) && err.contains("not owner or manager"), "{err}");
     assert!(!err.contains(&format!("{a},")), "{err}");
@@ -226,7 +357,14 @@ async fn token_create_needs_owner_or_manager_and_reader_is_refused() {
     assert!(cli(&app, &["membership", "revoke", "bob", &c, "reader"]).0);
     assert!(!cli(&app, &["membership", "revoke", "bob", &c, "reader"]).0);
     // revoke the token: refused on the next request
-    let id = list.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let id = list
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
     assert_eq!(app.mcp(&plaintext).initialize().await.status, StatusCode::OK);
     assert!(cli(&app, &["token", "revoke", &id]).0);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -1,6 +1,9 @@
 //! Integration tests against the real stores (`scripts/dev up`): one binary,
 //! one fresh Postgres database and one graph uid namespace per test.
 
+// `&[x.clone()]` reads better than `slice::from_ref(&x)` in test arrangements.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 mod helpers;
 
 mod auth;

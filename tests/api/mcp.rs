@@ -16,11 +16,24 @@ pub async fn seed(app: &TestApp) -> Seed {
     let ws_a = app.uid("ws_a");
     let ws_b = app.uid("ws_b");
     let a1 = app
-        .ingest_ws(&ws_a, "Pelican migration", "# Pelicans\n\nThe pelican migrates along the coast every autumn. Zanzibarine pelicans prefer warm water.")
+        .ingest_ws(
+            &ws_a,
+            "Pelican migration",
+            "# Pelicans\n\nThe pelican migrates along the coast every autumn. Zanzibarine pelicans prefer warm water.",
+        )
         .await;
-    app.ingest_ws(&ws_a, "Harbour notes", "# Harbour\n\nBoats and nets in the harbour. The lighthouse keeper logs weather.").await;
+    app.ingest_ws(
+        &ws_a,
+        "Harbour notes",
+        "# Harbour\n\nBoats and nets in the harbour. The lighthouse keeper logs weather.",
+    )
+    .await;
     let b1 = app
-        .ingest_ws(&ws_b, "Pelican anatomy", "# Anatomy\n\nA pelican has a throat pouch. Zanzibarine birds are rare.")
+        .ingest_ws(
+            &ws_b,
+            "Pelican anatomy",
+            "# Anatomy\n\nA pelican has a throat pouch. Zanzibarine birds are rare.",
+        )
         .await;
     let lib_c = app.library("lib_c").await;
     app.ingest(json!({"library_uid": lib_c, "collection": "Papers", "item": {"title": "Glacier study", "uid": app.uid("glacier")},
@@ -36,7 +49,12 @@ pub async fn seed(app: &TestApp) -> Seed {
 }
 
 fn result_libs(out: &Value) -> Vec<String> {
-    out["results"].as_array().unwrap().iter().map(|r| r["library_uid"].as_str().unwrap().to_owned()).collect()
+    out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["library_uid"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -47,7 +65,14 @@ async fn tools_are_listed_with_schemas_and_read_only_annotations() {
     let ex = c.list_tools().await;
     let tools = ex.response()["result"]["tools"].as_array().unwrap().clone();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    for n in ["search", "get_chunk", "list_libraries", "list_collections", "list_items", "get_health"] {
+    for n in [
+        "search",
+        "get_chunk",
+        "list_libraries",
+        "list_collections",
+        "list_items",
+        "get_health",
+    ] {
         assert!(names.contains(&n), "{n} missing from {names:?}");
     }
     for t in &tools {
@@ -59,7 +84,10 @@ async fn tools_are_listed_with_schemas_and_read_only_annotations() {
         }
     }
     let health = tools.iter().find(|t| t["name"] == "get_health").unwrap();
-    assert_eq!(health["inputSchema"], json!({"type": "object", "properties": {}, "additionalProperties": false}));
+    assert_eq!(
+        health["inputSchema"],
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    );
 }
 
 #[tokio::test]
@@ -108,24 +136,47 @@ async fn search_orders_by_score_then_scope_position_and_narrows_never_widens() {
     let token = app.opaque_token(&[s.lib_a.clone(), s.lib_c.clone()]).await;
     let mut c = app.mcp(&token).connect().await;
     let out = c.call_ok("search", json!({"query": "zanzibarine", "limit": 10})).await;
-    let scores: Vec<f64> = out["results"].as_array().unwrap().iter().map(|r| r["score"].as_f64().unwrap()).collect();
+    let scores: Vec<f64> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["score"].as_f64().unwrap())
+        .collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     for r in out["results"].as_array().unwrap() {
-        for k in ["chunk_uid", "item_uid", "item_title", "collection_uid", "library_uid", "text"] {
+        for k in [
+            "chunk_uid",
+            "item_uid",
+            "item_title",
+            "collection_uid",
+            "library_uid",
+            "text",
+        ] {
             assert!(r[k].as_str().is_some_and(|v| !v.is_empty()), "{k} in {r}");
         }
     }
     // narrowing to a library outside the scope yields nothing (never widens)
-    let out = c.call_ok("search", json!({"query": "zanzibarine", "library_uids": [s.lib_b]})).await;
+    let out = c
+        .call_ok("search", json!({"query": "zanzibarine", "library_uids": [s.lib_b]}))
+        .await;
     assert_eq!(out["results"], json!([]));
-    let out = c.call_ok("search", json!({"query": "zanzibarine", "library_uids": [s.lib_c]})).await;
+    let out = c
+        .call_ok("search", json!({"query": "zanzibarine", "library_uids": [s.lib_c]}))
+        .await;
     assert_eq!(result_libs(&out), vec![s.lib_c.clone()]);
     // collection filter
     let col = out["results"][0]["collection_uid"].as_str().unwrap().to_owned();
-    let out = c.call_ok("search", json!({"query": "zanzibarine", "collection_uid": col})).await;
+    let out = c
+        .call_ok("search", json!({"query": "zanzibarine", "collection_uid": col}))
+        .await;
     assert_eq!(result_libs(&out), vec![s.lib_c.clone()]);
     // limit
-    let out = c.call_ok("search", json!({"query": "zanzibarine pelican harbour glacier", "limit": 1})).await;
+    let out = c
+        .call_ok(
+            "search",
+            json!({"query": "zanzibarine pelican harbour glacier", "limit": 1}),
+        )
+        .await;
     assert_eq!(out["results"].as_array().unwrap().len(), 1);
 }
 
@@ -135,13 +186,26 @@ async fn lucene_special_queries_are_plain_text() {
     let s = seed(&app).await;
     let token = app.opaque_token(&[s.lib_a.clone()]).await;
     let mut c = app.mcp(&token).connect().await;
-    for q in ["(pelican AND \"coast", "a:b", "*", "?", "pelican*", "coast~", "[x TO y]", "\\", "NOT OR AND"] {
+    for q in [
+        "(pelican AND \"coast",
+        "a:b",
+        "*",
+        "?",
+        "pelican*",
+        "coast~",
+        "[x TO y]",
+        "\\",
+        "NOT OR AND",
+    ] {
         let r = c.call("search", json!({"query": q})).await;
         assert_ne!(r["isError"], json!(true), "{q}: {r}");
         assert!(r["structuredContent"]["results"].is_array(), "{q}: {r}");
     }
     let out = c.call_ok("search", json!({"query": "(pelican AND \"coast"})).await;
-    assert!(!out["results"].as_array().unwrap().is_empty(), "escaped words still match");
+    assert!(
+        !out["results"].as_array().unwrap().is_empty(),
+        "escaped words still match"
+    );
     let out = c.call_ok("search", json!({"query": "*"})).await;
     assert_eq!(out["results"], json!([]), "* is a character, not a wildcard");
 }
@@ -189,15 +253,27 @@ async fn foreign_uids_look_exactly_like_absent_ones() {
     let absent = c.call("get_chunk", json!({"chunk_uid": "no_such_chunk"})).await;
     assert_eq!(foreign["isError"], true);
     assert_eq!(
-        foreign["content"][0]["text"].as_str().unwrap().replace(&foreign_chunk, "X"),
-        absent["content"][0]["text"].as_str().unwrap().replace("no_such_chunk", "X")
+        foreign["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .replace(&foreign_chunk, "X"),
+        absent["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .replace("no_such_chunk", "X")
     );
     let foreign = c.call("list_items", json!({"collection_uid": foreign_col})).await;
     let absent = c.call("list_items", json!({"collection_uid": "no_such_col"})).await;
     assert_eq!(foreign["isError"], true);
     assert_eq!(
-        foreign["content"][0]["text"].as_str().unwrap().replace(&foreign_col, "X"),
-        absent["content"][0]["text"].as_str().unwrap().replace("no_such_col", "X")
+        foreign["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .replace(&foreign_col, "X"),
+        absent["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .replace("no_such_col", "X")
     );
     let foreign = c.call("list_collections", json!({"library_uid": s.lib_b})).await;
     assert_eq!(foreign["isError"], true);
@@ -212,9 +288,14 @@ async fn get_chunk_returns_neighbours_in_ordinal_order() {
     let lib = app.library("big").await;
     let mut doc = String::new();
     for i in 0..30 {
-        doc.push_str(&format!("## Section {i}\n\nParagraph {i} about quokka number {i}. {}\n\n", "Filler words here. ".repeat(12)));
+        doc.push_str(&format!(
+            "## Section {i}\n\nParagraph {i} about quokka number {i}. {}\n\n",
+            "Filler words here. ".repeat(12)
+        ));
     }
-    let r = app.ingest(json!({"library_uid": lib, "item": {"title": "Quokkas"}, "content": doc})).await;
+    let r = app
+        .ingest(json!({"library_uid": lib, "item": {"title": "Quokkas"}, "content": doc}))
+        .await;
     assert!(r["chunk_count"].as_i64().unwrap() >= 8, "{r}");
     let token = app.opaque_token(&[lib.clone()]).await;
     let mut c = app.mcp(&token).connect().await;
@@ -224,7 +305,12 @@ async fn get_chunk_returns_neighbours_in_ordinal_order() {
     let uid = hit["results"][0]["chunk_uid"].as_str().unwrap();
     let out = c.call_ok("get_chunk", json!({"chunk_uid": uid, "context": 2})).await;
     let ord = out["chunk"]["ordinal"].as_i64().unwrap();
-    let ords: Vec<i64> = out["neighbors"].as_array().unwrap().iter().map(|n| n["ordinal"].as_i64().unwrap()).collect();
+    let ords: Vec<i64> = out["neighbors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["ordinal"].as_i64().unwrap())
+        .collect();
     let want: Vec<i64> = (ord - 2..=ord + 2).filter(|o| *o != ord && *o >= 0).collect();
     assert_eq!(ords, want);
     let out = c.call_ok("get_chunk", json!({"chunk_uid": uid})).await;
@@ -236,9 +322,11 @@ async fn pagination_visits_every_item_once() {
     let app = TestApp::spawn().await;
     let lib = app.library("paged").await;
     for i in 0..23 {
-        app.ingest(json!({"library_uid": lib, "collection": if i % 2 == 0 { "Even" } else { "Odd" },
-                          "item": {"title": format!("Doc {i}")}, "content": format!("document number {i}")}))
-            .await;
+        app.ingest(
+            json!({"library_uid": lib, "collection": if i % 2 == 0 { "Even" } else { "Odd" },
+                          "item": {"title": format!("Doc {i}")}, "content": format!("document number {i}")}),
+        )
+        .await;
     }
     let token = app.opaque_token(&[lib.clone()]).await;
     let mut c = app.mcp(&token).connect().await;
@@ -267,10 +355,14 @@ async fn pagination_visits_every_item_once() {
     assert_eq!(dedup.len(), 23);
     assert_eq!(seen.len(), 23);
     // collections: two, one page
-    let cols = c.call_ok("list_collections", json!({"library_uid": lib, "limit": 1})).await;
+    let cols = c
+        .call_ok("list_collections", json!({"library_uid": lib, "limit": 1}))
+        .await;
     assert_eq!(cols["collections"].as_array().unwrap().len(), 1);
     let next = cols["next_cursor"].as_str().unwrap();
-    let cols2 = c.call_ok("list_collections", json!({"library_uid": lib, "cursor": next})).await;
+    let cols2 = c
+        .call_ok("list_collections", json!({"library_uid": lib, "cursor": next}))
+        .await;
     assert_eq!(cols2["collections"].as_array().unwrap().len(), 1);
     assert!(cols2["next_cursor"].is_null());
     // a cursor from another listing is refused, never reinterpreted
@@ -285,7 +377,10 @@ async fn empty_scope_answers_empty() {
     let token = app.opaque_token(&[]).await;
     let mut c = app.mcp(&token).connect().await;
     assert_eq!(c.call_ok("list_libraries", json!({})).await["libraries"], json!([]));
-    assert_eq!(c.call_ok("search", json!({"query": "pelican"})).await["results"], json!([]));
+    assert_eq!(
+        c.call_ok("search", json!({"query": "pelican"})).await["results"],
+        json!([])
+    );
     assert_eq!(c.call_ok("list_collections", json!({})).await["collections"], json!([]));
 }
 
@@ -326,7 +421,11 @@ async fn get_health_reports_ok_as_in_the_pallas_spec() {
 
 #[tokio::test]
 async fn get_health_reports_error_with_a_message_when_the_graph_is_down() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let app = TestApp::spawn_with(|s| s.bolt_uri = format!("127.0.0.1:{port}")).await;
     let token = app.opaque_token(&[]).await;
     let mut c = app.mcp(&token).connect().await;
@@ -379,7 +478,9 @@ async fn both_endpoint_spellings_serve_mcp() {
     let app = TestApp::spawn().await;
     let token = app.opaque_token(&[]).await;
     for path in ["/mcp", "/mcp/"] {
-        let mut c = crate::helpers::McpClient::new(app.http.clone(), app.url(path), &token).connect().await;
+        let mut c = crate::helpers::McpClient::new(app.http.clone(), app.url(path), &token)
+            .connect()
+            .await;
         assert_eq!(c.list_tools().await.status, StatusCode::OK);
     }
 }

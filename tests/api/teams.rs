@@ -12,8 +12,14 @@ async fn create_returns_201_with_a_jwt_once_and_200_without_it_after() {
     let app = TestApp::spawn().await;
     let id = Uuid::new_v4();
     for path in ["/mcp_server/api/teams/", "/mcp_server/api/teams"] {
-        let (status, body) =
-            json_of(app.service(Method::POST, path).json(&json!({"id": id, "name": "Kottos"})).send().await.unwrap()).await;
+        let (status, body) = json_of(
+            app.service(Method::POST, path)
+                .json(&json!({"id": id, "name": "Kottos"}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         if path.ends_with('/') {
             assert_eq!(status, StatusCode::CREATED);
             assert_eq!(body["id"], id.to_string());
@@ -40,9 +46,16 @@ async fn create_returns_201_with_a_jwt_once_and_200_without_it_after() {
 async fn idempotent_create_of_an_inactive_team_returns_it_without_a_jwt() {
     let app = TestApp::spawn().await;
     let (id, _) = app.create_team("Kottos").await;
-    app.service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/")).send().await.unwrap();
+    app.service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/"))
+        .send()
+        .await
+        .unwrap();
     let (status, body) = json_of(
-        app.service(Method::POST, "/mcp_server/api/teams/").json(&json!({"id": id, "name": "Kottos"})).send().await.unwrap(),
+        app.service(Method::POST, "/mcp_server/api/teams/")
+            .json(&json!({"id": id, "name": "Kottos"}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -54,7 +67,10 @@ async fn detail_shows_state_without_a_jwt() {
     let app = TestApp::spawn().await;
     let (id, _) = app.create_team("Kottos").await;
     app.put_workspaces(id, &["ws_b".into(), "ws_a".into()]).await;
-    for path in [format!("/mcp_server/api/teams/{id}/"), format!("/mcp_server/api/teams/{id}")] {
+    for path in [
+        format!("/mcp_server/api/teams/{id}/"),
+        format!("/mcp_server/api/teams/{id}"),
+    ] {
         let (status, body) = json_of(app.service(Method::GET, &path).send().await.unwrap()).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["id"], id.to_string());
@@ -70,14 +86,30 @@ async fn detail_shows_state_without_a_jwt() {
 async fn put_workspaces_replaces_never_unions_and_is_idempotent() {
     let app = TestApp::spawn().await;
     let (id, _) = app.create_team("Kottos").await;
-    assert_eq!(app.put_workspaces(id, &["a".into(), "b".into()]).await, json!({"workspace_ids": ["a", "b"]}));
-    assert_eq!(app.put_workspaces(id, &["c".into()]).await, json!({"workspace_ids": ["c"]}));
-    assert_eq!(app.put_workspaces(id, &["c".into()]).await, json!({"workspace_ids": ["c"]}));
-    assert_eq!(app.put_workspaces(id, &["d".into(), "d".into(), "c".into()]).await, json!({"workspace_ids": ["d", "c"]}));
+    assert_eq!(
+        app.put_workspaces(id, &["a".into(), "b".into()]).await,
+        json!({"workspace_ids": ["a", "b"]})
+    );
+    assert_eq!(
+        app.put_workspaces(id, &["c".into()]).await,
+        json!({"workspace_ids": ["c"]})
+    );
+    assert_eq!(
+        app.put_workspaces(id, &["c".into()]).await,
+        json!({"workspace_ids": ["c"]})
+    );
+    assert_eq!(
+        app.put_workspaces(id, &["d".into(), "d".into(), "c".into()]).await,
+        json!({"workspace_ids": ["d", "c"]})
+    );
     assert_eq!(app.put_workspaces(id, &[]).await, json!({"workspace_ids": []}));
     // without the trailing slash too
     let (status, body) = json_of(
-        app.service(Method::PUT, &format!("/mcp_server/api/teams/{id}/workspaces")).json(&json!({"workspace_ids": ["x"]})).send().await.unwrap(),
+        app.service(Method::PUT, &format!("/mcp_server/api/teams/{id}/workspaces"))
+            .json(&json!({"workspace_ids": ["x"]}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -88,14 +120,24 @@ async fn put_workspaces_replaces_never_unions_and_is_idempotent() {
 async fn concurrent_puts_end_in_one_submitted_set() {
     let app = TestApp::spawn().await;
     let (id, _) = app.create_team("Kottos").await;
-    let sets: Vec<Vec<String>> = (0..8).map(|i| (0..20).map(|j| format!("ws_{i}_{j}")).collect()).collect();
+    let sets: Vec<Vec<String>> = (0..8)
+        .map(|i| (0..20).map(|j| format!("ws_{i}_{j}")).collect())
+        .collect();
     let futs = sets.iter().map(|s| {
-        app.service(Method::PUT, &format!("/mcp_server/api/teams/{id}/workspaces/")).json(&json!({"workspace_ids": s})).send()
+        app.service(Method::PUT, &format!("/mcp_server/api/teams/{id}/workspaces/"))
+            .json(&json!({"workspace_ids": s}))
+            .send()
     });
     for r in futures::future::join_all(futs).await {
         assert_eq!(r.unwrap().status(), StatusCode::OK);
     }
-    let (_, body) = json_of(app.service(Method::GET, &format!("/mcp_server/api/teams/{id}/")).send().await.unwrap()).await;
+    let (_, body) = json_of(
+        app.service(Method::GET, &format!("/mcp_server/api/teams/{id}/"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let got: Vec<String> = serde_json::from_value(body["workspace_ids"].clone()).unwrap();
     assert!(sets.contains(&got), "a mix of sets: {got:?}");
 }
@@ -104,7 +146,13 @@ async fn concurrent_puts_end_in_one_submitted_set() {
 async fn rotate_gives_a_new_jwt_and_the_old_one_stops() {
     let app = TestApp::spawn().await;
     let (id, old) = app.create_team("Kottos").await;
-    let (status, body) = json_of(app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/")).send().await.unwrap()).await;
+    let (status, body) = json_of(
+        app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let new = body["jwt"].as_str().unwrap();
     assert_ne!(new, old);
@@ -116,9 +164,19 @@ async fn rotate_gives_a_new_jwt_and_the_old_one_stops() {
 async fn rotate_of_an_inactive_team_is_409_and_unknown_ids_are_404() {
     let app = TestApp::spawn().await;
     let (id, _) = app.create_team("Kottos").await;
-    let r = app.service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/")).send().await.unwrap();
+    let r = app
+        .service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let (status, body) = json_of(app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/")).send().await.unwrap()).await;
+    let (status, body) = json_of(
+        app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["error"], "conflict");
     let unknown = Uuid::new_v4();
@@ -132,7 +190,11 @@ async fn rotate_of_an_inactive_team_is_409_and_unknown_ids_are_404() {
         assert_eq!(body["error"], "not_found");
     }
     let (status, _) = json_of(
-        app.service(Method::PUT, &format!("/mcp_server/api/teams/{unknown}/workspaces/")).json(&json!({"workspace_ids": []})).send().await.unwrap(),
+        app.service(Method::PUT, &format!("/mcp_server/api/teams/{unknown}/workspaces/"))
+            .json(&json!({"workspace_ids": []}))
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -142,11 +204,36 @@ async fn rotate_of_an_inactive_team_is_409_and_unknown_ids_are_404() {
 async fn bad_input_is_400_naming_the_field() {
     let app = TestApp::spawn().await;
     let cases: Vec<(Method, String, Value, &str)> = vec![
-        (Method::POST, "/mcp_server/api/teams/".into(), json!({"id": "not-a-uuid", "name": "K"}), "id"),
-        (Method::POST, "/mcp_server/api/teams/".into(), json!({"id": Uuid::new_v4(), "name": ""}), "name"),
-        (Method::POST, "/mcp_server/api/teams/".into(), json!({"id": Uuid::new_v4(), "name": "x".repeat(201)}), "name"),
-        (Method::POST, "/mcp_server/api/teams/".into(), json!({"id": Uuid::new_v4()}), "name"),
-        (Method::POST, "/mcp_server/api/teams/".into(), json!({"id": Uuid::new_v4(), "name": 5}), "name"),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".into(),
+            json!({"id": "not-a-uuid", "name": "K"}),
+            "id",
+        ),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".into(),
+            json!({"id": Uuid::new_v4(), "name": ""}),
+            "name",
+        ),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".into(),
+            json!({"id": Uuid::new_v4(), "name": "x".repeat(201)}),
+            "name",
+        ),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".into(),
+            json!({"id": Uuid::new_v4()}),
+            "name",
+        ),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".into(),
+            json!({"id": Uuid::new_v4(), "name": 5}),
+            "name",
+        ),
         (Method::GET, "/mcp_server/api/teams/nope/".into(), Value::Null, "id"),
     ];
     for (m, p, body, field) in cases {
@@ -165,7 +252,10 @@ async fn bad_input_is_400_naming_the_field() {
         (json!({"workspace_ids": ["ok", "x".repeat(65)]}), "workspace_ids[1]"),
         (json!({"workspace_ids": "ws"}), "workspace_ids"),
         (json!({}), "workspace_ids"),
-        (json!({"workspace_ids": (0..1001).map(|i| format!("w{i}")).collect::<Vec<_>>()}), "workspace_ids"),
+        (
+            json!({"workspace_ids": (0..1001).map(|i| format!("w{i}")).collect::<Vec<_>>()}),
+            "workspace_ids",
+        ),
     ] {
         let (status, out) = json_of(app.service(Method::PUT, &path).json(&body).send().await.unwrap()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
@@ -173,7 +263,12 @@ async fn bad_input_is_400_naming_the_field() {
     }
     // invalid JSON
     let (status, out) = json_of(
-        app.service(Method::POST, "/mcp_server/api/teams/").header("content-type", "application/json").body("{oops").send().await.unwrap(),
+        app.service(Method::POST, "/mcp_server/api/teams/")
+            .header("content-type", "application/json")
+            .body("{oops")
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -192,24 +287,52 @@ async fn basic_auth_failures() {
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "unauthorized");
     // wrong password, unknown user, garbage header
     for (u, p) in [(SERVICE_USER, "wrong"), ("nobody", SERVICE_PASSWORD)] {
-        let r = app.http.post(app.url(path)).basic_auth(u, Some(p)).json(&body).send().await.unwrap();
+        let r = app
+            .http
+            .post(app.url(path))
+            .basic_auth(u, Some(p))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{u}");
         assert_eq!(r.headers()["www-authenticate"], "Basic realm=\"mnemosyne\"");
     }
-    let r = app.http.post(app.url(path)).header("authorization", "Basic !!!").json(&body).send().await.unwrap();
+    let r = app
+        .http
+        .post(app.url(path))
+        .header("authorization", "Basic !!!")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     // a valid user who is not a service account
     let hash = mnemosyne::auth::basic::hash_password("a-person-password").unwrap();
-    mnemosyne::store::pg::users::create(&app.pg, "alice", Some(&hash), false).await.unwrap();
-    let r = app.http.post(app.url(path)).basic_auth("alice", Some("a-person-password")).json(&body).send().await.unwrap();
+    mnemosyne::store::pg::users::create(&app.pg, "alice", Some(&hash), false)
+        .await
+        .unwrap();
+    let r = app
+        .http
+        .post(app.url(path))
+        .basic_auth("alice", Some("a-person-password"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     // a disabled service account
-    mnemosyne::store::pg::users::set_active(&app.pg, SERVICE_USER, false).await.unwrap();
+    mnemosyne::store::pg::users::set_active(&app.pg, SERVICE_USER, false)
+        .await
+        .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let r = app.service(Method::POST, path).json(&body).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     // nothing was created by any refused call
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM teams").fetch_one(&app.pg).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM teams")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
     assert_eq!(n, 0);
 }
 
@@ -218,8 +341,18 @@ async fn every_change_writes_an_audit_event_without_the_jwt() {
     let app = TestApp::spawn().await;
     let (id, jwt) = app.create_team("Kottos").await;
     app.put_workspaces(id, &["ws".into()]).await;
-    let rotated: Value = app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/")).send().await.unwrap().json().await.unwrap();
-    app.service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/")).send().await.unwrap();
+    let rotated: Value = app
+        .service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    app.service(Method::DELETE, &format!("/mcp_server/api/teams/{id}/"))
+        .send()
+        .await
+        .unwrap();
     let rows: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT actor::text, action::text, target::text, row_to_json(a)::text FROM audit_events a ORDER BY id",
     )
@@ -227,7 +360,15 @@ async fn every_change_writes_an_audit_event_without_the_jwt() {
     .await
     .unwrap();
     let actions: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-    assert_eq!(actions, ["team_created", "team_workspaces_updated", "team_rotated", "team_deleted"]);
+    assert_eq!(
+        actions,
+        [
+            "team_created",
+            "team_workspaces_updated",
+            "team_rotated",
+            "team_deleted"
+        ]
+    );
     for (actor, _, target, row) in &rows {
         assert_eq!(actor, SERVICE_USER);
         assert_eq!(target, &id.to_string());
@@ -245,9 +386,14 @@ async fn end_to_end_team_sees_exactly_its_attached_workspaces() {
     let mut c = app.mcp(&jwt).connect().await;
     assert_eq!(c.library_uids().await, vec![s.lib_a.clone()]);
     let out = c.call_ok("search", json!({"query": "zanzibarine"})).await;
-    assert!(out["results"].as_array().unwrap().iter().all(|r| r["library_uid"] == s.lib_a.as_str()));
+    assert!(out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["library_uid"] == s.lib_a.as_str()));
     // a workspace that gets its library later becomes visible on the next request
-    app.ingest_ws(&app.uid("ws_not_yet"), "Late", "arrives later zanzibarine").await;
+    app.ingest_ws(&app.uid("ws_not_yet"), "Late", "arrives later zanzibarine")
+        .await;
     assert_eq!(c.library_uids().await.len(), 2);
     // detach
     app.put_workspaces(id, &[]).await;
@@ -285,7 +431,12 @@ async fn signing_key_cli_prints_the_secret_once_and_list_never() {
         String::from_utf8(out.stdout).unwrap()
     };
     let created = run(&["signing-key", "create"]);
-    let secret = created.lines().find_map(|l| l.strip_prefix("secret: ")).unwrap().trim().to_owned();
+    let secret = created
+        .lines()
+        .find_map(|l| l.strip_prefix("secret: "))
+        .unwrap()
+        .trim()
+        .to_owned();
     assert_eq!(secret.len(), 64);
     let listed = run(&["signing-key", "list"]);
     assert!(!listed.contains(&secret));
@@ -303,7 +454,12 @@ async fn user_create_service_reads_the_password_from_stdin() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"another-long-password\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"another-long-password\n")
+        .unwrap();
     assert!(child.wait().unwrap().success());
     let r = app
         .http

@@ -39,7 +39,9 @@ impl Flavor {
         match self.kind {
             GraphFlavor::Neo4j => {
                 store
-                    .run(neo4rs::query(include_str!("../../../cypher/schema_fulltext_neo4j.cypher")))
+                    .run(neo4rs::query(include_str!(
+                        "../../../cypher/schema_fulltext_neo4j.cypher"
+                    )))
                     .await
             }
             GraphFlavor::Arcadedb => {

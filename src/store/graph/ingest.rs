@@ -70,7 +70,9 @@ fn opt(s: Option<&str>) -> BoltType {
 impl GraphStore {
     /// Every library (operator listing).
     pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
-        let rows = self.rows(query(include_str!("../../../cypher/all_libraries.cypher"))).await?;
+        let rows = self
+            .rows(query(include_str!("../../../cypher/all_libraries.cypher")))
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(LibraryRow {
@@ -168,7 +170,10 @@ impl GraphStore {
             .enumerate()
             .map(|(i, text)| {
                 let mut m: HashMap<String, BoltType> = HashMap::new();
-                m.insert("uid".into(), derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]).into());
+                m.insert(
+                    "uid".into(),
+                    derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]).into(),
+                );
                 m.insert("ordinal".into(), (i as i64).into());
                 m.insert("text".into(), text.as_str().into());
                 m.into()

@@ -97,7 +97,10 @@ pub fn has_terms(text: &str) -> bool {
 /// index as a zero-boost clause on `library_uid` (it filters without changing
 /// scores; an exact `IN $libs` check follows in Cypher).
 pub fn lucene_query(text: &str, libs: &[String]) -> String {
-    let libs: Vec<String> = libs.iter().map(|l| format!("\"{}\"", lucene_escape_phrase(l))).collect();
+    let libs: Vec<String> = libs
+        .iter()
+        .map(|l| format!("\"{}\"", lucene_escape_phrase(l)))
+        .collect();
     format!("+text:({}) +library_uid:({})^0", lucene_escape(text), libs.join(" "))
 }
 
@@ -212,7 +215,11 @@ impl GraphStore {
             .param("libs", libs_param(scope.uids()))
             .param("after", after)
             .param("limit", limit as i64);
-        self.rows(q).await?.iter().map(|r| Ok(r.to::<CollectionView>()?)).collect()
+        self.rows(q)
+            .await?
+            .iter()
+            .map(|r| Ok(r.to::<CollectionView>()?))
+            .collect()
     }
 
     /// Whether the collection exists inside the scope.

@@ -110,7 +110,9 @@ impl GraphStore {
     }
 
     pub async fn ping(&self) -> Result<(), GraphError> {
-        self.rows(query(include_str!("../../../cypher/ping.cypher"))).await.map(|_| ())
+        self.rows(query(include_str!("../../../cypher/ping.cypher")))
+            .await
+            .map(|_| ())
     }
 
     /// Creates constraints, scoping indexes and the full-text index; idempotent.
@@ -131,8 +133,7 @@ impl GraphStore {
         &self,
         workspace_ids: &[String],
     ) -> Result<HashMap<String, Vec<String>>, GraphError> {
-        let mut out: HashMap<String, Vec<String>> =
-            workspace_ids.iter().map(|w| (w.clone(), Vec::new())).collect();
+        let mut out: HashMap<String, Vec<String>> = workspace_ids.iter().map(|w| (w.clone(), Vec::new())).collect();
         if workspace_ids.is_empty() {
             return Ok(out);
         }

@@ -88,11 +88,10 @@ pub async fn claim_jti(
     if inserted == 1 {
         return Ok(JtiBinding::Fresh);
     }
-    let bound: Option<Option<String>> =
-        sqlx::query_scalar("SELECT session_id FROM per_turn_jti_uses WHERE jti = $1")
-            .bind(jti)
-            .fetch_optional(pool)
-            .await?;
+    let bound: Option<Option<String>> = sqlx::query_scalar("SELECT session_id FROM per_turn_jti_uses WHERE jti = $1")
+        .bind(jti)
+        .fetch_optional(pool)
+        .await?;
     // Swept between the two statements: it had expired, so it is no use anyway.
     Ok(JtiBinding::Bound(bound.flatten()))
 }

@@ -42,11 +42,12 @@ pub async fn create(pool: &PgPool) -> Result<NewKey, sqlx::Error> {
 /// any. Serialised with an advisory lock so concurrent `migrate`s make one key.
 pub async fn ensure_active(pool: &PgPool) -> Result<Option<NewKey>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(7210001)").execute(&mut *tx).await?;
-    let active: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM mcp_signing_keys WHERE retired_at IS NULL")
-            .fetch_one(&mut *tx)
-            .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(7210001)")
+        .execute(&mut *tx)
+        .await?;
+    let active: i64 = sqlx::query_scalar("SELECT count(*) FROM mcp_signing_keys WHERE retired_at IS NULL")
+        .fetch_one(&mut *tx)
+        .await?;
     if active > 0 {
         tx.commit().await?;
         return Ok(None);
@@ -63,12 +64,10 @@ pub async fn ensure_active(pool: &PgPool) -> Result<Option<NewKey>, sqlx::Error>
 
 /// The secret of a non-retired key.
 pub async fn active_secret(pool: &PgPool, kid: &str) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT secret_hex FROM mcp_signing_keys WHERE kid = $1 AND retired_at IS NULL",
-    )
-    .bind(kid)
-    .fetch_optional(pool)
-    .await
+    sqlx::query_scalar("SELECT secret_hex FROM mcp_signing_keys WHERE kid = $1 AND retired_at IS NULL")
+        .bind(kid)
+        .fetch_optional(pool)
+        .await
 }
 
 /// The newest active key, which signs team JWTs.
@@ -91,12 +90,12 @@ pub async fn list(pool: &PgPool) -> Result<Vec<KeyInfo>, sqlx::Error> {
 /// Retires a key; every JWT signed with it stops validating. False if unknown
 /// or already retired.
 pub async fn retire(pool: &PgPool, kid: &str) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE mcp_signing_keys SET retired_at = now() WHERE kid = $1 AND retired_at IS NULL",
+    Ok(
+        sqlx::query("UPDATE mcp_signing_keys SET retired_at = now() WHERE kid = $1 AND retired_at IS NULL")
+            .bind(kid)
+            .execute(pool)
+            .await?
+            .rows_affected()
+            == 1,
     )
-    .bind(kid)
-    .execute(pool)
-    .await?
-    .rows_affected()
-        == 1)
 }

@@ -25,13 +25,7 @@ pub enum Created {
     Existing(Team),
 }
 
-pub async fn create(
-    pool: &PgPool,
-    actor: &str,
-    id: Uuid,
-    name: &str,
-    jti: Uuid,
-) -> Result<Created, sqlx::Error> {
+pub async fn create(pool: &PgPool, actor: &str, id: Uuid, name: &str, jti: Uuid) -> Result<Created, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let new: Option<Team> = sqlx::query_as(
         "INSERT INTO teams (id, name, active_jti) VALUES ($1, $2, $3)
@@ -49,12 +43,10 @@ pub async fn create(
             Created::New(team)
         }
         None => Created::Existing(
-            sqlx::query_as(
-                "SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?,
+            sqlx::query_as("SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?,
         ),
     };
     tx.commit().await?;
@@ -62,24 +54,21 @@ pub async fn create(
 }
 
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<(Team, Vec<String>)>, sqlx::Error> {
-    let team: Option<Team> = sqlx::query_as(
-        "SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
+    let team: Option<Team> =
+        sqlx::query_as("SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
     let Some(team) = team else { return Ok(None) };
     let ws = assigned_workspaces(pool, id).await?;
     Ok(Some((team, ws)))
 }
 
 async fn assigned_workspaces<'e, E: sqlx::PgExecutor<'e>>(ex: E, id: Uuid) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT workspace_id FROM team_workspace_assignments WHERE team_id = $1 ORDER BY position, id",
-    )
-    .bind(id)
-    .fetch_all(ex)
-    .await
+    sqlx::query_scalar("SELECT workspace_id FROM team_workspace_assignments WHERE team_id = $1 ORDER BY position, id")
+        .bind(id)
+        .fetch_all(ex)
+        .await
 }
 
 /// Soft delete (spec §7.2). False when the team does not exist.

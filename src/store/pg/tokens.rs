@@ -52,10 +52,12 @@ pub async fn list(pool: &PgPool, username: Option<&str>) -> Result<Vec<TokenInfo
 
 /// Deactivates a token; false when unknown or already revoked.
 pub async fn revoke(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query("UPDATE mcp_tokens SET active = FALSE WHERE id = $1 AND active")
-        .bind(id)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        == 1)
+    Ok(
+        sqlx::query("UPDATE mcp_tokens SET active = FALSE WHERE id = $1 AND active")
+            .bind(id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+            == 1,
+    )
 }
