@@ -1,0 +1,102 @@
+//! Warm bearer resolution per credential kind (goal: ≤ 20 µs each), and the
+//! cold team path (caches off: one Postgres and one graph round trip, plus the
+//! key lookup) for comparison. Needs `scripts/dev up`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use mnemosyne::auth::cache::{listen, AuthCaches};
+use mnemosyne::auth::resolver::RequestContext;
+use mnemosyne::auth::{jwt, Authenticator};
+use mnemosyne::metrics::Metrics;
+use mnemosyne::store::graph::GraphStore;
+use mnemosyne::store::pg::{keys, teams, users};
+use serde_json::json;
+use uuid::Uuid;
+
+struct Fixture {
+    auth: Arc<Authenticator>,
+    cold: Arc<Authenticator>,
+    opaque: String,
+    team: String,
+    per_turn: String,
+    admin: String,
+    url: String,
+}
+
+async fn fixture() -> Fixture {
+    let (settings, pool, admin) = common::fresh_settings("auth").await;
+    let graph = GraphStore::connect(&settings).await.unwrap();
+    graph.bootstrap_schema().await.unwrap();
+    let ws = format!("bench_{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let (lib, _) = graph.ensure_workspace_library(&ws).await.unwrap();
+    users::create(&pool, "bench", None, false).await.unwrap();
+    users::grant(&pool, "bench", &lib, users::Role::Owner).await.unwrap();
+    let (_, opaque) = mnemosyne::cli::create_token(&pool, "bench", "b", &[lib.clone()], None).await.unwrap();
+    let key = keys::newest_active(&pool).await.unwrap().unwrap();
+    let secret = hex::decode(&key.secret_hex).unwrap();
+    let team_id = Uuid::new_v4();
+    let jti = Uuid::new_v4();
+    teams::create(&pool, "bench", team_id, "Bench", jti).await.unwrap();
+    teams::replace_workspaces(&pool, "bench", team_id, &[ws]).await.unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let team = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now);
+    let per_turn = jwt::sign_hs256(
+        &json!({"iss": "daedalus", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
+                "jti": Uuid::new_v4().to_string(), "libs": [lib]}),
+        &key.kid,
+        &secret,
+    );
+    let caches = Arc::new(AuthCaches::new(Duration::from_secs(300)));
+    tokio::spawn(listen(pool.clone(), caches.clone()));
+    while !caches.listener_up() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let auth = Arc::new(Authenticator::new(pool.clone(), graph.clone(), caches, Metrics::new(), Duration::from_secs(5)));
+    let cold = Arc::new(Authenticator::new(
+        pool,
+        graph,
+        Arc::new(AuthCaches::new(Duration::ZERO)),
+        Metrics::new(),
+        Duration::from_secs(5),
+    ));
+    Fixture { auth, cold, opaque, team, per_turn, admin, url: settings.database_url }
+}
+
+fn bench(c: &mut Criterion) {
+    mnemosyne::telemetry::init(mnemosyne::config::LogFormat::Text);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let f = rt.block_on(fixture());
+    let session = RequestContext { session_id: Some("bench-session") };
+    // warm every cache once (and bind the per-turn jti to the session)
+    rt.block_on(async {
+        f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap();
+        f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap();
+        f.auth.authenticate(&f.per_turn, session).await.unwrap();
+    });
+    let mut g = c.benchmark_group("resolve_warm");
+    g.measurement_time(Duration::from_secs(4));
+    g.bench_function("opaque_token", |b| {
+        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap() })
+    });
+    g.bench_function("team_jwt", |b| {
+        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap() })
+    });
+    g.bench_function("per_turn_jwt_in_session", |b| {
+        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.per_turn, session).await.unwrap() })
+    });
+    g.finish();
+    let mut g = c.benchmark_group("resolve_cold");
+    g.measurement_time(Duration::from_secs(4)).sample_size(30);
+    g.bench_function("team_jwt_no_cache", |b| {
+        b.to_async(&rt).iter(|| async { f.cold.authenticate(&f.team, RequestContext::default()).await.unwrap() })
+    });
+    g.finish();
+    rt.block_on(common::drop_db(&f.admin, &f.url));
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
