@@ -1,1 +1,266 @@
-fn main() {}
+//! Load benchmark for `search` (issue: MCP knowledge tools). Prints numbers;
+//! asserts nothing about time. Needs `scripts/dev up`.
+//!
+//! 1. concurrency 1: MCP `search` over HTTP (stateless 2026-07-28 requests,
+//!    auth + rmcp + graph) vs the same Cypher run directly over Bolt;
+//! 2. concurrency 32: throughput of both;
+//! 3. tenant isolation: the tenant's p50 before and after the other tenants'
+//!    corpus grows `LOAD_GROWTH`× (default 100×).
+//!
+//! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH (100),
+//! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mnemosyne::auth::Scope;
+use mnemosyne::startup::Application;
+use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
+use mnemosyne::store::graph::GraphStore;
+use mnemosyne::store::pg::users;
+use serde_json::json;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+const WORDS: &[&str] = &[
+    "harbour", "tidal", "turbine", "kelp", "carbon", "sediment", "glacier", "current", "salinity", "plankton",
+    "estuary", "reef", "delta", "monsoon", "aquifer", "basalt", "lagoon", "fjord", "dune", "marsh", "trench",
+    "upwelling", "gyre", "shoal", "brine", "cobble", "silt", "tundra", "permafrost", "mangrove",
+];
+
+/// Deterministic pseudo-random text; about one chunk in ten mentions "quasar".
+fn chunk_text(seed: usize) -> String {
+    let mut x = seed as u64 * 6364136223846793005 + 1442695040888963407;
+    let mut words = Vec::with_capacity(60);
+    for _ in 0..60 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        words.push(WORDS[(x >> 33) as usize % WORDS.len()]);
+    }
+    if seed % 10 == 0 {
+        words.push("quasar");
+    }
+    words.join(" ")
+}
+
+/// Writes `n` chunks into `lib` as items of up to 250 chunks.
+async fn fill(graph: &GraphStore, lib: &str, start: usize, n: usize) {
+    let col = graph.ensure_collection(lib, "Load").await.unwrap();
+    let mut done = 0;
+    while done < n {
+        let k = (n - done).min(250);
+        let chunks: Vec<String> = (0..k).map(|i| chunk_text(start + done + i)).collect();
+        let uid = derived_uid("item", &[lib, &(start + done).to_string()]);
+        graph
+            .write_item(&ItemWrite {
+                uid: &uid,
+                library_uid: lib,
+                collection_uid: &col,
+                title: "load document",
+                source_uri: None,
+                mime_type: None,
+                content_sha256: &uid,
+                chunks: &chunks,
+            })
+            .await
+            .unwrap();
+        done += k;
+    }
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    n: usize,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+    Stats { p50: at(0.50), p99: at(0.99), n: v.len() }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Target {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    graph: GraphStore,
+    scope: Scope,
+}
+
+impl Target {
+    async fn mcp_search(&self) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": "quasar tidal", "limit": 10},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                 "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let r = self
+            .http
+            .post(&self.url)
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "search")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        let text = r.text().await.unwrap();
+        assert!(text.contains("structuredContent"), "{text}");
+    }
+
+    async fn raw_search(&self) {
+        let hits = self.graph.search(&self.scope, "quasar tidal", 10, None).await.unwrap();
+        assert!(!hits.is_empty());
+    }
+}
+
+async fn sequential<F, Fut>(n: usize, f: F) -> Stats
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..20 {
+        f().await; // warm-up
+    }
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f().await;
+        v.push(t.elapsed());
+    }
+    stats(v)
+}
+
+/// Requests per second at `conc` concurrent workers for `secs` seconds.
+async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mcp: bool) -> (f64, Stats) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut handles = Vec::new();
+    for _ in 0..conc {
+        let t = t.clone();
+        handles.push(tokio::spawn(async move {
+            let mut v = Vec::new();
+            while Instant::now() < deadline {
+                let s = Instant::now();
+                if mcp {
+                    t.mcp_search().await
+                } else {
+                    t.raw_search().await
+                }
+                v.push(s.elapsed());
+            }
+            v
+        }));
+    }
+    let started = Instant::now();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    let rps = all.len() as f64 / started.elapsed().as_secs_f64();
+    (rps, stats(all))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let tenant_chunks = env("LOAD_TENANT_CHUNKS", 200);
+    let other_chunks = env("LOAD_OTHER_CHUNKS", 2000);
+    let growth = env("LOAD_GROWTH", 100);
+    let requests = env("LOAD_REQUESTS", 300);
+    let seconds = env("LOAD_SECONDS", 8) as u64;
+
+    let (mut settings, pool, admin) = common::fresh_settings("load").await;
+    settings.public_url = "http://127.0.0.1:0".into();
+    // Bulk loads and the final cleanup take longer than a request may.
+    let graph = GraphStore::connect(&settings).await.unwrap().with_timeout(Duration::from_secs(600));
+    graph.bootstrap_schema().await.unwrap();
+    let ns = format!("ld{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let tenant = format!("{ns}_tenant");
+    let others: Vec<String> = (0..10).map(|i| format!("{ns}_other_{i}")).collect();
+    for l in std::iter::once(&tenant).chain(&others) {
+        graph.create_library(l, l, "load").await.unwrap();
+    }
+    let t0 = Instant::now();
+    fill(&graph, &tenant, 0, tenant_chunks).await;
+    for (i, l) in others.iter().enumerate() {
+        fill(&graph, l, 1_000_000 * (i + 1), other_chunks / others.len()).await;
+    }
+    println!(
+        "corpus: tenant {tenant_chunks} chunks, others {other_chunks} chunks (loaded in {:.1} s)",
+        t0.elapsed().as_secs_f64()
+    );
+
+    users::create(&pool, "load", None, false).await.unwrap();
+    users::grant(&pool, "load", &tenant, users::Role::Owner).await.unwrap();
+    let (_, token) = mnemosyne::cli::create_token(&pool, "load", "load", &[tenant.clone()], None).await.unwrap();
+    let app = Application::build(settings.clone()).await.unwrap();
+    let url = format!("http://{}/mcp/", app.local_addr());
+    tokio::spawn(app.run_until(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let target = Arc::new(Target {
+        http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
+        url,
+        token,
+        graph: graph.clone(),
+        scope: Scope::new([tenant.clone()]),
+    });
+
+    let t = target.clone();
+    let mcp1 = sequential(requests, || t.mcp_search()).await;
+    let raw1 = sequential(requests, || t.raw_search()).await;
+    println!("\n== concurrency 1 ({} requests) ==", mcp1.n);
+    println!("raw Bolt : p50 {:7.2} ms  p99 {:7.2} ms", ms(raw1.p50), ms(raw1.p99));
+    println!("MCP      : p50 {:7.2} ms  p99 {:7.2} ms", ms(mcp1.p50), ms(mcp1.p99));
+    println!("MCP p50 − raw p50 = {:+.2} ms (goal ≤ +1 ms)", ms(mcp1.p50) - ms(raw1.p50));
+
+    let (raw_rps, raw32) = throughput(target.clone(), 32, seconds, false).await;
+    let (mcp_rps, mcp32) = throughput(target.clone(), 32, seconds, true).await;
+    println!("\n== concurrency 32 ({seconds} s each) ==");
+    println!("raw Bolt : {raw_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms", ms(raw32.p50), ms(raw32.p99));
+    println!("MCP      : {mcp_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms", ms(mcp32.p50), ms(mcp32.p99));
+    println!("MCP / raw throughput = {:.0} % (goal ≥ 80 %)", 100.0 * mcp_rps / raw_rps);
+
+    let t0 = Instant::now();
+    let extra = other_chunks * (growth - 1);
+    for (i, l) in others.iter().enumerate() {
+        fill(&graph, l, 1_000_000 * (i + 1) + other_chunks, extra / others.len()).await;
+    }
+    println!(
+        "\ngrew other tenants to {} chunks ({growth}×) in {:.1} s",
+        other_chunks * growth,
+        t0.elapsed().as_secs_f64()
+    );
+    let t = target.clone();
+    let mcp_big = sequential(requests, || t.mcp_search()).await;
+    let raw_big = sequential(requests, || t.raw_search()).await;
+    println!("\n== tenant isolation (concurrency 1) ==");
+    println!(
+        "MCP p50 : {:7.2} ms → {:7.2} ms  ({:.2}×, goal ≤ 1.5×)",
+        ms(mcp1.p50),
+        ms(mcp_big.p50),
+        ms(mcp_big.p50) / ms(mcp1.p50)
+    );
+    println!(
+        "raw p50 : {:7.2} ms → {:7.2} ms  ({:.2}×)",
+        ms(raw1.p50),
+        ms(raw_big.p50),
+        ms(raw_big.p50) / ms(raw1.p50)
+    );
+
+    let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
+    graph.delete_libraries(&all).await.unwrap();
+    common::drop_db(&admin, &settings.database_url).await;
+}
