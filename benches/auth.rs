@@ -35,7 +35,9 @@ async fn fixture() -> Fixture {
     let (lib, _) = graph.ensure_workspace_library(&ws).await.unwrap();
     users::create(&pool, "bench", None, false).await.unwrap();
     users::grant(&pool, "bench", &lib, users::Role::Owner).await.unwrap();
-    let (_, opaque) = mnemosyne::cli::create_token(&pool, "bench", "b", &[lib.clone()], None).await.unwrap();
+    let (_, opaque) = mnemosyne::cli::create_token(&pool, "bench", "b", &[lib.clone()], None)
+        .await
+        .unwrap();
     let key = keys::newest_active(&pool).await.unwrap().unwrap();
     let secret = hex::decode(&key.secret_hex).unwrap();
     let team_id = Uuid::new_v4();
@@ -55,7 +57,13 @@ async fn fixture() -> Fixture {
     while !caches.listener_up() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let auth = Arc::new(Authenticator::new(pool.clone(), graph.clone(), caches, Metrics::new(), Duration::from_secs(5)));
+    let auth = Arc::new(Authenticator::new(
+        pool.clone(),
+        graph.clone(),
+        caches,
+        Metrics::new(),
+        Duration::from_secs(5),
+    ));
     let cold = Arc::new(Authenticator::new(
         pool,
         graph,
@@ -63,14 +71,28 @@ async fn fixture() -> Fixture {
         Metrics::new(),
         Duration::from_secs(5),
     ));
-    Fixture { auth, cold, opaque, team, per_turn, admin, url: settings.database_url }
+    Fixture {
+        auth,
+        cold,
+        opaque,
+        team,
+        per_turn,
+        admin,
+        url: settings.database_url,
+    }
 }
 
 fn bench(c: &mut Criterion) {
     mnemosyne::telemetry::init(mnemosyne::config::LogFormat::Text);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let f = rt.block_on(fixture());
-    let session = RequestContext { session_id: Some("bench-session") };
+    let session = RequestContext {
+        session_id: Some("bench-session"),
+    };
     // warm every cache once (and bind the per-turn jti to the session)
     rt.block_on(async {
         f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap();
@@ -80,19 +102,23 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("resolve_warm");
     g.measurement_time(Duration::from_secs(4));
     g.bench_function("opaque_token", |b| {
-        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap() })
     });
     g.bench_function("team_jwt", |b| {
-        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap() })
     });
     g.bench_function("per_turn_jwt_in_session", |b| {
-        b.to_async(&rt).iter(|| async { f.auth.authenticate(&f.per_turn, session).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { f.auth.authenticate(&f.per_turn, session).await.unwrap() })
     });
     g.finish();
     let mut g = c.benchmark_group("resolve_cold");
     g.measurement_time(Duration::from_secs(4)).sample_size(30);
     g.bench_function("team_jwt_no_cache", |b| {
-        b.to_async(&rt).iter(|| async { f.cold.authenticate(&f.team, RequestContext::default()).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { f.cold.authenticate(&f.team, RequestContext::default()).await.unwrap() })
     });
     g.finish();
     rt.block_on(common::drop_db(&f.admin, &f.url));

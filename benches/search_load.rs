@@ -27,9 +27,36 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 const WORDS: &[&str] = &[
-    "harbour", "tidal", "turbine", "kelp", "carbon", "sediment", "glacier", "current", "salinity", "plankton",
-    "estuary", "reef", "delta", "monsoon", "aquifer", "basalt", "lagoon", "fjord", "dune", "marsh", "trench",
-    "upwelling", "gyre", "shoal", "brine", "cobble", "silt", "tundra", "permafrost", "mangrove",
+    "harbour",
+    "tidal",
+    "turbine",
+    "kelp",
+    "carbon",
+    "sediment",
+    "glacier",
+    "current",
+    "salinity",
+    "plankton",
+    "estuary",
+    "reef",
+    "delta",
+    "monsoon",
+    "aquifer",
+    "basalt",
+    "lagoon",
+    "fjord",
+    "dune",
+    "marsh",
+    "trench",
+    "upwelling",
+    "gyre",
+    "shoal",
+    "brine",
+    "cobble",
+    "silt",
+    "tundra",
+    "permafrost",
+    "mangrove",
 ];
 
 /// Deterministic pseudo-random text; about one chunk in ten mentions "quasar".
@@ -80,7 +107,11 @@ struct Stats {
 fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort();
     let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
-    Stats { p50: at(0.50), p99: at(0.99), n: v.len() }
+    Stats {
+        p50: at(0.50),
+        p99: at(0.99),
+        n: v.len(),
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -171,7 +202,11 @@ async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mcp: bool) -> (f64, 
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(run());
 }
 
@@ -185,7 +220,10 @@ async fn run() {
     let (mut settings, pool, admin) = common::fresh_settings("load").await;
     settings.public_url = "http://127.0.0.1:0".into();
     // Bulk loads and the final cleanup take longer than a request may.
-    let graph = GraphStore::connect(&settings).await.unwrap().with_timeout(Duration::from_secs(600));
+    let graph = GraphStore::connect(&settings)
+        .await
+        .unwrap()
+        .with_timeout(Duration::from_secs(600));
     graph.bootstrap_schema().await.unwrap();
     let ns = format!("ld{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let tenant = format!("{ns}_tenant");
@@ -205,7 +243,9 @@ async fn run() {
 
     users::create(&pool, "load", None, false).await.unwrap();
     users::grant(&pool, "load", &tenant, users::Role::Owner).await.unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "load", "load", &[tenant.clone()], None).await.unwrap();
+    let (_, token) = mnemosyne::cli::create_token(&pool, "load", "load", &[tenant.clone()], None)
+        .await
+        .unwrap();
     let app = Application::build(settings.clone()).await.unwrap();
     let url = format!("http://{}/mcp/", app.local_addr());
     tokio::spawn(app.run_until(std::future::pending()));
@@ -224,14 +264,28 @@ async fn run() {
     println!("\n== concurrency 1 ({} requests) ==", mcp1.n);
     println!("raw Bolt : p50 {:7.2} ms  p99 {:7.2} ms", ms(raw1.p50), ms(raw1.p99));
     println!("MCP      : p50 {:7.2} ms  p99 {:7.2} ms", ms(mcp1.p50), ms(mcp1.p99));
-    println!("MCP p50 − raw p50 = {:+.2} ms (goal ≤ +1 ms)", ms(mcp1.p50) - ms(raw1.p50));
+    println!(
+        "MCP p50 − raw p50 = {:+.2} ms (goal ≤ +1 ms)",
+        ms(mcp1.p50) - ms(raw1.p50)
+    );
 
     let (raw_rps, raw32) = throughput(target.clone(), 32, seconds, false).await;
     let (mcp_rps, mcp32) = throughput(target.clone(), 32, seconds, true).await;
     println!("\n== concurrency 32 ({seconds} s each) ==");
-    println!("raw Bolt : {raw_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms", ms(raw32.p50), ms(raw32.p99));
-    println!("MCP      : {mcp_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms", ms(mcp32.p50), ms(mcp32.p99));
-    println!("MCP / raw throughput = {:.0} % (goal ≥ 80 %)", 100.0 * mcp_rps / raw_rps);
+    println!(
+        "raw Bolt : {raw_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(raw32.p50),
+        ms(raw32.p99)
+    );
+    println!(
+        "MCP      : {mcp_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(mcp32.p50),
+        ms(mcp32.p99)
+    );
+    println!(
+        "MCP / raw throughput = {:.0} % (goal ≥ 80 %)",
+        100.0 * mcp_rps / raw_rps
+    );
 
     let t0 = Instant::now();
     let extra = other_chunks * (growth - 1);

@@ -2,8 +2,6 @@
 //! account. Creating or deleting a workspace Library is announced on the auth
 //! channel, so teams see it on their next request.
 
-use std::time::Duration;
-
 use axum::{
     extract::{Path, State},
     http::StatusCode,
@@ -22,8 +20,6 @@ use crate::startup::AppState;
 use crate::store::graph::ingest::{derived_uid, ItemWrite};
 use crate::store::graph::GraphStore;
 use crate::store::pg;
-
-const ECHO_WAIT: Duration = Duration::from_secs(2);
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -68,7 +64,7 @@ async fn announce_workspace(state: &AppState, ws: &str) {
     let payload = format!("workspace:{ws}");
     let echo = state.auth.caches.subscribe();
     match pg::notify(&state.pg, &payload).await {
-        Ok(()) => await_echo(echo, &payload, ECHO_WAIT).await,
+        Ok(()) => await_echo(&state.auth.caches, echo, &payload).await,
         Err(e) => {
             // The staleness bound still applies; say so loudly.
             tracing::error!(error = %e, workspace = ws, "could not announce workspace change");

@@ -2,8 +2,6 @@
 //! waits (bounded) until this instance's auth caches have seen its NOTIFY, so
 //! the next request anywhere sees the change.
 
-use std::time::Duration;
-
 use axum::{
     extract::{Path, State},
     http::StatusCode,
@@ -20,8 +18,6 @@ use crate::auth::{basic::ServiceAccount, cache::await_echo, jwt};
 use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
 use crate::store::pg::{keys, teams};
-
-const ECHO_WAIT: Duration = Duration::from_secs(2);
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -75,7 +71,7 @@ async fn create(
     let echo = state.auth.caches.subscribe();
     match teams::create(&state.pg, &sa.username, id, &body.name, jti).await? {
         teams::Created::New(t) => {
-            await_echo(echo, &format!("teams:{id}"), ECHO_WAIT).await;
+            await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
             tracing::info!(team = %id, actor = %sa.username, "team created");
             Ok((
                 StatusCode::CREATED,
@@ -113,7 +109,7 @@ async fn delete(
     if !teams::deactivate(&state.pg, &sa.username, id).await? {
         return Err(ApiError::NotFound("team not found".into()));
     }
-    await_echo(echo, &format!("teams:{id}"), ECHO_WAIT).await;
+    await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
     tracing::info!(team = %id, actor = %sa.username, "team deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -156,7 +152,7 @@ async fn workspaces(
     let stored = teams::replace_workspaces(&state.pg, &sa.username, id, &ids)
         .await?
         .ok_or_else(|| ApiError::NotFound("team not found".into()))?;
-    await_echo(echo, &format!("team_workspace_assignments:{id}"), ECHO_WAIT).await;
+    await_echo(&state.auth.caches, echo, &format!("team_workspace_assignments:{id}")).await;
     Ok(Json(json!({"workspace_ids": stored})).into_response())
 }
 
@@ -171,7 +167,7 @@ async fn rotate(
     let echo = state.auth.caches.subscribe();
     match teams::rotate(&state.pg, &sa.username, id, jti).await? {
         teams::Rotated::Ok => {
-            await_echo(echo, &format!("teams:{id}"), ECHO_WAIT).await;
+            await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
             tracing::info!(team = %id, actor = %sa.username, "team rotated");
             Ok(Json(json!({"jwt": token})).into_response())
         }

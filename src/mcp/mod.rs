@@ -23,6 +23,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .with_allowed_hosts(state.allowed_hosts.iter().cloned())
         .with_allowed_origins(state.allowed_origins.iter().cloned())
         .enforce_origin_validation()
+        // Stateless (2026-07-28) answers as plain JSON unless a tool streams
+        // progress first: less framing per request than SSE.
+        .with_json_response(true)
         .with_max_request_body_bytes(state.settings.body_limit_bytes);
     let router = Arc::new(KnowledgeServer::router());
     let s = state.clone();

@@ -40,7 +40,7 @@ pub fn base_settings() -> Settings {
     let mut s = Settings::from_env().expect("settings from env");
     s.listen = "127.0.0.1:0".parse().unwrap();
     s.public_url = "http://127.0.0.1:0".into();
-    s.store_timeout_ms = 3000;
+    s.store_timeout_ms = 10_000;
     s
 }
 
