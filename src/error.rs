@@ -94,6 +94,9 @@ impl IntoResponse for ApiError {
             other => json!({"error": other.code(), "message": other.to_string()}),
         };
         let mut resp = (status, Json(body)).into_response();
+        // Errors may be answered before the body was read (auth extractors run
+        // first): close rather than leave unread bytes on a keep-alive connection.
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         match self {
             ApiError::BasicUnauthorized => {
                 resp.headers_mut().insert(

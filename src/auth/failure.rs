@@ -73,6 +73,10 @@ impl AuthError {
     /// The HTTP answer; `resource_metadata` is the RFC 9728 URL when an
     /// authorization server is configured.
     pub fn into_response_with(self, resource_metadata: Option<&str>) -> Response {
+        crate::auth::layer::closing(self.response(resource_metadata))
+    }
+
+    fn response(self, resource_metadata: Option<&str>) -> Response {
         let rm = resource_metadata
             .map(|u| format!(", resource_metadata=\"{u}\""))
             .unwrap_or_default();

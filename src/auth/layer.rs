@@ -55,22 +55,25 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-fn forbidden(msg: &str) -> Response {
-    (
-        StatusCode::FORBIDDEN,
-        Json(json!({"error": "forbidden", "message": msg})),
-    )
-        .into_response()
+/// Refusals are sent before the request body is read: close the connection so
+/// a keep-alive client never writes its next request into an unread body.
+pub fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    r
 }
 
-/// Same answer rmcp gives for a session it does not know: another principal's
-/// session is indistinguishable from a missing one.
-fn session_not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({"error": "not_found", "message": "Session not found"})),
-    )
-        .into_response()
+fn forbidden(msg: &str) -> Response {
+    closing((StatusCode::FORBIDDEN, Json(json!({"error": "forbidden", "message": msg}))).into_response())
+}
+
+/// Byte for byte what rmcp answers for a session it does not know, so another
+/// principal's session is indistinguishable from a missing one. The body is
+/// read first (bounded), as rmcp does, so the connection stays usable.
+async fn session_not_found(req: Request, limit: usize) -> Response {
+    let _ = axum::body::to_bytes(req.into_body(), limit).await;
+    let mut r = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    r.headers_mut().remove(header::CONTENT_TYPE);
+    r
 }
 
 pub async fn mcp_auth(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -105,17 +108,30 @@ pub async fn mcp_auth(State(state): State<AppState>, mut req: Request, next: Nex
         Ok(r) => r,
         Err(e) => return e.into_response_with(resource_metadata.as_deref()),
     };
+    let is_delete = req.method() == http::Method::DELETE;
     if let Some(sid) = &session {
         match state.session_owners.0.get(sid).await {
             Some(owner) if owner.0 == principal.kind && owner.1 == principal.subject => {}
-            Some(_) => return session_not_found(),
+            Some(_) => return session_not_found(req, state.settings.body_limit_bytes).await,
+            // rmcp answers DELETE of an unknown session with 202; the spec
+            // wants 404, as for any other request on it.
+            None if is_delete => return session_not_found(req, state.settings.body_limit_bytes).await,
             // Unknown to this replica: rmcp answers 404 itself.
             None => {}
         }
     }
     let owner = Arc::new((principal.kind, principal.subject.clone()));
     req.extensions_mut().insert::<Principal>(principal);
-    let resp = next.run(req).await;
+    let mut resp = next.run(req).await;
+    if is_delete {
+        if let Some(sid) = &session {
+            if resp.status().is_success() {
+                state.session_owners.0.invalidate(sid).await;
+                // Terminated: nothing to send back (clients expect 200 or 204).
+                *resp.status_mut() = StatusCode::NO_CONTENT;
+            }
+        }
+    }
     if session.is_none() {
         if let Some(new_sid) = header_str(resp.headers(), SESSION_HEADER).map(str::to_owned) {
             state.session_owners.0.insert(new_sid.clone(), owner).await;

@@ -332,10 +332,11 @@ impl KnowledgeServer {
         input_schema = empty_schema(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn get_health(&self) -> Result<CallToolResult, McpError> {
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            self.health().await.to_string(),
-        )]))
+    async fn get_health(&self, args: JsonObject) -> Result<CallToolResult, McpError> {
+        if let Err(e) = Args(&args).only(&[]) {
+            return Ok(Outcome::from(e).into_result());
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text(self.health().await.to_string())]))
     }
 }
 

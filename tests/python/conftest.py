@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -38,6 +39,7 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/mnemosyne"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 CLI_TIMEOUT_S = 120.0
+SEED_RETRY_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     env = dict(os.environ)
     env["MNEMOSYNE_DATABASE_URL"] = _with_database(base_url, db)
     psql = _psql()
-    _run([psql, admin_url, "-v", "ON_ERROR_STOP=1", "-qAtc", f'CREATE DATABASE "{db}"'], env)
+    try:
+        _run([psql, admin_url, "-v", "ON_ERROR_STOP=1", "-qAtc", f'CREATE DATABASE "{db}"'], env)
+    except RuntimeError as e:
+        raise RuntimeError(f"cannot create the test database; are the dev services up (scripts/dev up)?\n{e}") from None
 
     workdir = Path(tempfile.mkdtemp(prefix="mnemosyne-pytest-"))
     log = workdir / "serve.log"
@@ -177,17 +182,33 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         service_password = secrets.token_urlsafe(24)
         _run([binary, "user", "create", service_user, "--service", "--password-stdin"], env, stdin=service_password + "\n")
 
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        serve_env = dict(env, MNEMOSYNE_LISTEN=f"127.0.0.1:{port}", MNEMOSYNE_PUBLIC_URL=base)
-        with log.open("wb") as out:
-            proc = subprocess.Popen([binary, "serve"], cwd=ROOT, env=serve_env, stdout=out, stderr=subprocess.STDOUT)
-        _wait_ready(proc, base, log)
+        for attempt in range(3):
+            # The port is free now; another process may take it before serve
+            # binds it. Then serve exits at once, and we try another port.
+            port = _free_port()
+            base = f"http://127.0.0.1:{port}"
+            serve_env = dict(env, MNEMOSYNE_LISTEN=f"127.0.0.1:{port}", MNEMOSYNE_PUBLIC_URL=base, NO_COLOR="1")
+            with log.open("wb") as out:
+                proc = subprocess.Popen([binary, "serve"], cwd=ROOT, env=serve_env, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                _wait_ready(proc, base, log)
+                break
+            except RuntimeError:
+                if proc.poll() is None or attempt == 2:
+                    raise
 
         http = httpx2.Client(base_url=base, auth=(service_user, service_password), trust_env=False, timeout=30.0)
 
         def post(path: str, body: dict, want: tuple[int, ...] = (200, 201)) -> dict:
-            r = http.post(path, json=body)
+            # 503 means a store did not answer in time ("retry later"): the
+            # graph is shared with whoever else is testing, so retry, bounded.
+            # Ingest is idempotent (same content: "unchanged").
+            deadline = time.monotonic() + SEED_RETRY_S
+            while True:
+                r = http.post(path, json=body)
+                if r.status_code != 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
             assert r.status_code in want, f"POST {path}: {r.status_code} {r.text}"
             return r.json()
 
@@ -268,7 +289,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
                 [psql, admin_url, "-qAtc", f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'],
                 cwd=ROOT, env=env, capture_output=True, timeout=CLI_TIMEOUT_S,
             )
-            if request.session.testsfailed:
+            if request.session.testsfailed or sys.exc_info()[0] is not None:
                 print(f"\nmnemosyne serve log kept at {log}")
             else:
                 shutil.rmtree(workdir, ignore_errors=True)

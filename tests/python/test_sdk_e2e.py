@@ -94,14 +94,24 @@ class Wire:
         return [e for e in self.exchanges if e.method == "POST"]
 
 
+#: No connection reuse. Used wherever the server refuses a request with a body
+#: before reading it: it then closes the connection without `Connection: close`
+#: (see test_server_findings.py), and a client that reuses it may get
+#: "Server disconnected" instead of the next answer.
+FRESH_CONNECTIONS = httpx2.Limits(max_keepalive_connections=0)
+
+
 @asynccontextmanager
-async def mcp_client(stack: Stack, bearer: str, mode: str, wire: Wire | None = None) -> AsyncIterator[Client]:
+async def mcp_client(
+    stack: Stack, bearer: str, mode: str, wire: Wire | None = None, *, reuse_connections: bool = True
+) -> AsyncIterator[Client]:
     """An SDK client over Streamable HTTP with `Authorization: Bearer <bearer>`."""
     async with httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {bearer}"},
         timeout=httpx2.Timeout(10.0, read=READ_TIMEOUT_S),
         trust_env=False,
         event_hooks=wire.hooks() if wire is not None else None,
+        **({} if reuse_connections else {"limits": FRESH_CONNECTIONS}),
     ) as http:
         transport = streamable_http_client(stack.mcp_url, http_client=http)
         async with Client(
@@ -272,7 +282,8 @@ async def test_wrong_bearer_fails_fast_through_the_sdk(stack: Stack, wrong: str,
     started = anyio.current_time()
     with anyio.fail_after(DEADLINE_S):
         with pytest.raises(Exception) as caught:
-            async with mcp_client(stack, WRONG_BEARERS[wrong](stack), mode, wire) as client:
+            # mode="auto" sends server/discover, then initialize after the 401.
+            async with mcp_client(stack, WRONG_BEARERS[wrong](stack), mode, wire, reuse_connections=False) as client:
                 await client.list_tools()
     assert anyio.current_time() - started < 5.0, "a refused bearer must fail fast, not hang"
     errors = leaves(caught.value)
@@ -323,7 +334,7 @@ async def test_refused_bearer_is_a_401_on_the_wire(stack: Stack, wrong: str, sta
     bearer = None if wrong == "missing" else WRONG_BEARERS[wrong](stack)
     body = _raw_body(stateless)
     with anyio.fail_after(DEADLINE_S):
-        async with httpx2.AsyncClient(timeout=10.0, trust_env=False) as http:
+        async with httpx2.AsyncClient(timeout=10.0, trust_env=False, limits=FRESH_CONNECTIONS) as http:
             r = await http.post(stack.mcp_url, headers=_raw_headers(bearer, stateless, body["method"]), json=body)
     assert r.status_code == 401, r.text
     assert r.headers["content-type"].startswith("application/json")
