@@ -1,3 +1,4 @@
+#![allow(clippy::cloned_ref_to_slice_refs)]
 //! Warm bearer resolution per credential kind (goal: ≤ 20 µs each), and the
 //! cold team path (caches off: one Postgres and one graph round trip, plus the
 //! key lookup) for comparison. Needs `scripts/dev up`.

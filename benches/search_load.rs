@@ -1,3 +1,4 @@
+#![allow(clippy::cloned_ref_to_slice_refs)]
 //! Load benchmark for `search` (issue: MCP knowledge tools). Prints numbers;
 //! asserts nothing about time. Needs `scripts/dev up`.
 //!
@@ -67,7 +68,7 @@ fn chunk_text(seed: usize) -> String {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         words.push(WORDS[(x >> 33) as usize % WORDS.len()]);
     }
-    if seed % 10 == 0 {
+    if seed.is_multiple_of(10) {
         words.push("quasar");
     }
     words.join(" ")

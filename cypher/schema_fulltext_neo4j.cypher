@@ -1,1 +1,1 @@
-CREATE FULLTEXT INDEX chunk_text IF NOT EXISTS FOR (c:Chunk) ON EACH [c.text, c.library_uid]
+CREATE FULLTEXT INDEX chunk_scoped IF NOT EXISTS FOR (c:Chunk) ON EACH [c.scoped]

@@ -96,7 +96,8 @@ impl IntoResponse for ApiError {
         let mut resp = (status, Json(body)).into_response();
         // Errors may be answered before the body was read (auth extractors run
         // first): close rather than leave unread bytes on a keep-alive connection.
-        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
         match self {
             ApiError::BasicUnauthorized => {
                 resp.headers_mut().insert(

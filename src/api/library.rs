@@ -14,7 +14,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use text_splitter::{ChunkConfig, MarkdownSplitter};
 
-use crate::auth::{basic::ServiceAccount, cache::await_echo};
+use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
 use crate::store::graph::ingest::{derived_uid, ItemWrite};
@@ -59,12 +59,11 @@ fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Announces a workspace-library change and waits for our own listener.
+/// Announces a workspace-library change and fences it across replicas.
 async fn announce_workspace(state: &AppState, ws: &str) {
     let payload = format!("workspace:{ws}");
-    let echo = state.auth.caches.subscribe();
     match pg::notify(&state.pg, &payload).await {
-        Ok(()) => await_echo(&state.auth.caches, echo, &payload).await,
+        Ok(()) => state.auth.caches.fence(&state.pg).await,
         Err(e) => {
             // The staleness bound still applies; say so loudly.
             tracing::error!(error = %e, workspace = ws, "could not announce workspace change");

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::auth::{basic::ServiceAccount, cache::await_echo, jwt};
+use crate::auth::{basic::ServiceAccount, jwt};
 use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
 use crate::store::pg::{keys, teams};
@@ -68,10 +68,9 @@ async fn create(
     // Mint before inserting so a missing key never leaves a team without a JWT.
     let jti = Uuid::new_v4();
     let token = mint(&state, id, jti).await?;
-    let echo = state.auth.caches.subscribe();
     match teams::create(&state.pg, &sa.username, id, &body.name, jti).await? {
         teams::Created::New(t) => {
-            await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
+            state.auth.caches.fence(&state.pg).await;
             tracing::info!(team = %id, actor = %sa.username, "team created");
             Ok((
                 StatusCode::CREATED,
@@ -105,11 +104,10 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "id")?;
-    let echo = state.auth.caches.subscribe();
     if !teams::deactivate(&state.pg, &sa.username, id).await? {
         return Err(ApiError::NotFound("team not found".into()));
     }
-    await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
+    state.auth.caches.fence(&state.pg).await;
     tracing::info!(team = %id, actor = %sa.username, "team deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -148,11 +146,10 @@ async fn workspaces(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "id")?;
     let ids = clean_workspace_ids(body.workspace_ids)?;
-    let echo = state.auth.caches.subscribe();
     let stored = teams::replace_workspaces(&state.pg, &sa.username, id, &ids)
         .await?
         .ok_or_else(|| ApiError::NotFound("team not found".into()))?;
-    await_echo(&state.auth.caches, echo, &format!("team_workspace_assignments:{id}")).await;
+    state.auth.caches.fence(&state.pg).await;
     Ok(Json(json!({"workspace_ids": stored})).into_response())
 }
 
@@ -164,10 +161,9 @@ async fn rotate(
     let id = parse_id(&id, "id")?;
     let jti = Uuid::new_v4();
     let token = mint(&state, id, jti).await?;
-    let echo = state.auth.caches.subscribe();
     match teams::rotate(&state.pg, &sa.username, id, jti).await? {
         teams::Rotated::Ok => {
-            await_echo(&state.auth.caches, echo, &format!("teams:{id}")).await;
+            state.auth.caches.fence(&state.pg).await;
             tracing::info!(team = %id, actor = %sa.username, "team rotated");
             Ok(Json(json!({"jwt": token})).into_response())
         }

@@ -81,6 +81,8 @@ impl Named<String, Arc<String>> {
 pub struct AuthCaches {
     enabled: bool,
     listener_up: AtomicBool,
+    /// LISTEN connections made so far (each one started from empty caches).
+    connections: AtomicU64,
     /// kid → decoded secret of a non-retired key. Invalidated by `mcp_signing_keys:*`.
     pub keys: Named<String, Arc<Vec<u8>>>,
     /// token hash → token row. Invalidated by `mcp_tokens:*` and `users:*`.
@@ -96,7 +98,13 @@ pub struct AuthCaches {
     /// per-turn jti → the session it is bound to (only immutable facts are cached).
     pub jti_sessions: Named<String, Arc<String>>,
     notifications: broadcast::Sender<String>,
+    /// This instance's identity on the auth channel (fences and acks).
+    pub instance: Uuid,
 }
+
+/// `application_name` prefix of every instance's LISTEN connection: a writer
+/// finds the live replicas in `pg_stat_activity` by it.
+pub const LISTENER_APP: &str = "mnemosyne-listener:";
 
 impl AuthCaches {
     pub fn new(max_staleness: Duration) -> Self {
@@ -109,6 +117,7 @@ impl AuthCaches {
         AuthCaches {
             enabled: !max_staleness.is_zero(),
             listener_up: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
             keys: Named::new("keys", ttl, 1_000),
             tokens: Named::new("tokens", ttl, 100_000),
             teams: Named::new("teams", ttl, 100_000),
@@ -117,6 +126,7 @@ impl AuthCaches {
             // A jti outlives its token by at most the leeway; sessions do not move.
             jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000),
             notifications,
+            instance: Uuid::new_v4(),
         }
     }
 
@@ -137,6 +147,8 @@ impl AuthCaches {
     pub async fn apply(&self, payload: &str) {
         let (table, key) = payload.split_once(':').unwrap_or((payload, "*"));
         match table {
+            // Fence protocol messages: nothing to invalidate.
+            "fence" | "ack" => {}
             "teams" | "team_workspace_assignments" => match Uuid::parse_str(key) {
                 Ok(id) => self.teams.invalidate(&id).await,
                 Err(_) => self.teams.invalidate_all(),
@@ -162,28 +174,70 @@ impl AuthCaches {
     pub fn listener_up(&self) -> bool {
         self.listener_up.load(Ordering::SeqCst)
     }
+
+    /// How many LISTEN connections this instance has made.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
 }
 
-/// How long a writer waits for its own notification to come back.
-pub const ECHO_WAIT: Duration = Duration::from_secs(2);
+/// Longest a writer waits for the replicas' acknowledgements.
+pub const FENCE_WAIT: Duration = Duration::from_secs(1);
 
-/// Waits (bounded by `ECHO_WAIT`) until this instance's listener has applied
-/// `payload`. Returns at once while the caches are bypassed (listener down or
-/// caches off): then there is nothing stale to wait for.
-pub async fn await_echo(caches: &AuthCaches, mut rx: broadcast::Receiver<String>, payload: &str) {
-    if !caches.usable() {
-        return;
-    }
-    let _ = tokio::time::timeout(ECHO_WAIT, async {
-        loop {
-            match rx.recv().await {
-                Ok(p) if p == payload => return,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
+impl AuthCaches {
+    /// Makes a committed auth change visible on the next request of every
+    /// replica: sends `fence:<id>` on the auth channel after the change (so
+    /// every listener receives it after the change's own notifications, in
+    /// commit order) and waits, bounded by `FENCE_WAIT`, until each live
+    /// listener (found by its `application_name`) answered `ack:<id>:<instance>`.
+    /// A replica whose listener is down is not waited for: it bypasses its
+    /// caches until it reconnects and empties them.
+    pub async fn fence(&self, pool: &PgPool) {
+        if !self.usable() {
+            // Our own listener is down: we cannot hear acks. Every replica
+            // still honours the staleness bound.
+            return;
         }
-    })
-    .await;
+        let id = Uuid::new_v4();
+        let mut rx = self.subscribe();
+        let live: Result<Vec<String>, _> = sqlx::query_scalar(
+            "SELECT substr(application_name, $1) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name LIKE $2",
+        )
+        .bind(LISTENER_APP.len() as i32 + 1)
+        .bind(format!("{LISTENER_APP}%"))
+        .fetch_all(pool)
+        .await;
+        let mut waiting: std::collections::HashSet<String> = match live {
+            Ok(l) => l.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "fence: could not list replicas");
+                return;
+            }
+        };
+        if let Err(e) = crate::store::pg::notify(pool, &format!("fence:{id}")).await {
+            tracing::warn!(error = %e, "fence: could not notify");
+            return;
+        }
+        let prefix = format!("ack:{id}:");
+        let done = tokio::time::timeout(FENCE_WAIT, async {
+            while !waiting.is_empty() {
+                match rx.recv().await {
+                    Ok(p) => {
+                        if let Some(inst) = p.strip_prefix(&prefix) {
+                            waiting.remove(inst);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        })
+        .await;
+        if done.is_err() {
+            tracing::warn!(missing = waiting.len(), "fence: not every replica acknowledged in time");
+        }
+    }
 }
 
 /// The LISTEN task: runs until the process ends. Any error or dropped
@@ -197,7 +251,14 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
             return;
         }
         let listener = async {
-            let mut l = PgListener::connect_with(&pool).await?;
+            // A one-connection pool of its own, named so writers can count us.
+            let opts = (*pool.connect_options())
+                .clone()
+                .application_name(&format!("{LISTENER_APP}{}", caches.instance));
+            let own = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect_lazy_with(opts);
+            let mut l = PgListener::connect_with(&own).await?;
             l.listen(AUTH_CHANNEL).await?;
             Ok::<_, sqlx::Error>(l)
         }
@@ -213,11 +274,23 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
         };
         backoff = Duration::from_millis(100);
         caches.invalidate_all();
+        caches.connections.fetch_add(1, Ordering::SeqCst);
         caches.listener_up.store(true, Ordering::SeqCst);
         tracing::debug!("auth LISTEN connected");
         loop {
             match listener.try_recv().await {
-                Ok(Some(n)) => caches.apply(n.payload()).await,
+                Ok(Some(n)) => {
+                    let payload = n.payload();
+                    caches.apply(payload).await;
+                    if let Some(fence) = payload.strip_prefix("fence:") {
+                        // Everything before the fence is applied: acknowledge.
+                        let ack = format!("ack:{fence}:{}", caches.instance);
+                        let pool = pool.clone();
+                        tokio::spawn(async move {
+                            let _ = crate::store::pg::notify(&pool, &ack).await;
+                        });
+                    }
+                }
                 Ok(None) => {
                     tracing::warn!("auth LISTEN connection lost; caches bypassed until reconnect");
                     break;

@@ -58,12 +58,19 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
 /// Refusals are sent before the request body is read: close the connection so
 /// a keep-alive client never writes its next request into an unread body.
 pub fn closing(mut r: Response) -> Response {
-    r.headers_mut().insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    r.headers_mut()
+        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
     r
 }
 
 fn forbidden(msg: &str) -> Response {
-    closing((StatusCode::FORBIDDEN, Json(json!({"error": "forbidden", "message": msg}))).into_response())
+    closing(
+        (
+            StatusCode::FORBIDDEN,
+            Json(json!({"error": "forbidden", "message": msg})),
+        )
+            .into_response(),
+    )
 }
 
 /// Byte for byte what rmcp answers for a session it does not know, so another

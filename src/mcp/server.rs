@@ -336,7 +336,9 @@ impl KnowledgeServer {
         if let Err(e) = Args(&args).only(&[]) {
             return Ok(Outcome::from(e).into_result());
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(self.health().await.to_string())]))
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            self.health().await.to_string(),
+        )]))
     }
 }
 

@@ -30,8 +30,8 @@ impl Flavor {
     /// Name to pass to `db.index.fulltext.queryNodes`.
     pub fn fulltext_index(&self) -> &'static str {
         match self.kind {
-            GraphFlavor::Arcadedb => "Chunk[text,library_uid]",
-            GraphFlavor::Neo4j => "chunk_text",
+            GraphFlavor::Arcadedb => "Chunk[scoped]",
+            GraphFlavor::Neo4j => "chunk_scoped",
         }
     }
 

@@ -176,6 +176,7 @@ impl GraphStore {
                 );
                 m.insert("ordinal".into(), (i as i64).into());
                 m.insert("text".into(), text.as_str().into());
+                m.insert("scoped".into(), super::scoped::scoped_text(w.library_uid, text).into());
                 m.into()
             })
             .collect();

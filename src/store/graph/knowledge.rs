@@ -6,12 +6,8 @@ use neo4rs::{query, BoltType, Query};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{GraphError, GraphStore};
+use super::{scoped, GraphError, GraphStore};
 use crate::auth::Scope;
-
-/// Lucene caps a boolean query at 1024 clauses; scope lists longer than this are
-/// searched in batches and merged.
-const LIBS_PER_QUERY: usize = 500;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SearchHit {
@@ -65,49 +61,6 @@ pub struct ItemView {
     pub library_uid: String,
 }
 
-/// Escapes user text for the Lucene query parser: every special character is
-/// a plain character, and the upper-case operators become plain words.
-pub fn lucene_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
-    for word in text.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        if matches!(word, "AND" | "OR" | "NOT" | "TO") {
-            out.push_str(&word.to_lowercase());
-            continue;
-        }
-        for ch in word.chars() {
-            if "+-&|!(){}[]^\"~*?:\\/".contains(ch) {
-                out.push('\\');
-            }
-            out.push(ch);
-        }
-    }
-    out
-}
-
-/// Whether the analyzer will keep any term of this text (the standard analyzer
-/// drops punctuation; a query of only punctuation matches nothing).
-pub fn has_terms(text: &str) -> bool {
-    text.chars().any(char::is_alphanumeric)
-}
-
-/// The full-text query: the user's text on `text`, the scope pushed into the
-/// index as a zero-boost clause on `library_uid` (it filters without changing
-/// scores; an exact `IN $libs` check follows in Cypher).
-pub fn lucene_query(text: &str, libs: &[String]) -> String {
-    let libs: Vec<String> = libs
-        .iter()
-        .map(|l| format!("\"{}\"", lucene_escape_phrase(l)))
-        .collect();
-    format!("+text:({}) +library_uid:({})^0", lucene_escape(text), libs.join(" "))
-}
-
-fn lucene_escape_phrase(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
 fn libs_param(libs: &[String]) -> BoltType {
     libs.to_vec().into()
 }
@@ -126,16 +79,14 @@ impl GraphStore {
         limit: usize,
         collection_uid: Option<&str>,
     ) -> Result<Vec<SearchHit>, GraphError> {
-        if scope.is_empty() || !has_terms(text) {
-            return Ok(Vec::new());
-        }
+        let words = scoped::query_words(text);
         // A few extra rows so ties at the cut are broken by scope order.
         let fetch = (limit + 10) as i64;
         let mut hits = Vec::new();
-        for batch in scope.uids().chunks(LIBS_PER_QUERY) {
+        for (batch, lucene) in scoped::scoped_queries(scope.uids(), &words) {
             let q = query(include_str!("../../../cypher/search.cypher"))
                 .param("index", self.flavor.fulltext_index())
-                .param("lucene", lucene_query(text, batch))
+                .param("lucene", lucene)
                 .param("libs", libs_param(batch))
                 .param("collection_uid", opt(collection_uid))
                 .param("limit", fetch);
@@ -250,30 +201,5 @@ impl GraphStore {
             .param("after", after)
             .param("limit", limit as i64);
         self.rows(q).await?.iter().map(|r| Ok(r.to::<ItemView>()?)).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_makes_specials_plain() {
-        assert_eq!(lucene_escape("(foo AND \"bar"), "\\(foo and \\\"bar");
-        assert_eq!(lucene_escape("a:b"), "a\\:b");
-        assert_eq!(lucene_escape("*  ?"), "\\* \\?");
-        assert_eq!(lucene_escape("c++ -x /y\\"), "c\\+\\+ \\-x \\/y\\\\");
-    }
-
-    #[test]
-    fn scope_is_pushed_into_the_index_query_with_zero_boost() {
-        let q = lucene_query("alpha", &["lib_a".into(), "lib_b".into()]);
-        assert_eq!(q, "+text:(alpha) +library_uid:(\"lib_a\" \"lib_b\")^0");
-    }
-
-    #[test]
-    fn punctuation_only_has_no_terms() {
-        assert!(!has_terms("* ? ()"));
-        assert!(has_terms("a:b"));
     }
 }

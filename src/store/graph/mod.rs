@@ -4,6 +4,7 @@
 pub mod flavor;
 pub mod ingest;
 pub mod knowledge;
+pub mod scoped;
 
 use std::collections::HashMap;
 use std::future::Future;
