@@ -253,15 +253,31 @@ impl GraphStore {
             .collect()
     }
 
-    /// Deletes libraries and everything under them, in one transaction.
+    /// Deletes libraries and everything under them. Chunks and items go in
+    /// batches (one transaction over a large library exhausts the graph
+    /// server), the Library node last: an interrupted delete leaves the library
+    /// in place, and running it again finishes it.
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
         }
+        const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
+        for file in [
+            include_str!("../../../cypher/delete_libraries_chunks.cypher"),
+            include_str!("../../../cypher/delete_libraries_items.cypher"),
+        ] {
+            loop {
+                let rows = self
+                    .rows(query(file).param("libs", l.clone()).param("batch", BATCH))
+                    .await?;
+                let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
+                if n < BATCH {
+                    break;
+                }
+            }
+        }
         self.write_txn(vec![
-            query(include_str!("../../../cypher/delete_libraries_chunks.cypher")).param("libs", l.clone()),
-            query(include_str!("../../../cypher/delete_libraries_items.cypher")).param("libs", l.clone()),
             query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
             query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
         ])
