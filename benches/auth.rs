@@ -46,13 +46,14 @@ async fn fixture() -> Fixture {
     teams::create(&pool, "bench", team_id, "Bench", jti).await.unwrap();
     teams::replace_workspaces(&pool, "bench", team_id, &[ws]).await.unwrap();
     let now = chrono::Utc::now().timestamp();
-    let team = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now);
+    let team = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now).unwrap();
     let per_turn = jwt::sign_hs256(
         &json!({"iss": "daedalus", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
                 "jti": Uuid::new_v4().to_string(), "libs": [lib]}),
         &key.kid,
         &secret,
-    );
+    )
+    .unwrap();
     let caches = Arc::new(AuthCaches::new(Duration::from_secs(300)));
     tokio::spawn(listen(pool.clone(), caches.clone()));
     while !caches.listener_up() {

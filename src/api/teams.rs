@@ -49,7 +49,8 @@ async fn mint(state: &AppState, team: Uuid, jti: Uuid) -> Result<String, ApiErro
         ApiError::Internal("no active signing key; run `mnemosyne migrate` or `signing-key create`".into())
     })?;
     let secret = hex::decode(&key.secret_hex).map_err(|_| ApiError::Internal("corrupt signing key".into()))?;
-    Ok(jwt::mint_team_jwt(team, jti, &key.kid, &secret, Utc::now().timestamp()))
+    jwt::mint_team_jwt(team, jti, &key.kid, &secret, Utc::now().timestamp())
+        .map_err(|e| ApiError::Internal(format!("signing a team JWT: {e}")))
 }
 
 #[derive(Deserialize)]

@@ -159,7 +159,13 @@ pub struct TeamClaims {
 }
 
 /// Signs a team JWT with the given key (HS256, `kid` in the header).
-pub fn mint_team_jwt(team_id: Uuid, jti: Uuid, kid: &str, secret: &[u8], now: i64) -> String {
+pub fn mint_team_jwt(
+    team_id: Uuid,
+    jti: Uuid,
+    kid: &str,
+    secret: &[u8],
+    now: i64,
+) -> Result<String, jsonwebtoken::errors::Error> {
     let claims = TeamClaims {
         iss: ISS_MNEMOSYNE.into(),
         aud: AUDIENCE.into(),
@@ -171,16 +177,15 @@ pub fn mint_team_jwt(team_id: Uuid, jti: Uuid, kid: &str, secret: &[u8], now: i6
     };
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some(kid.to_owned());
-    // Encoding with HS256 and a byte key cannot fail.
-    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(secret)).unwrap_or_default()
+    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(secret))
 }
 
 /// Signs arbitrary claims with HS256 (per-turn minting in tests, the demo and
 /// benchmarks; Daedalus does the same on its side).
-pub fn sign_hs256(claims: &Value, kid: &str, secret: &[u8]) -> String {
+pub fn sign_hs256(claims: &Value, kid: &str, secret: &[u8]) -> Result<String, jsonwebtoken::errors::Error> {
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some(kid.to_owned());
-    jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret)).unwrap_or_default()
+    jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret))
 }
 
 #[cfg(test)]
@@ -283,7 +288,7 @@ mod tests {
     #[test]
     fn header_rules() {
         let secret = [7u8; 32];
-        let good = sign_hs256(&per_turn(), "k1", &secret);
+        let good = sign_hs256(&per_turn(), "k1", &secret).unwrap();
         assert_eq!(header_kid(&good).unwrap(), "k1");
         assert!(verify_signature(&good, &secret).is_ok());
         assert_eq!(
@@ -327,7 +332,7 @@ mod tests {
         let secret = [1u8; 32];
         let id = Uuid::new_v4();
         let jti = Uuid::new_v4();
-        let t = mint_team_jwt(id, jti, "kid1", &secret, NOW);
+        let t = mint_team_jwt(id, jti, "kid1", &secret, NOW).unwrap();
         assert_eq!(header_kid(&t).unwrap(), "kid1");
         let c = verify_signature(&t, &secret).unwrap();
         assert_eq!(check_claims(&c, NOW), Ok(Verified::Team { team_id: id, jti }));

@@ -141,13 +141,13 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
     }
     teams::replace_workspaces(pool, "demo", team_id, &[WS_RESEARCH.to_owned()]).await?;
     let now = Utc::now().timestamp();
-    let team_jwt = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now);
+    let team_jwt = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now)?;
     let per_turn = jwt::sign_hs256(
         &json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
                 "jti": Uuid::new_v4().to_string(), "ws": WS_OPS, "libs": [ops]}),
         &key.kid,
         &secret,
-    );
+    )?;
     let url = format!(
         "{}/mcp/",
         args.url

@@ -215,10 +215,10 @@ async fn jwt_failure_rows_have_exact_messages_and_reasons() {
         c
     };
     // bad signature
-    let forged = mnemosyne::auth::jwt::sign_hs256(&claims_per_turn(&[]), &kid, &[9u8; 32]);
+    let forged = mnemosyne::auth::jwt::sign_hs256(&claims_per_turn(&[]), &kid, &[9u8; 32]).unwrap();
     assert_refused(&app, &forged, "Invalid MCP token.", "invalid_token").await;
     // unknown kid
-    let unknown = mnemosyne::auth::jwt::sign_hs256(&claims_per_turn(&[]), "no-such-kid", &secret);
+    let unknown = mnemosyne::auth::jwt::sign_hs256(&claims_per_turn(&[]), "no-such-kid", &secret).unwrap();
     assert_refused(&app, &unknown, "Invalid MCP token.", "invalid_token").await;
     // malformed
     assert_refused(
@@ -414,7 +414,8 @@ async fn team_jwt_for_a_missing_team_is_invalid() {
         &kid,
         &secret,
         chrono::Utc::now().timestamp(),
-    );
+    )
+    .unwrap();
     assert_refused(&app, &jwt, "Invalid MCP token.", "team_not_found").await;
 }
 

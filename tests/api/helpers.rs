@@ -223,7 +223,7 @@ impl TestApp {
 
     pub async fn sign(&self, claims: Value) -> String {
         let (kid, secret) = self.signing_key().await;
-        jwt::sign_hs256(&claims, &kid, &secret)
+        jwt::sign_hs256(&claims, &kid, &secret).unwrap()
     }
 
     pub fn mcp(&self, bearer: &str) -> McpClient {
