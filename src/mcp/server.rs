@@ -180,6 +180,22 @@ impl Outcome {
     }
 }
 
+/// Pages are fetched with one extra row: if it came, drop it and hand out a
+/// cursor after the page's last uid.
+fn page_cursor<T>(
+    page: &mut Vec<T>,
+    limit: i64,
+    uid: impl Fn(&T) -> &str,
+    listing: &str,
+    filter: &str,
+) -> Option<String> {
+    if page.len() as i64 <= limit {
+        return None;
+    }
+    page.truncate(limit as usize);
+    page.last().map(|last| encode_cursor(listing, filter, uid(last)))
+}
+
 /// The caller's scope, from the principal the auth layer put on the request.
 /// No principal (cannot happen behind the layer) means nothing: fail closed.
 fn scope_of(parts: &Parts) -> Scope {
@@ -494,13 +510,13 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let next_cursor = if page.len() > limit as usize {
-            page.truncate(limit as usize);
-            page.last()
-                .map(|c| encode_cursor("collections", lib.as_deref().unwrap_or(""), &c.uid))
-        } else {
-            None
-        };
+        let next_cursor = page_cursor(
+            &mut page,
+            limit,
+            |c| &c.uid,
+            "collections",
+            lib.as_deref().unwrap_or(""),
+        );
         let mut text = format!("{} collection(s)", page.len());
         for c in &page {
             text.push_str(&format!(
@@ -565,12 +581,7 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let next_cursor = if page.len() > limit as usize {
-            page.truncate(limit as usize);
-            page.last().map(|i| encode_cursor("items", &filter, &i.uid))
-        } else {
-            None
-        };
+        let next_cursor = page_cursor(&mut page, limit, |i| &i.uid, "items", &filter);
         let mut text = format!("{} item(s)", page.len());
         for i in &page {
             text.push_str(&format!("\n- {} ({}): {} chunk(s)", i.title, i.uid, i.chunk_count));
