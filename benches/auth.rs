@@ -1,7 +1,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
-//! Warm bearer resolution per credential kind (goal: ≤ 20 µs each), and the
-//! cold team path (caches off: one Postgres and one graph round trip, plus the
-//! key lookup) for comparison. Needs `scripts/dev up`.
+//! Warm bearer resolution per credential kind (goal: ≤ 20 µs each), the cold
+//! team path (team and workspace caches empty: one Postgres and one graph round
+//! trip), and everything uncached (plus the key lookup). Needs `scripts/dev up`.
 
 mod common;
 
@@ -117,6 +117,15 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     let mut g = c.benchmark_group("resolve_cold");
+    // The team's row and its workspaces' libraries uncached, the key cached:
+    // one Postgres and one graph round trip.
+    g.bench_function("team_jwt_cold_team", |b| {
+        b.to_async(&rt).iter(|| async {
+            f.auth.caches.teams.invalidate_all();
+            f.auth.caches.workspace_libraries.invalidate_all();
+            f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap()
+        })
+    });
     g.measurement_time(Duration::from_secs(4)).sample_size(30);
     g.bench_function("team_jwt_no_cache", |b| {
         b.to_async(&rt)

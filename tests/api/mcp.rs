@@ -501,3 +501,30 @@ async fn malformed_json_rpc_is_a_protocol_error() {
         .unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
 }
+
+#[tokio::test]
+async fn server_discover_advertises_this_server() {
+    let app = TestApp::spawn().await;
+    let token = app.opaque_token(&[]).await;
+    let mut c = app.mcp(&token).stateless();
+    let ex = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "server/discover", "params": {}}),
+            &[],
+        )
+        .await;
+    assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+    let result = &ex.response()["result"];
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "2026-07-28"),
+        "{result}"
+    );
+    assert!(result["capabilities"]["tools"].is_object(), "{result}");
+    let info = &result["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "mnemosyne", "{result}");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+}
