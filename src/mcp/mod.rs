@@ -30,7 +30,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
     let router = Arc::new(KnowledgeServer::router());
     let s = state.clone();
     let service = StreamableHttpService::new(
-        move || Ok(KnowledgeServer::new(s.clone(), (*router).clone())),
+        move || Ok(KnowledgeServer::new(s.clone(), router.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );

@@ -218,12 +218,13 @@ fn snippet(text: &str, n: usize) -> String {
 #[derive(Clone)]
 pub struct KnowledgeServer {
     state: AppState,
-    tool_router: ToolRouter<KnowledgeServer>,
+    /// Shared: rmcp builds a server per session and per stateless request.
+    tool_router: Arc<ToolRouter<KnowledgeServer>>,
 }
 
 #[tool_router]
 impl KnowledgeServer {
-    pub fn new(state: AppState, tool_router: ToolRouter<KnowledgeServer>) -> Self {
+    pub fn new(state: AppState, tool_router: Arc<ToolRouter<KnowledgeServer>>) -> Self {
         KnowledgeServer { state, tool_router }
     }
 
