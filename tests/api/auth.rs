@@ -60,14 +60,7 @@ async fn challenge_carries_resource_metadata_when_an_authorization_server_is_con
         ch.starts_with("Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""),
         "{ch}"
     );
-    let (status, body) = crate::helpers::json_of(
-        app.http
-            .get(app.url("/.well-known/oauth-protected-resource"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = crate::helpers::send(app.http.get(app.url("/.well-known/oauth-protected-resource"))).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["authorization_servers"], json!(["https://auth.example"]));
 }

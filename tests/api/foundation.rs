@@ -4,7 +4,7 @@ use mnemosyne::store::pg;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{base_settings, bootstrap_graph, json_of, TestApp};
+use crate::helpers::{base_settings, bootstrap_graph, send, TestApp};
 
 #[tokio::test]
 async fn migrations_apply_to_an_empty_database_and_are_idempotent() {
@@ -52,7 +52,7 @@ async fn graph_schema_bootstrap_is_idempotent_on_arcadedb() {
 #[tokio::test]
 async fn readyz_is_200_when_both_stores_answer() {
     let app = TestApp::spawn().await;
-    let (status, body) = json_of(app.http.get(app.url("/readyz")).send().await.unwrap()).await;
+    let (status, body) = send(app.http.get(app.url("/readyz"))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["checks"]["postgres"]["status"], "ok");
     assert_eq!(body["checks"]["graph"]["status"], "ok");
@@ -69,7 +69,7 @@ fn closed_port() -> u16 {
 async fn readyz_is_503_naming_the_graph_when_bolt_is_closed() {
     let port = closed_port();
     let app = TestApp::spawn_with(|s| s.bolt_uri = format!("127.0.0.1:{port}")).await;
-    let (status, body) = json_of(app.http.get(app.url("/readyz")).send().await.unwrap()).await;
+    let (status, body) = send(app.http.get(app.url("/readyz"))).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["failing"], serde_json::json!(["graph"]));
     assert_eq!(body["checks"]["postgres"]["status"], "ok");
@@ -86,7 +86,7 @@ async fn readyz_is_503_naming_postgres_when_it_is_closed() {
     let down = mnemosyne::startup::Application::build(settings).await.unwrap();
     let base = format!("http://{}", down.local_addr());
     tokio::spawn(down.run_until(std::future::pending()));
-    let (status, body) = json_of(app.http.get(format!("{base}/readyz")).send().await.unwrap()).await;
+    let (status, body) = send(app.http.get(format!("{base}/readyz"))).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["failing"], serde_json::json!(["postgres"]));
 }
@@ -110,7 +110,7 @@ async fn metrics_expose_request_counts_and_latency() {
 #[tokio::test]
 async fn unknown_paths_are_json_404() {
     let app = TestApp::spawn().await;
-    let (status, body) = json_of(app.http.get(app.url("/nope")).send().await.unwrap()).await;
+    let (status, body) = send(app.http.get(app.url("/nope"))).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"], "not_found");
 }
@@ -119,14 +119,7 @@ async fn unknown_paths_are_json_404() {
 async fn oversized_bodies_are_json_413() {
     let app = TestApp::spawn_with(|s| s.body_limit_bytes = 1024).await;
     let big = serde_json::json!({"workspace_id": "w", "item": {"title": "t"}, "content": "x".repeat(4096)});
-    let (status, body) = json_of(
-        app.service(reqwest::Method::POST, "/library/api/ingest/")
-            .json(&big)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = send(app.service(reqwest::Method::POST, "/library/api/ingest/").json(&big)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(body["error"], "payload_too_large");
 }
@@ -134,14 +127,7 @@ async fn oversized_bodies_are_json_413() {
 #[tokio::test]
 async fn server_json_describes_this_server_like_the_pallas_registry() {
     let app = TestApp::spawn().await;
-    let (status, body) = json_of(
-        app.http
-            .get(app.url("/.well-known/mcp/server.json"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = send(app.http.get(app.url("/.well-known/mcp/server.json"))).await;
     assert_eq!(status, StatusCode::OK);
     let server = &body["servers"][0]["server"];
     assert_eq!(server["name"], "ca.helu.ouranos/mnemosyne");

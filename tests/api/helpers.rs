@@ -504,6 +504,11 @@ impl McpClient {
     }
 }
 
+/// Sends a request; its status and JSON body.
+pub async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    json_of(req.send().await.expect("request sent")).await
+}
+
 /// Body and status of a plain HTTP call.
 pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
     let s = r.status();

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::helpers::{json_of, TestApp};
+use crate::helpers::{send, TestApp};
 
 #[tokio::test]
 async fn ingest_then_search_finds_the_text_through_mcp() {
@@ -38,22 +38,18 @@ async fn reingest_replaces_the_chunks_and_unchanged_content_is_a_no_op() {
     let body = |content: &str| json!({"workspace_id": ws, "item": {"title": "Doc", "uid": app.uid("doc")}, "content": content});
     let first = app.ingest(body("The quetzal sings at dawn.")).await;
     let lib = first["library_uid"].as_str().unwrap().to_owned();
-    let r = app
-        .service(Method::POST, "/library/api/ingest/")
-        .json(&body("The quetzal sings at dawn."))
-        .send()
-        .await
-        .unwrap();
-    let (status, same) = json_of(r).await;
+    let (status, same) = send(
+        app.service(Method::POST, "/library/api/ingest/")
+            .json(&body("The quetzal sings at dawn.")),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(same["status"], "unchanged");
-    let r = app
-        .service(Method::POST, "/library/api/ingest/")
-        .json(&body("The narwhal dives at dusk."))
-        .send()
-        .await
-        .unwrap();
-    let (status, replaced) = json_of(r).await;
+    let (status, replaced) = send(
+        app.service(Method::POST, "/library/api/ingest/")
+            .json(&body("The narwhal dives at dusk.")),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(replaced["status"], "replaced");
     assert_eq!(replaced["item_uid"], first["item_uid"]);
@@ -106,25 +102,13 @@ async fn workspace_get_shows_its_library_and_counts() {
     let ws = app.uid("ws");
     app.ingest_ws(&ws, "One", "first document").await;
     let two = app.ingest_ws(&ws, "Two", "second document").await;
-    let (status, body) = json_of(
-        app.service(Method::GET, &format!("/library/api/workspaces/{ws}/"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = send(app.service(Method::GET, &format!("/library/api/workspaces/{ws}/"))).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["library_uid"], two["library_uid"]);
     assert_eq!(body["item_count"], 2);
     assert_eq!(body["collection_count"], 1);
     assert_eq!(body["chunk_count"], 2);
-    let (status, _) = json_of(
-        app.service(Method::GET, "/library/api/workspaces/nope-nothing/")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = send(app.service(Method::GET, "/library/api/workspaces/nope-nothing/")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -166,24 +150,18 @@ async fn workspace_delete_cascades_and_an_attached_team_loses_it_on_the_next_req
 #[tokio::test]
 async fn library_create_and_ingest_into_it() {
     let app = TestApp::spawn().await;
-    let (status, body) = json_of(
+    let (status, body) = send(
         app.service(Method::POST, "/library/api/libraries/")
-            .json(&json!({"name": "Handbook"}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"name": "Handbook"})),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED);
     let uid = body["uid"].as_str().unwrap().to_owned();
     assert!(uid.starts_with("lib_"));
     let lib = app.library("mine").await;
-    let (status, _) = json_of(
+    let (status, _) = send(
         app.service(Method::POST, "/library/api/libraries/")
-            .json(&json!({"uid": lib, "name": "dup"}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"uid": lib, "name": "dup"})),
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT);
@@ -191,12 +169,9 @@ async fn library_create_and_ingest_into_it() {
         .ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "text"}))
         .await;
     assert_eq!(out["library_uid"], lib);
-    let (status, body) = json_of(
+    let (status, body) = send(
         app.service(Method::POST, "/library/api/ingest/")
-            .json(&json!({"library_uid": app.uid("missing"), "item": {"title": "T"}, "content": "x"}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"library_uid": app.uid("missing"), "item": {"title": "T"}, "content": "x"})),
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
@@ -239,26 +214,16 @@ async fn bad_ingest_input_is_400_naming_the_field_and_changes_nothing() {
         ),
     ];
     for (body, field) in cases {
-        let (status, out) = json_of(
-            app.service(Method::POST, "/library/api/ingest/")
-                .json(&body)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (status, out) = send(app.service(Method::POST, "/library/api/ingest/").json(&body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {out}");
         assert_eq!(out["field"], field, "{body}: {out}");
     }
     // invalid UTF-8 and invalid JSON
     for raw in [b"{\"workspace_id\": \"\xff\xfe\"}".to_vec(), b"{not json".to_vec()] {
-        let (status, out) = json_of(
+        let (status, out) = send(
             app.service(Method::POST, "/library/api/ingest/")
                 .header("content-type", "application/json")
-                .body(raw)
-                .send()
-                .await
-                .unwrap(),
+                .body(raw),
         )
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
@@ -275,14 +240,7 @@ async fn oversized_ingest_is_413_and_changes_nothing() {
     let app = TestApp::spawn_with(|s| s.body_limit_bytes = 2048).await;
     let ws = app.uid("ws");
     let body = json!({"workspace_id": ws, "item": {"title": "Big"}, "content": "word ".repeat(2000)});
-    let (status, out) = json_of(
-        app.service(Method::POST, "/library/api/ingest/")
-            .json(&body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, out) = send(app.service(Method::POST, "/library/api/ingest/").json(&body)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
     assert!(app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty());
 }

@@ -4,7 +4,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::helpers::{json_of, TestApp, SERVICE_PASSWORD, SERVICE_USER};
+use crate::helpers::{send, TestApp, SERVICE_PASSWORD, SERVICE_USER};
 use crate::mcp::seed;
 
 #[tokio::test]
@@ -12,12 +12,9 @@ async fn create_returns_201_with_a_jwt_once_and_200_without_it_after() {
     let app = TestApp::spawn().await;
     let id = Uuid::new_v4();
     for path in ["/mcp_server/api/teams/", "/mcp_server/api/teams"] {
-        let (status, body) = json_of(
+        let (status, body) = send(
             app.service(Method::POST, path)
-                .json(&json!({"id": id, "name": "Kottos"}))
-                .send()
-                .await
-                .unwrap(),
+                .json(&json!({"id": id, "name": "Kottos"})),
         )
         .await;
         if path.ends_with('/') {
@@ -50,12 +47,9 @@ async fn idempotent_create_of_an_inactive_team_returns_it_without_a_jwt() {
         .send()
         .await
         .unwrap();
-    let (status, body) = json_of(
+    let (status, body) = send(
         app.service(Method::POST, "/mcp_server/api/teams/")
-            .json(&json!({"id": id, "name": "Kottos"}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"id": id, "name": "Kottos"})),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -71,7 +65,7 @@ async fn detail_shows_state_without_a_jwt() {
         format!("/mcp_server/api/teams/{id}/"),
         format!("/mcp_server/api/teams/{id}"),
     ] {
-        let (status, body) = json_of(app.service(Method::GET, &path).send().await.unwrap()).await;
+        let (status, body) = send(app.service(Method::GET, &path)).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["id"], id.to_string());
         assert_eq!(body["name"], "Kottos");
@@ -104,12 +98,9 @@ async fn put_workspaces_replaces_never_unions_and_is_idempotent() {
     );
     assert_eq!(app.put_workspaces(id, &[]).await, json!({"workspace_ids": []}));
     // without the trailing slash too
-    let (status, body) = json_of(
+    let (status, body) = send(
         app.service(Method::PUT, &format!("/mcp_server/api/teams/{id}/workspaces"))
-            .json(&json!({"workspace_ids": ["x"]}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"workspace_ids": ["x"]})),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -131,13 +122,7 @@ async fn concurrent_puts_end_in_one_submitted_set() {
     for r in futures::future::join_all(futs).await {
         assert_eq!(r.unwrap().status(), StatusCode::OK);
     }
-    let (_, body) = json_of(
-        app.service(Method::GET, &format!("/mcp_server/api/teams/{id}/"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, body) = send(app.service(Method::GET, &format!("/mcp_server/api/teams/{id}/"))).await;
     let got: Vec<String> = serde_json::from_value(body["workspace_ids"].clone()).unwrap();
     assert!(sets.contains(&got), "a mix of sets: {got:?}");
 }
@@ -146,13 +131,7 @@ async fn concurrent_puts_end_in_one_submitted_set() {
 async fn rotate_gives_a_new_jwt_and_the_old_one_stops() {
     let app = TestApp::spawn().await;
     let (id, old) = app.create_team("Kottos").await;
-    let (status, body) = json_of(
-        app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = send(app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))).await;
     assert_eq!(status, StatusCode::OK);
     let new = body["jwt"].as_str().unwrap();
     assert_ne!(new, old);
@@ -170,13 +149,7 @@ async fn rotate_of_an_inactive_team_is_409_and_unknown_ids_are_404() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let (status, body) = json_of(
-        app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, body) = send(app.service(Method::POST, &format!("/mcp_server/api/teams/{id}/rotate/"))).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["error"], "conflict");
     let unknown = Uuid::new_v4();
@@ -185,16 +158,13 @@ async fn rotate_of_an_inactive_team_is_409_and_unknown_ids_are_404() {
         (Method::DELETE, format!("/mcp_server/api/teams/{unknown}/")),
         (Method::POST, format!("/mcp_server/api/teams/{unknown}/rotate/")),
     ] {
-        let (status, body) = json_of(app.service(m.clone(), &p).send().await.unwrap()).await;
+        let (status, body) = send(app.service(m.clone(), &p)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{m} {p}");
         assert_eq!(body["error"], "not_found");
     }
-    let (status, _) = json_of(
+    let (status, _) = send(
         app.service(Method::PUT, &format!("/mcp_server/api/teams/{unknown}/workspaces/"))
-            .json(&json!({"workspace_ids": []}))
-            .send()
-            .await
-            .unwrap(),
+            .json(&json!({"workspace_ids": []})),
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -241,7 +211,7 @@ async fn bad_input_is_400_naming_the_field() {
         if !body.is_null() {
             req = req.json(&body);
         }
-        let (status, out) = json_of(req.send().await.unwrap()).await;
+        let (status, out) = send(req).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{p} {body}: {out}");
         assert_eq!(out["field"], field, "{p} {body}: {out}");
     }
@@ -257,18 +227,15 @@ async fn bad_input_is_400_naming_the_field() {
             "workspace_ids",
         ),
     ] {
-        let (status, out) = json_of(app.service(Method::PUT, &path).json(&body).send().await.unwrap()).await;
+        let (status, out) = send(app.service(Method::PUT, &path).json(&body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{out}");
         assert_eq!(out["field"], field, "{out}");
     }
     // invalid JSON
-    let (status, out) = json_of(
+    let (status, out) = send(
         app.service(Method::POST, "/mcp_server/api/teams/")
             .header("content-type", "application/json")
-            .body("{oops")
-            .send()
-            .await
-            .unwrap(),
+            .body("{oops"),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
