@@ -207,12 +207,20 @@ fn scope_of(parts: &Parts) -> Scope {
 }
 
 fn snippet(text: &str, n: usize) -> String {
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() <= n {
-        one_line
-    } else {
-        format!("{}…", one_line.chars().take(n).collect::<String>())
+    let mut out = String::with_capacity(n.min(text.len()) + 4);
+    for (count, word) in text.split_whitespace().enumerate() {
+        if count > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.len() >= n {
+            let cut = out.char_indices().nth(n).map(|(i, _)| i).unwrap_or(out.len());
+            out.truncate(cut);
+            out.push('…');
+            break;
+        }
     }
+    out
 }
 
 #[derive(Clone)]
