@@ -10,6 +10,7 @@
 //!
 //! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH (100),
 //! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32).
+//! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
 
 mod common;
 
@@ -247,10 +248,45 @@ async fn run() {
     let (_, token) = mnemosyne::cli::create_token(&pool, "load", "load", &[tenant.clone()], None)
         .await
         .unwrap();
-    let app = Application::build(settings.clone()).await.unwrap();
-    let url = format!("http://{}/mcp/", app.local_addr());
-    tokio::spawn(app.run_until(std::future::pending()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In process by default; with LOAD_SERVER_BIN=path/to/mnemosyne the server
+    // runs as its own process (as deployed), the load generator here.
+    let mut child = None;
+    let url = match std::env::var("LOAD_SERVER_BIN") {
+        Ok(bin) => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            child = Some(
+                std::process::Command::new(bin)
+                    .arg("serve")
+                    .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
+                    .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
+                    .env("MNEMOSYNE_PUBLIC_URL", format!("http://127.0.0.1:{port}"))
+                    .env("MNEMOSYNE_LOG", "warn")
+                    .spawn()
+                    .unwrap(),
+            );
+            let ready = format!("http://127.0.0.1:{port}/readyz");
+            for _ in 0..100 {
+                if reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            println!("server: separate process on port {port}");
+            format!("http://127.0.0.1:{port}/mcp/")
+        }
+        Err(_) => {
+            let app = Application::build(settings.clone()).await.unwrap();
+            let url = format!("http://{}/mcp/", app.local_addr());
+            tokio::spawn(app.run_until(std::future::pending()));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            println!("server: in process");
+            url
+        }
+    };
     let target = Arc::new(Target {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
         url,
@@ -315,6 +351,10 @@ async fn run() {
         ms(raw_big.p50) / ms(raw1.p50)
     );
 
+    if let Some(mut c) = child {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
     graph.delete_libraries(&all).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
