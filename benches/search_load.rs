@@ -129,26 +129,69 @@ struct Target {
 }
 
 impl Target {
-    async fn mcp_search(&self) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "search", "arguments": {"query": "quasar tidal", "limit": 10},
-                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                                 "io.modelcontextprotocol/clientCapabilities": {}}}});
-        let r = self
+    /// One `search` call: on a session (legacy revisions) when `session` is
+    /// given, else a stateless 2026-07-28 request.
+    async fn mcp_search(&self, session: Option<&str>) {
+        let mut params = json!({"name": "search", "arguments": {"query": "quasar tidal", "limit": 10}});
+        let mut req = self
             .http
             .post(&self.url)
             .header("Authorization", format!("Bearer {}", self.token))
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "search")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .header("Accept", "application/json, text/event-stream");
+        match session {
+            Some(sid) => {
+                req = req
+                    .header("Mcp-Session-Id", sid)
+                    .header("MCP-Protocol-Version", "2025-11-25")
+            }
+            None => {
+                params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                         "io.modelcontextprotocol/clientCapabilities": {}});
+                req = req
+                    .header("MCP-Protocol-Version", "2026-07-28")
+                    .header("Mcp-Method", "tools/call")
+                    .header("Mcp-Name", "search");
+            }
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let r = req.json(&body).send().await.unwrap();
         assert!(r.status().is_success());
         let text = r.text().await.unwrap();
         assert!(text.contains("structuredContent"), "{text}");
+    }
+
+    /// initialize + notifications/initialized; the session id.
+    async fn open_session(&self) -> String {
+        let post = |body: serde_json::Value, sid: Option<&str>| {
+            let mut req = self
+                .http
+                .post(&self.url)
+                .header("Authorization", format!("Bearer {}", self.token))
+                .header("Accept", "application/json, text/event-stream");
+            if let Some(s) = sid {
+                req = req
+                    .header("Mcp-Session-Id", s)
+                    .header("MCP-Protocol-Version", "2025-11-25");
+            }
+            req.json(&body).send()
+        };
+        let r = post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+                   "capabilities": {}, "clientInfo": {"name": "load", "version": "0"}}}),
+            None,
+        )
+        .await
+        .unwrap();
+        let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let _ = r.text().await;
+        let r = post(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            Some(&sid),
+        )
+        .await
+        .unwrap();
+        assert!(r.status().is_success());
+        sid
     }
 
     async fn raw_search(&self) {
@@ -175,19 +218,33 @@ where
 }
 
 /// Requests per second at `conc` concurrent workers for `secs` seconds.
-async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mcp: bool) -> (f64, Stats) {
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Raw,
+    Sessions,
+    Stateless,
+}
+
+async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mode: Mode) -> (f64, Stats) {
+    let mut sessions = Vec::new();
+    for _ in 0..conc {
+        sessions.push(if mode == Mode::Sessions {
+            Some(t.open_session().await)
+        } else {
+            None
+        });
+    }
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut handles = Vec::new();
-    for _ in 0..conc {
+    for session in sessions {
         let t = t.clone();
         handles.push(tokio::spawn(async move {
             let mut v = Vec::new();
             while Instant::now() < deadline {
                 let s = Instant::now();
-                if mcp {
-                    t.mcp_search().await
-                } else {
-                    t.raw_search().await
+                match mode {
+                    Mode::Raw => t.raw_search().await,
+                    _ => t.mcp_search(session.as_deref()).await,
                 }
                 v.push(s.elapsed());
             }
@@ -296,32 +353,54 @@ async fn run() {
     });
 
     let t = target.clone();
-    let mcp1 = sequential(requests, || t.mcp_search()).await;
+    let sid = t.open_session().await;
+    let mcp1 = sequential(requests, || t.mcp_search(Some(&sid))).await;
+    let stateless1 = sequential(requests, || t.mcp_search(None)).await;
     let raw1 = sequential(requests, || t.raw_search()).await;
     println!("\n== concurrency 1 ({} requests) ==", mcp1.n);
-    println!("raw Bolt : p50 {:7.2} ms  p99 {:7.2} ms", ms(raw1.p50), ms(raw1.p99));
-    println!("MCP      : p50 {:7.2} ms  p99 {:7.2} ms", ms(mcp1.p50), ms(mcp1.p99));
+    println!(
+        "raw Bolt        : p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(raw1.p50),
+        ms(raw1.p99)
+    );
+    println!(
+        "MCP (session)   : p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(mcp1.p50),
+        ms(mcp1.p99)
+    );
+    println!(
+        "MCP (stateless) : p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(stateless1.p50),
+        ms(stateless1.p99)
+    );
     println!(
         "MCP p50 − raw p50 = {:+.2} ms (goal ≤ +1 ms)",
         ms(mcp1.p50) - ms(raw1.p50)
     );
 
-    let (raw_rps, raw32) = throughput(target.clone(), 32, seconds, false).await;
-    let (mcp_rps, mcp32) = throughput(target.clone(), 32, seconds, true).await;
-    println!("\n== concurrency 32 ({seconds} s each) ==");
+    let (raw_rps, raw32) = throughput(target.clone(), 32, seconds, Mode::Raw).await;
+    let (mcp_rps, mcp32) = throughput(target.clone(), 32, seconds, Mode::Sessions).await;
+    let (sl_rps, sl32) = throughput(target.clone(), 32, seconds, Mode::Stateless).await;
+    println!("\n== concurrency 32 ({seconds} s each; 32 MCP sessions) ==");
     println!(
-        "raw Bolt : {raw_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
+        "raw Bolt        : {raw_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
         ms(raw32.p50),
         ms(raw32.p99)
     );
     println!(
-        "MCP      : {mcp_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
+        "MCP (sessions)  : {mcp_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
         ms(mcp32.p50),
         ms(mcp32.p99)
     );
     println!(
-        "MCP / raw throughput = {:.0} % (goal ≥ 80 %)",
-        100.0 * mcp_rps / raw_rps
+        "MCP (stateless) : {sl_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
+        ms(sl32.p50),
+        ms(sl32.p99)
+    );
+    println!(
+        "MCP sessions / raw throughput = {:.0} % (goal ≥ 80 %); stateless {:.0} %",
+        100.0 * mcp_rps / raw_rps,
+        100.0 * sl_rps / raw_rps
     );
 
     let t0 = Instant::now();
@@ -335,7 +414,7 @@ async fn run() {
         t0.elapsed().as_secs_f64()
     );
     let t = target.clone();
-    let mcp_big = sequential(requests, || t.mcp_search()).await;
+    let mcp_big = sequential(requests, || t.mcp_search(Some(&sid))).await;
     let raw_big = sequential(requests, || t.raw_search()).await;
     println!("\n== tenant isolation (concurrency 1) ==");
     println!(

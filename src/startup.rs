@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::{extract::DefaultBodyLimit, middleware, Router};
+use axum::{extract::DefaultBodyLimit, middleware, serve::ListenerExt, Router};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -94,7 +94,15 @@ impl Application {
         ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
-        let res = axum::serve(self.listener, self.router.into_make_service())
+        // TCP_NODELAY: MCP answers on a session are SSE streams written in
+        // several small frames; with Nagle's algorithm and delayed ACKs each
+        // call waited ~40 ms (measured: session p50 44 ms vs 0.9 ms).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        let res = axum::serve(listener, self.router.into_make_service())
             .with_graceful_shutdown(shutdown)
             .await;
         listen.abort();
