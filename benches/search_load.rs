@@ -413,6 +413,8 @@ async fn run() {
         other_chunks * growth,
         t0.elapsed().as_secs_f64()
     );
+    // Let the graph server finish indexing the bulk load before measuring.
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let t = target.clone();
     let mcp_big = sequential(requests, || t.mcp_search(Some(&sid))).await;
     let raw_big = sequential(requests, || t.raw_search()).await;
