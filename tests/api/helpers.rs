@@ -28,6 +28,8 @@ pub struct TestApp {
     shutdown: Option<oneshot::Sender<()>>,
     /// Set on the instance that created the database (drops it at the end).
     owned_db: Option<(String, String)>,
+    /// The real graph (before any test tweak), where the namespace is cleaned.
+    cleanup_graph: Option<Settings>,
 }
 
 fn admin_url(url: &str) -> String {
@@ -66,6 +68,7 @@ impl TestApp {
         admin_pool.close().await;
         settings.database_url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
         bootstrap_graph(&settings).await;
+        let real_graph = settings.clone();
         tweak(&mut settings);
         let pool = pg::pool(&settings.database_url, Duration::from_secs(5)).unwrap();
         pg::migrate(&pool).await.expect("migrations apply");
@@ -74,6 +77,7 @@ impl TestApp {
         users::create(&pool, SERVICE_USER, Some(&hash), true).await.unwrap();
         let mut app = Self::start(settings, ns, pool).await;
         app.owned_db = Some((admin, db));
+        app.cleanup_graph = Some(real_graph);
         app
     }
 
@@ -97,6 +101,7 @@ impl TestApp {
                 .unwrap(),
             shutdown: Some(tx),
             owned_db: None,
+            cleanup_graph: None,
         };
         t.wait_listener().await;
         t
@@ -262,7 +267,7 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
         if let Some((admin, db)) = self.owned_db.take() {
-            let settings = self.settings.clone();
+            let settings = self.cleanup_graph.take().unwrap_or_else(|| self.settings.clone());
             let ns = self.ns.clone();
             // Drop runs outside async; clean up on a thread of its own.
             let _ = std::thread::spawn(move || {
