@@ -29,14 +29,20 @@ pub async fn probe_stores(state: &AppState, timeout: Duration) -> (Result<(), St
     let pg = async {
         match tokio::time::timeout(timeout, crate::store::pg::ping(&state.pg)).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(short(&e.to_string())),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %short(&e.to_string()), "postgres probe failed");
+                Err("unreachable".to_owned())
+            }
             Err(_) => Err("timed out".to_owned()),
         }
     };
     let graph = async {
         match tokio::time::timeout(timeout, state.graph.ping()).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(short(&e.to_string())),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %short(&e.to_string()), "graph probe failed");
+                Err("unreachable".to_owned())
+            }
             Err(_) => Err("timed out".to_owned()),
         }
     };

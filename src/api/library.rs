@@ -182,7 +182,9 @@ pub async fn ingest_document(
     let mut created_workspace = None;
     let library_uid = match (&body.workspace_id, &body.library_uid) {
         (Some(ws), _) => {
-            let (uid, created) = graph.ensure_workspace_library(ws).await?;
+            let (uid, created) = graph.ensure_workspace_library(ws).await?.ok_or_else(|| {
+                ApiError::Conflict(format!("the library of workspace {ws} is taken by another library"))
+            })?;
             if created {
                 created_workspace = Some(ws.clone());
             }
@@ -241,7 +243,7 @@ pub async fn ingest_document(
     let chunks = tokio::task::spawn_blocking(move || split(&content, chunk_max_chars))
         .await
         .map_err(|e| ApiError::Internal(format!("splitter: {e}")))?;
-    graph
+    let written = graph
         .write_item(&ItemWrite {
             uid: &item_uid,
             library_uid: &library_uid,
@@ -253,6 +255,11 @@ pub async fn ingest_document(
             chunks: &chunks,
         })
         .await?;
+    if !written {
+        return Err(ApiError::Conflict(format!(
+            "item {item_uid} belongs to another library"
+        )));
+    }
     Ok(Ingested {
         library_uid,
         collection_uid,
@@ -303,13 +310,13 @@ async fn delete_workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     check_len("workspace_id", &ws, 1, 64)?;
+    // Uids only: counting a large workspace's chunks first could outlast the timeout.
     let libs: Vec<String> = state
         .graph
-        .workspace_libraries(&ws)
+        .libraries_for_workspaces(std::slice::from_ref(&ws))
         .await?
-        .into_iter()
-        .map(|l| l.uid)
-        .collect();
+        .remove(&ws)
+        .unwrap_or_default();
     state.graph.delete_libraries(&libs).await?;
     if !libs.is_empty() {
         announce_workspace(&state, &ws).await;

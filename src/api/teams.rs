@@ -170,7 +170,7 @@ async fn rotate(
         }
         teams::Rotated::NotFound => Err(ApiError::NotFound("team not found".into())),
         teams::Rotated::Inactive => Err(ApiError::Conflict(
-            "team is inactive; create it again to reactivate".into(),
+            "team is inactive (deleted); register it under a new id to get a new JWT".into(),
         )),
     }
 }

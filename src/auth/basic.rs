@@ -31,6 +31,14 @@ pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Er
 /// wrong username costs the same as a wrong password.
 static DUMMY_HASH: LazyLock<String> = LazyLock::new(|| hash_password("mnemosyne-timing-equaliser").unwrap_or_default());
 
+/// At most one argon2 verification per core at a time: a flood of wrong
+/// credentials queues here (bounded) instead of exhausting memory and CPU.
+static VERIFY_SLOTS: LazyLock<tokio::sync::Semaphore> =
+    LazyLock::new(|| tokio::sync::Semaphore::new(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)));
+
+/// How long a request waits for a verification slot before a 503.
+const VERIFY_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn verify(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc)
         .map(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
@@ -70,6 +78,10 @@ impl FromRequestParts<AppState> for ServiceAccount {
             .as_ref()
             .and_then(|u| u.password_hash.clone())
             .unwrap_or_else(|| DUMMY_HASH.clone());
+        let _slot = tokio::time::timeout(VERIFY_QUEUE_WAIT, VERIFY_SLOTS.acquire())
+            .await
+            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?
+            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?;
         let ok = tokio::task::spawn_blocking(move || verify(&password, &phc))
             .await
             .unwrap_or(false);

@@ -96,7 +96,7 @@ fn nonempty_str(v: &Option<Value>) -> Option<&str> {
 /// expiry, issuer, required claims, audience, then the kind's own rules.
 pub fn check_claims(c: &RawClaims, now: i64) -> Result<Verified, AuthFailure> {
     let exp = num(&c.exp).ok_or(AuthFailure::InvalidToken)?;
-    if now > exp + LEEWAY_SECS {
+    if now > exp.saturating_add(LEEWAY_SECS) {
         return Err(AuthFailure::Expired);
     }
     let iss = match nonempty_str(&c.iss) {
@@ -105,6 +105,10 @@ pub fn check_claims(c: &RawClaims, now: i64) -> Result<Verified, AuthFailure> {
     };
     let sub = nonempty_str(&c.sub).ok_or(AuthFailure::InvalidToken)?;
     let iat = num(&c.iat).ok_or(AuthFailure::InvalidToken)?;
+    // Issued in the future (beyond clock skew): its lifetime could not be bounded.
+    if iat > now.saturating_add(LEEWAY_SECS) {
+        return Err(AuthFailure::InvalidToken);
+    }
     let jti = nonempty_str(&c.jti).ok_or(AuthFailure::InvalidToken)?;
     match &c.aud {
         None => {}
@@ -114,7 +118,10 @@ pub fn check_claims(c: &RawClaims, now: i64) -> Result<Verified, AuthFailure> {
     }
     match (iss, &c.typ) {
         (ISS_DAEDALUS, None) => {
-            if exp - iat > PER_TURN_MAX_LIFETIME_SECS {
+            if exp
+                .checked_sub(iat)
+                .is_none_or(|life| life > PER_TURN_MAX_LIFETIME_SECS)
+            {
                 return Err(AuthFailure::InvalidToken);
             }
             let libs = match &c.libs {
@@ -249,6 +256,14 @@ mod tests {
                 AuthFailure::InvalidToken,
             ),
             (with(team(), "jti", json!("not-a-uuid")), AuthFailure::StaleJti),
+            // issued in the future, so exp − iat ≤ 600 would not bound its life
+            (
+                with(with(per_turn(), "iat", json!(NOW + 3600)), "exp", json!(NOW + 4000)),
+                AuthFailure::InvalidToken,
+            ),
+            // overflow-shaped values
+            (with(per_turn(), "iat", json!(i64::MIN)), AuthFailure::InvalidToken),
+            (with(per_turn(), "exp", json!(i64::MAX)), AuthFailure::InvalidToken),
         ];
         for (c, want) in cases {
             assert_eq!(check_claims(&claims(c.clone()), NOW), Err(want), "{c}");

@@ -108,6 +108,14 @@ pub async fn mcp_auth(State(state): State<AppState>, mut req: Request, next: Nex
         return AuthError::Missing.into_response_with(resource_metadata.as_deref());
     };
     let session = header_str(headers, SESSION_HEADER).map(str::to_owned);
+    // rmcp's session ids are UUIDs; anything unlike a session id is simply
+    // unknown (and must not reach the replay table).
+    if session
+        .as_deref()
+        .is_some_and(|s| s.is_empty() || s.len() > 128 || !s.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return session_not_found(req, state.settings.body_limit_bytes).await;
+    }
     let ctx = RequestContext {
         session_id: session.as_deref(),
     };

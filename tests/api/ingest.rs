@@ -345,3 +345,41 @@ async fn user_disable_via_cli_refuses_their_tokens() {
     let (ok, _, err) = cli(&app, &["user", "disable", "nobody"]);
     assert!(!ok && err.contains("no such user"));
 }
+
+#[tokio::test]
+async fn an_item_uid_never_moves_between_libraries() {
+    let app = TestApp::spawn().await;
+    let a = app.library("a").await;
+    let b = app.library("b").await;
+    let item = app.uid("shared_item");
+    app.ingest(json!({"library_uid": a, "item": {"title": "T", "uid": item}, "content": "in library a"}))
+        .await;
+    let (status, body) = send(
+        app.service(Method::POST, "/library/api/ingest/")
+            .json(&json!({"library_uid": b, "item": {"title": "T", "uid": item}, "content": "in library b"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(app.state.graph.find_item(&item).await.unwrap().unwrap().library_uid, a);
+}
+
+#[tokio::test]
+async fn a_workspace_never_ingests_into_a_library_it_does_not_own() {
+    let app = TestApp::spawn().await;
+    let ws = app.uid("ws");
+    // a user-managed library squatting on the uid the workspace would derive
+    let squat = mnemosyne::store::graph::ingest::derived_uid("lib", &["workspace", &ws]);
+    let (status, _) = send(
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"uid": squat, "name": "squat"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = send(
+        app.service(Method::POST, "/library/api/ingest/")
+            .json(&json!({"workspace_id": ws, "item": {"title": "T"}, "content": "private words"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    app.state.graph.delete_libraries(&[squat]).await.unwrap();
+}

@@ -96,10 +96,16 @@ impl GraphStore {
         }
     }
 
-    /// Finds or creates the workspace's Library; returns (uid, created).
-    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<(String, bool), GraphError> {
+    /// Finds or creates the workspace's Library; returns (uid, created), or
+    /// None when a Library with that uid exists but is not this workspace's.
+    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
         let uid = derived_uid("lib", &["workspace", workspace_id]);
-        let existed = self.find_library(&uid).await?.is_some();
+        let existing = self.find_library(&uid).await?;
+        if let Some(ws) = &existing {
+            if ws.as_deref() != Some(workspace_id) {
+                return Ok(None);
+            }
+        }
         self.rows(
             query(include_str!("../../../cypher/ingest_merge_workspace_library.cypher"))
                 .param("uid", uid.as_str())
@@ -109,7 +115,7 @@ impl GraphStore {
                 .param("now", now()),
         )
         .await?;
-        Ok((uid, !existed))
+        Ok(Some((uid, existing.is_none())))
     }
 
     /// Creates a user-managed Library; false if the uid is taken.
@@ -162,8 +168,10 @@ impl GraphStore {
         }
     }
 
-    /// Upserts the item and replaces its chunks, in one transaction.
-    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<(), GraphError> {
+    /// Upserts the item and replaces its chunks, in one transaction. Ok(false)
+    /// when the item uid belongs to another library (checked inside the
+    /// transaction, so two racing ingests cannot mix libraries).
+    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<bool, GraphError> {
         let chunks: Vec<BoltType> = w
             .chunks
             .iter()
@@ -181,28 +189,34 @@ impl GraphStore {
             })
             .collect();
         let ts = now();
-        self.write_txn(vec![
-            query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid),
-            query(include_str!("../../../cypher/ingest_unlink_old_collection.cypher"))
-                .param("uid", w.uid)
-                .param("collection_uid", w.collection_uid),
-            query(include_str!("../../../cypher/ingest_upsert_item.cypher"))
-                .param("uid", w.uid)
-                .param("library_uid", w.library_uid)
-                .param("collection_uid", w.collection_uid)
-                .param("title", w.title)
-                .param("source_uri", opt(w.source_uri))
-                .param("mime_type", opt(w.mime_type))
-                .param("content_sha256", w.content_sha256)
-                .param("chunk_count", w.chunks.len() as i64)
-                .param("now", ts.as_str()),
-            query(include_str!("../../../cypher/ingest_create_chunks.cypher"))
-                .param("item_uid", w.uid)
-                .param("library_uid", w.library_uid)
-                .param("collection_uid", w.collection_uid)
-                .param("item_title", w.title)
-                .param("chunks", chunks),
-        ])
+        let guard = query(include_str!("../../../cypher/ingest_item_owner_guard.cypher"))
+            .param("uid", w.uid)
+            .param("library_uid", w.library_uid);
+        self.write_txn_unless(
+            guard,
+            vec![
+                query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid),
+                query(include_str!("../../../cypher/ingest_unlink_old_collection.cypher"))
+                    .param("uid", w.uid)
+                    .param("collection_uid", w.collection_uid),
+                query(include_str!("../../../cypher/ingest_upsert_item.cypher"))
+                    .param("uid", w.uid)
+                    .param("library_uid", w.library_uid)
+                    .param("collection_uid", w.collection_uid)
+                    .param("title", w.title)
+                    .param("source_uri", opt(w.source_uri))
+                    .param("mime_type", opt(w.mime_type))
+                    .param("content_sha256", w.content_sha256)
+                    .param("chunk_count", w.chunks.len() as i64)
+                    .param("now", ts.as_str()),
+                query(include_str!("../../../cypher/ingest_create_chunks.cypher"))
+                    .param("item_uid", w.uid)
+                    .param("library_uid", w.library_uid)
+                    .param("collection_uid", w.collection_uid)
+                    .param("item_title", w.title)
+                    .param("chunks", chunks),
+            ],
+        )
         .await
     }
 

@@ -110,6 +110,32 @@ impl GraphStore {
         .await
     }
 
+    /// Like `write_txn`, but first runs `guard` (returning a count `n`) inside
+    /// the transaction and writes nothing when `n > 0`. Ok(false) = refused.
+    pub async fn write_txn_unless(&self, guard: Query, queries: Vec<Query>) -> Result<bool, GraphError> {
+        self.timed(async {
+            let mut txn = self.graph.start_txn().await?;
+            let mut stream = txn.execute(guard).await?;
+            let mut n: i64 = 0;
+            while let Some(row) = stream.next(txn.handle()).await? {
+                n += row.get::<i64>("n").unwrap_or(0);
+            }
+            if n > 0 {
+                let _ = txn.rollback().await;
+                return Ok(false);
+            }
+            for q in queries {
+                if let Err(e) = txn.run(q).await {
+                    let _ = txn.rollback().await;
+                    return Err(e.into());
+                }
+            }
+            txn.commit().await?;
+            Ok(true)
+        })
+        .await
+    }
+
     pub async fn ping(&self) -> Result<(), GraphError> {
         self.rows(query(include_str!("../../../cypher/ping.cypher")))
             .await

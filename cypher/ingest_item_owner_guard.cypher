@@ -1,0 +1,3 @@
+MATCH (i:Item {uid: $uid})
+WHERE i.library_uid <> $library_uid
+RETURN count(i) AS n
