@@ -96,33 +96,28 @@ impl GraphStore {
 
     /// Runs statements in one explicit transaction: all or nothing.
     pub async fn write_txn(&self, queries: Vec<Query>) -> Result<(), GraphError> {
-        self.timed(async {
-            let mut txn = self.graph.start_txn().await?;
-            for q in queries {
-                if let Err(e) = txn.run(q).await {
-                    let _ = txn.rollback().await;
-                    return Err(e.into());
-                }
-            }
-            txn.commit().await?;
-            Ok(())
-        })
-        .await
+        self.write_txn_guarded(None, queries).await.map(|_| ())
     }
 
     /// Like `write_txn`, but first runs `guard` (returning a count `n`) inside
     /// the transaction and writes nothing when `n > 0`. Ok(false) = refused.
     pub async fn write_txn_unless(&self, guard: Query, queries: Vec<Query>) -> Result<bool, GraphError> {
+        self.write_txn_guarded(Some(guard), queries).await
+    }
+
+    async fn write_txn_guarded(&self, guard: Option<Query>, queries: Vec<Query>) -> Result<bool, GraphError> {
         self.timed(async {
             let mut txn = self.graph.start_txn().await?;
-            let mut stream = txn.execute(guard).await?;
-            let mut n: i64 = 0;
-            while let Some(row) = stream.next(txn.handle()).await? {
-                n += row.get::<i64>("n").unwrap_or(0);
-            }
-            if n > 0 {
-                let _ = txn.rollback().await;
-                return Ok(false);
+            if let Some(guard) = guard {
+                let mut stream = txn.execute(guard).await?;
+                let mut n: i64 = 0;
+                while let Some(row) = stream.next(txn.handle()).await? {
+                    n += row.get::<i64>("n")?;
+                }
+                if n > 0 {
+                    let _ = txn.rollback().await;
+                    return Ok(false);
+                }
             }
             for q in queries {
                 if let Err(e) = txn.run(q).await {
