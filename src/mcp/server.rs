@@ -481,10 +481,14 @@ impl KnowledgeServer {
     /// The scope narrowed to one library, or "not found" when it is outside
     /// the scope or does not exist (indistinguishable).
     async fn one_library(&self, scope: &Scope, uid: &str) -> Result<Scope, Outcome> {
-        let narrowed = scope.narrow(&[uid.to_owned()]);
-        match self.state.graph.list_libraries(&narrowed).await {
-            Ok(l) if !l.is_empty() => Ok(narrowed),
-            Ok(_) => Err(not_found("library", uid)),
+        // Scope first (no store call for a foreign uid), then one indexed
+        // existence lookup — not list_libraries, which counts every item.
+        if !scope.contains(uid) {
+            return Err(not_found("library", uid));
+        }
+        match self.state.graph.find_library(uid).await {
+            Ok(Some(_)) => Ok(scope.narrow(&[uid.to_owned()])),
+            Ok(None) => Err(not_found("library", uid)),
             Err(e) => Err(e.into()),
         }
     }
