@@ -94,6 +94,7 @@ fn bench(c: &mut Criterion) {
     let f = rt.block_on(fixture());
     let session = RequestContext {
         session_id: Some("bench-session"),
+        session_owner: None,
     };
     // warm every cache once (and bind the per-turn jti to the session)
     rt.block_on(async {

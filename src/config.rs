@@ -59,8 +59,9 @@ impl std::str::FromStr for Secret {
     }
 }
 
-/// Everything the server, `migrate` and the operator CLI need.
-#[derive(Args, Clone, Debug)]
+/// Everything the server, `migrate` and the operator CLI need. `Debug` hides
+/// the password of the database URL (and the Bolt password is a `Secret`).
+#[derive(Args, Clone)]
 pub struct Settings {
     /// PostgreSQL URL.
     #[arg(
@@ -148,9 +149,99 @@ pub struct Settings {
     /// Chunk size (characters) of the ingest splitter.
     #[arg(long, env = "MNEMOSYNE_CHUNK_MAX_CHARS", default_value_t = 1200, global = true)]
     pub chunk_max_chars: usize,
+
+    /// A legacy MCP session with no message for this many seconds is closed.
+    #[arg(long, env = "MNEMOSYNE_SESSION_IDLE_SECS", default_value_t = 300, global = true)]
+    pub session_idle_secs: u64,
+
+    /// Open legacy MCP sessions one credential may hold (over it: 429).
+    #[arg(long, env = "MNEMOSYNE_SESSIONS_PER_CREDENTIAL", default_value_t = 64, global = true)]
+    pub sessions_per_credential: usize,
+
+    /// Open legacy MCP sessions on one replica (over it: 429).
+    #[arg(long, env = "MNEMOSYNE_SESSIONS_MAX", default_value_t = 10_000, global = true)]
+    pub sessions_max: usize,
+}
+
+/// `scheme://user:****@host/db`: a URL with its password hidden.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, None), |(a, p)| (a, Some(p)));
+            let authority = match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{user}:****@{host}"),
+                    None => format!("{userinfo}@{host}"),
+                },
+                None => authority.to_owned(),
+            };
+            match path {
+                Some(p) => format!("{scheme}://{authority}/{p}"),
+                None => format!("{scheme}://{authority}"),
+            }
+        }
+        None => match url.rsplit_once('@') {
+            Some((_, host)) => format!("****@{host}"),
+            None => url.to_owned(),
+        },
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Settings {
+            database_url,
+            bolt_uri,
+            bolt_user,
+            bolt_password,
+            bolt_database,
+            graph_flavor,
+            arcadedb_http_url,
+            listen,
+            public_url,
+            log_format,
+            cache_max_staleness_secs,
+            body_limit_bytes,
+            store_timeout_ms,
+            authorization_server,
+            chunk_max_chars,
+            session_idle_secs,
+            sessions_per_credential,
+            sessions_max,
+        } = self;
+        f.debug_struct("Settings")
+            .field("database_url", &redact_url(database_url))
+            .field("bolt_uri", &redact_url(bolt_uri))
+            .field("bolt_user", bolt_user)
+            .field("bolt_password", bolt_password)
+            .field("bolt_database", bolt_database)
+            .field("graph_flavor", graph_flavor)
+            .field("arcadedb_http_url", &redact_url(arcadedb_http_url))
+            .field("listen", listen)
+            .field("public_url", public_url)
+            .field("log_format", log_format)
+            .field("cache_max_staleness_secs", cache_max_staleness_secs)
+            .field("body_limit_bytes", body_limit_bytes)
+            .field("store_timeout_ms", store_timeout_ms)
+            .field("authorization_server", authorization_server)
+            .field("chunk_max_chars", chunk_max_chars)
+            .field("session_idle_secs", session_idle_secs)
+            .field("sessions_per_credential", sessions_per_credential)
+            .field("sessions_max", sessions_max)
+            .finish()
+    }
 }
 
 impl Settings {
+    /// Limits of legacy MCP sessions.
+    pub fn session_limits(&self) -> crate::mcp::sessions::SessionLimits {
+        crate::mcp::sessions::SessionLimits {
+            per_credential: self.sessions_per_credential,
+            global: self.sessions_max,
+            idle: Duration::from_secs(self.session_idle_secs.max(1)),
+        }
+    }
+
     pub fn cache_max_staleness(&self) -> Duration {
         Duration::from_secs(self.cache_max_staleness_secs)
     }
@@ -179,5 +270,37 @@ impl Settings {
         Self::load_dev_env();
         use clap::Parser;
         EnvOnly::try_parse_from(["mnemosyne"]).map(|e| e.settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_settings_shows_no_password() {
+        use clap::Parser;
+        let s = EnvOnly::try_parse_from([
+            "mnemosyne",
+            "--database-url=postgres://app:hunter2-pg@db:5432/m",
+            "--bolt-password=hunter2-bolt",
+            "--bolt-uri=neo4j://neo:hunter2-uri@graph:7687",
+        ])
+        .unwrap()
+        .settings;
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("postgres://app:****@db:5432/m"), "{shown}");
+        let flavor = format!("{:?}", crate::store::graph::Flavor::new(s.graph_flavor, &s));
+        assert!(!flavor.contains("hunter2"), "{flavor}");
+    }
+
+    #[test]
+    fn redact_url_keeps_everything_but_the_password() {
+        assert_eq!(redact_url("postgres://u:p@h:1/db"), "postgres://u:****@h:1/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("127.0.0.1:7687"), "127.0.0.1:7687");
+        assert_eq!(redact_url("u:p@127.0.0.1:7687"), "****@127.0.0.1:7687");
+        assert_eq!(redact_url("bolt://h:7687"), "bolt://h:7687");
     }
 }

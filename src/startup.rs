@@ -27,7 +27,8 @@ pub struct AppState {
     pub allowed_hosts: Arc<Vec<String>>,
     /// Origin header values accepted on `/mcp`.
     pub allowed_origins: Arc<Vec<String>>,
-    pub session_owners: crate::auth::layer::SessionOwners,
+    /// Legacy MCP sessions with their owners (rmcp's session manager inside).
+    pub sessions: Arc<crate::mcp::sessions::OwnedSessions>,
 }
 
 pub struct Application {
@@ -53,6 +54,7 @@ impl Application {
             settings.store_timeout(),
         ));
         let (allowed_hosts, allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
+        let settings_limits = settings.session_limits();
         let state = AppState {
             settings: Arc::new(settings),
             pg,
@@ -61,7 +63,7 @@ impl Application {
             auth,
             allowed_hosts: Arc::new(allowed_hosts),
             allowed_origins: Arc::new(allowed_origins),
-            session_owners: Default::default(),
+            sessions: Arc::new(crate::mcp::sessions::OwnedSessions::new(settings_limits)),
         };
         let router = router(state.clone());
         Ok(Application {
@@ -92,6 +94,10 @@ impl Application {
             self.state.pg.clone(),
             self.state.auth.caches.clone(),
         ));
+        let heartbeat = tokio::spawn(crate::auth::cache::heartbeat(
+            self.state.pg.clone(),
+            self.state.auth.caches.clone(),
+        ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
         // TCP_NODELAY: MCP answers on a session are SSE streams written in
@@ -106,6 +112,7 @@ impl Application {
             .with_graceful_shutdown(shutdown)
             .await;
         listen.abort();
+        heartbeat.abort();
         housekeeping.abort();
         self.state.auth.flush_token_usage().await;
         res.map_err(Into::into)

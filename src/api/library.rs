@@ -63,7 +63,11 @@ fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
 async fn announce_workspace(state: &AppState, ws: &str) {
     let payload = format!("workspace:{ws}");
     match pg::notify(&state.pg, &payload).await {
-        Ok(()) => state.auth.caches.fence(&state.pg).await,
+        Ok(()) => {
+            // Unconfirmed replicas have stopped trusting their caches; the
+            // ingest answer does not change.
+            let _ = state.auth.caches.fence(&state.pg).await;
+        }
         Err(e) => {
             // The staleness bound still applies; say so loudly.
             tracing::error!(error = %e, workspace = ws, "could not announce workspace change");

@@ -43,6 +43,39 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The answer to a committed write, once every live replica acknowledged it
+/// (the cross-replica fence). When that cannot be confirmed in time the change
+/// is still committed — and the silent replicas have stopped trusting their
+/// caches — but the caller is told: 503 `propagation_unconfirmed` with
+/// `committed: true` and the normal answer under `result` (a new JWT included:
+/// it is shown only here).
+async fn fenced(state: &AppState, status: StatusCode, body: Option<serde_json::Value>) -> Response {
+    match state.auth.caches.fence(&state.pg).await {
+        Ok(()) => match body {
+            Some(b) => (status, Json(b)).into_response(),
+            None => status.into_response(),
+        },
+        Err(u) => {
+            let mut r = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({
+                    "error": "propagation_unconfirmed",
+                    "committed": true,
+                    "replicas_unconfirmed": u.replicas,
+                    "message": "The change is committed, but not every replica confirmed it in time; \
+                                those replicas no longer use cached credentials.",
+                    "status": status.as_u16(),
+                    "result": body,
+                })),
+            )
+                .into_response();
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            r
+        }
+    }
+}
+
 /// Signs a team JWT with the newest active key.
 async fn mint(state: &AppState, team: Uuid, jti: Uuid) -> Result<String, ApiError> {
     let key = keys::newest_active(&state.pg).await?.ok_or_else(|| {
@@ -71,13 +104,13 @@ async fn create(
     let token = mint(&state, id, jti).await?;
     match teams::create(&state.pg, &sa.username, id, &body.name, jti).await? {
         teams::Created::New(t) => {
-            state.auth.caches.fence(&state.pg).await;
             tracing::info!(team = %id, actor = %sa.username, "team created");
-            Ok((
+            Ok(fenced(
+                &state,
                 StatusCode::CREATED,
-                Json(json!({"id": t.id, "name": t.name, "jwt": token})),
+                Some(json!({"id": t.id, "name": t.name, "jwt": token})),
             )
-                .into_response())
+            .await)
         }
         teams::Created::Existing(t) => Ok((StatusCode::OK, Json(json!({"id": t.id, "name": t.name}))).into_response()),
     }
@@ -108,9 +141,8 @@ async fn delete(
     if !teams::deactivate(&state.pg, &sa.username, id).await? {
         return Err(ApiError::NotFound("team not found".into()));
     }
-    state.auth.caches.fence(&state.pg).await;
     tracing::info!(team = %id, actor = %sa.username, "team deleted");
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(fenced(&state, StatusCode::NO_CONTENT, None).await)
 }
 
 #[derive(Deserialize)]
@@ -150,8 +182,7 @@ async fn workspaces(
     let stored = teams::replace_workspaces(&state.pg, &sa.username, id, &ids)
         .await?
         .ok_or_else(|| ApiError::NotFound("team not found".into()))?;
-    state.auth.caches.fence(&state.pg).await;
-    Ok(Json(json!({"workspace_ids": stored})).into_response())
+    Ok(fenced(&state, StatusCode::OK, Some(json!({"workspace_ids": stored}))).await)
 }
 
 async fn rotate(
@@ -164,9 +195,8 @@ async fn rotate(
     let token = mint(&state, id, jti).await?;
     match teams::rotate(&state.pg, &sa.username, id, jti).await? {
         teams::Rotated::Ok => {
-            state.auth.caches.fence(&state.pg).await;
             tracing::info!(team = %id, actor = %sa.username, "team rotated");
-            Ok(Json(json!({"jwt": token})).into_response())
+            Ok(fenced(&state, StatusCode::OK, Some(json!({"jwt": token}))).await)
         }
         teams::Rotated::NotFound => Err(ApiError::NotFound("team not found".into())),
         teams::Rotated::Inactive => Err(ApiError::Conflict(

@@ -6,7 +6,7 @@
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moka::future::Cache;
 use sqlx::postgres::PgListener;
@@ -81,11 +81,17 @@ impl Named<String, Arc<String>> {
 pub struct AuthCaches {
     enabled: bool,
     listener_up: AtomicBool,
+    /// When this instance last heard its own heartbeat on the auth channel
+    /// (ms since `started`): a listener that is connected but hears nothing
+    /// (a blocked connection) is not trusted past `LISTENER_TRUST`.
+    last_echo_ms: AtomicU64,
+    started: Instant,
     /// LISTEN connections made so far (each one started from empty caches).
     connections: AtomicU64,
     /// kid → decoded secret of a non-retired key. Invalidated by `mcp_signing_keys:*`.
     pub keys: Named<String, Arc<Vec<u8>>>,
-    /// token hash → token row. Invalidated by `mcp_tokens:*` and `users:*`.
+    /// token hash → token row (with its user's member libraries). Invalidated
+    /// by `mcp_tokens:*`, `library_memberships:*` and `users:*`.
     pub tokens: Named<String, Arc<TokenAuthRow>>,
     /// team id → team row with assignments. Invalidated by `teams:<id>`,
     /// `team_workspace_assignments:<id>`.
@@ -117,6 +123,8 @@ impl AuthCaches {
         AuthCaches {
             enabled: !max_staleness.is_zero(),
             listener_up: AtomicBool::new(false),
+            last_echo_ms: AtomicU64::new(0),
+            started: Instant::now(),
             connections: AtomicU64::new(0),
             keys: Named::new("keys", ttl, 1_000),
             tokens: Named::new("tokens", ttl, 100_000),
@@ -130,9 +138,33 @@ impl AuthCaches {
         }
     }
 
-    /// Whether cached answers may be used right now.
+    /// Whether cached answers may be used right now: caches on, the listener
+    /// connected, and its own heartbeat heard within `LISTENER_TRUST`.
     pub fn usable(&self) -> bool {
-        self.enabled && self.listener_up.load(Ordering::SeqCst)
+        self.enabled && self.listener_up.load(Ordering::SeqCst) && self.echo_fresh()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn echo_fresh(&self) -> bool {
+        self.now_ms().saturating_sub(self.last_echo_ms.load(Ordering::SeqCst)) <= LISTENER_TRUST.as_millis() as u64
+    }
+
+    /// Our own heartbeat came back through the listener: it is alive. If it
+    /// had gone quiet for longer than the trust window, whatever is cached may
+    /// have missed a notification: start from empty.
+    fn heard_echo(&self) {
+        if !self.echo_fresh() {
+            self.invalidate_all();
+        }
+        self.last_echo_ms.store(self.now_ms(), Ordering::SeqCst);
+    }
+
+    /// The heartbeat payload of this instance.
+    fn ping(&self) -> String {
+        format!("ping:{}", self.instance)
     }
 
     pub fn invalidate_all(&self) {
@@ -147,13 +179,20 @@ impl AuthCaches {
     pub async fn apply(&self, payload: &str) {
         let (table, key) = payload.split_once(':').unwrap_or((payload, "*"));
         match table {
+            // Heartbeats: ours proves the listener alive; nothing to invalidate.
+            "ping" => {
+                if key == self.instance.to_string() {
+                    self.heard_echo();
+                }
+                return;
+            }
             // Fence protocol messages: nothing to invalidate.
             "fence" | "ack" => {}
             "teams" | "team_workspace_assignments" => match Uuid::parse_str(key) {
                 Ok(id) => self.teams.invalidate(&id).await,
                 Err(_) => self.teams.invalidate_all(),
             },
-            "mcp_tokens" => self.tokens.invalidate_all(),
+            "mcp_tokens" | "library_memberships" => self.tokens.invalidate_all(),
             "users" => {
                 self.tokens.invalidate_all();
                 self.basic.invalidate_all();
@@ -181,8 +220,24 @@ impl AuthCaches {
     }
 }
 
-/// Longest a writer waits for the replicas' acknowledgements.
-pub const FENCE_WAIT: Duration = Duration::from_secs(1);
+/// How long a listener may go without hearing its own heartbeat before its
+/// replica stops trusting its caches.
+pub const LISTENER_TRUST: Duration = Duration::from_secs(2);
+/// How often each replica sends its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
+/// Longest a writer waits for the replicas' acknowledgements: past it, a
+/// replica that did not answer has stopped trusting its caches (its own
+/// heartbeat, sent before the fence, did not come back within `LISTENER_TRUST`).
+pub const FENCE_WAIT: Duration = Duration::from_millis(2_500);
+
+/// A fence that not every live replica acknowledged in time. The change is
+/// committed, and those replicas bypass their caches, but it could not be
+/// confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unconfirmed {
+    /// Replicas (or 0 when they could not even be listed) that did not answer.
+    pub replicas: usize,
+}
 
 impl AuthCaches {
     /// Makes a committed auth change visible on the next request of every
@@ -190,14 +245,8 @@ impl AuthCaches {
     /// every listener receives it after the change's own notifications, in
     /// commit order) and waits, bounded by `FENCE_WAIT`, until each live
     /// listener (found by its `application_name`) answered `ack:<id>:<instance>`.
-    /// A replica whose listener is down is not waited for: it bypasses its
-    /// caches until it reconnects and empties them.
-    pub async fn fence(&self, pool: &PgPool) {
-        if !self.usable() {
-            // Our own listener is down: we cannot hear acks. Every replica
-            // still honours the staleness bound.
-            return;
-        }
+    /// `Err` when that could not be confirmed (see `Unconfirmed`).
+    pub async fn fence(&self, pool: &PgPool) -> Result<(), Unconfirmed> {
         let id = Uuid::new_v4();
         let mut rx = self.subscribe();
         let live: Result<Vec<String>, _> = sqlx::query_scalar(
@@ -212,12 +261,14 @@ impl AuthCaches {
             Ok(l) => l.into_iter().collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "fence: could not list replicas");
-                return;
+                return Err(Unconfirmed { replicas: 0 });
             }
         };
         if let Err(e) = crate::store::pg::notify(pool, &format!("fence:{id}")).await {
             tracing::warn!(error = %e, "fence: could not notify");
-            return;
+            return Err(Unconfirmed {
+                replicas: waiting.len(),
+            });
         }
         let prefix = format!("ack:{id}:");
         let done = tokio::time::timeout(FENCE_WAIT, async {
@@ -234,8 +285,31 @@ impl AuthCaches {
             }
         })
         .await;
-        if done.is_err() {
+        if done.is_err() || !waiting.is_empty() {
             tracing::warn!(missing = waiting.len(), "fence: not every replica acknowledged in time");
+            return Err(Unconfirmed {
+                replicas: waiting.len().max(1),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Sends this instance's heartbeat every `HEARTBEAT_EVERY`; the listener
+/// hearing it back is what makes the caches usable (see `usable`).
+pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
+    let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ping = caches.ping();
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        if caches.listener_up() {
+            if let Err(e) = crate::store::pg::notify(&pool, &ping).await {
+                tracing::debug!(error = %e, "auth heartbeat not sent");
+            }
         }
     }
 }
@@ -275,6 +349,8 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
         backoff = Duration::from_millis(100);
         caches.invalidate_all();
         caches.connections.fetch_add(1, Ordering::SeqCst);
+        // Just subscribed: everything from here on is heard.
+        caches.last_echo_ms.store(caches.now_ms(), Ordering::SeqCst);
         caches.listener_up.store(true, Ordering::SeqCst);
         tracing::debug!("auth LISTEN connected");
         loop {

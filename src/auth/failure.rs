@@ -61,6 +61,9 @@ pub enum AuthError {
     Refused(AuthFailure),
     /// A store did not answer: 503, never a guess (fail closed).
     Unavailable(&'static str),
+    /// A valid credential on a session another credential owns: answered
+    /// exactly like an unknown session (the layer does that).
+    ForeignSession,
 }
 
 impl From<AuthFailure> for AuthError {
@@ -110,6 +113,7 @@ impl AuthError {
                 r
             }
             AuthError::Unavailable(store) => crate::error::ApiError::StoreUnavailable(store).into_response(),
+            AuthError::ForeignSession => (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
         }
     }
 }

@@ -20,6 +20,12 @@ pub const TEAM_LIFETIME_SECS: i64 = 10 * 365 * 24 * 3600 + 2 * 24 * 3600;
 pub const ISS_DAEDALUS: &str = "daedalus";
 pub const ISS_MNEMOSYNE: &str = "mnemosyne";
 pub const AUDIENCE: &str = "mnemosyne";
+/// Shortest HMAC key accepted for signing or verifying (RFC 7518 §3.2).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+fn short_key() -> jsonwebtoken::errors::Error {
+    jsonwebtoken::errors::ErrorKind::InvalidKeyFormat.into()
+}
 
 /// Classification: a compact JWS has exactly two dots; opaque tokens (ours are
 /// `mnm_` + base64url) have none. A two-dot string that fails JWT checks is an
@@ -41,6 +47,10 @@ pub fn header_kid(token: &str) -> Result<String, AuthFailure> {
 /// Verifies the HS256 signature with `secret` (the decoded bytes of the key's
 /// hex) and returns the raw claims. Claims are checked by `check_claims`.
 pub fn verify_signature(token: &str, secret: &[u8]) -> Result<RawClaims, AuthFailure> {
+    // RFC 7518 §3.2: an HS256 key shorter than the hash is refused.
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(AuthFailure::InvalidToken);
+    }
     let mut v = Validation::new(Algorithm::HS256);
     v.validate_exp = false;
     v.validate_aud = false;
@@ -59,6 +69,7 @@ pub struct RawClaims {
     pub iat: Option<Value>,
     pub exp: Option<Value>,
     pub jti: Option<Value>,
+    pub nbf: Option<Value>,
     pub typ: Option<Value>,
     pub libs: Option<Value>,
 }
@@ -110,6 +121,14 @@ pub fn check_claims(c: &RawClaims, now: i64) -> Result<Verified, AuthFailure> {
         return Err(AuthFailure::InvalidToken);
     }
     let jti = nonempty_str(&c.jti).ok_or(AuthFailure::InvalidToken)?;
+    // RFC 7519 §4.1.5 / RFC 8725: not valid before `nbf` (same leeway as exp).
+    match &c.nbf {
+        None => {}
+        Some(_) => match num(&c.nbf) {
+            Some(nbf) if now.saturating_add(LEEWAY_SECS) >= nbf => {}
+            _ => return Err(AuthFailure::InvalidToken),
+        },
+    }
     match &c.aud {
         None => {}
         Some(Value::String(a)) if a == AUDIENCE => {}
@@ -182,6 +201,9 @@ pub fn mint_team_jwt(
         exp: now + TEAM_LIFETIME_SECS,
         jti: jti.to_string(),
     };
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(short_key());
+    }
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some(kid.to_owned());
     jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(secret))
@@ -190,6 +212,9 @@ pub fn mint_team_jwt(
 /// Signs arbitrary claims with HS256 (per-turn minting in tests, the demo and
 /// benchmarks; Daedalus does the same on its side).
 pub fn sign_hs256(claims: &Value, kid: &str, secret: &[u8]) -> Result<String, jsonwebtoken::errors::Error> {
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(short_key());
+    }
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some(kid.to_owned());
     jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret))
@@ -261,6 +286,11 @@ mod tests {
                 with(with(per_turn(), "iat", json!(NOW + 3600)), "exp", json!(NOW + 4000)),
                 AuthFailure::InvalidToken,
             ),
+            // not yet valid (RFC 7519 §4.1.5), beyond the leeway; a non-number nbf
+            (with(per_turn(), "nbf", json!(NOW + 3600)), AuthFailure::InvalidToken),
+            (with(per_turn(), "nbf", json!(NOW + 31)), AuthFailure::InvalidToken),
+            (with(team(), "nbf", json!(NOW + 3600)), AuthFailure::InvalidToken),
+            (with(per_turn(), "nbf", json!("soon")), AuthFailure::InvalidToken),
             // overflow-shaped values
             (with(per_turn(), "iat", json!(i64::MIN)), AuthFailure::InvalidToken),
             (with(per_turn(), "exp", json!(i64::MAX)), AuthFailure::InvalidToken),
@@ -268,6 +298,24 @@ mod tests {
         for (c, want) in cases {
             assert_eq!(check_claims(&claims(c.clone()), NOW), Err(want), "{c}");
         }
+    }
+
+    #[test]
+    fn nbf_within_leeway_is_accepted() {
+        assert!(check_claims(&claims(with(per_turn(), "nbf", json!(NOW + 30))), NOW).is_ok());
+        assert!(check_claims(&claims(with(per_turn(), "nbf", json!(NOW - 10))), NOW).is_ok());
+    }
+
+    #[test]
+    fn keys_shorter_than_32_bytes_neither_sign_nor_verify() {
+        let short = [7u8; 31];
+        assert!(sign_hs256(&per_turn(), "k", &short).is_err());
+        assert!(mint_team_jwt(Uuid::nil(), Uuid::nil(), "k", &short, NOW).is_err());
+        let long = [7u8; 32];
+        let token = sign_hs256(&per_turn(), "k", &long).unwrap();
+        assert!(verify_signature(&token, &long).is_ok());
+        // The same token checked with a short key (e.g. a truncated secret row).
+        assert_eq!(verify_signature(&token, &short).err(), Some(AuthFailure::InvalidToken));
     }
 
     #[test]

@@ -3,9 +3,6 @@
 //! (rmcp does not do this). Tool handlers read the `Principal` from the request
 //! extensions; a request that fails here never reaches rmcp.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::{
     extract::{Request, State},
     http::{header, HeaderMap, StatusCode},
@@ -13,37 +10,17 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use moka::future::Cache;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::json;
 
 use super::failure::AuthError;
-use super::principal::{Principal, PrincipalKind};
+use super::principal::Principal;
 use super::resolver::RequestContext;
+use crate::mcp::sessions::{Opener, Refusal, OPENER};
 use crate::startup::AppState;
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
-
-/// Session id → the principal (kind, subject) that opened it. Sessions live in
-/// this replica's rmcp session manager, so the binding is local too.
-#[derive(Clone)]
-pub struct SessionOwners(Cache<String, Arc<(PrincipalKind, String)>>);
-
-impl SessionOwners {
-    pub fn new() -> Self {
-        SessionOwners(
-            Cache::builder()
-                .max_capacity(1_000_000)
-                .time_to_idle(Duration::from_secs(24 * 3600))
-                .build(),
-        )
-    }
-}
-
-impl Default for SessionOwners {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 
 fn header_str(h: &HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
@@ -83,80 +60,157 @@ async fn session_not_found(req: Request, limit: usize) -> Response {
     r
 }
 
-pub async fn mcp_auth(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+/// A header that is present but not visible ASCII cannot be compared with an
+/// allow-list: refuse it rather than treat it as absent.
+enum Header<'a> {
+    Absent,
+    Value(&'a str),
+    Garbled,
+}
+
+fn header(h: &HeaderMap, name: impl axum::http::header::AsHeaderName) -> Header<'_> {
+    match h.get(name) {
+        None => Header::Absent,
+        Some(v) => match v.to_str() {
+            Ok(s) => Header::Value(s),
+            Err(_) => Header::Garbled,
+        },
+    }
+}
+
+/// `YYYY-MM-DD`, the shape of every MCP protocol revision.
+fn protocol_version_shaped(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+fn bad_protocol_header() -> Response {
+    closing(
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "bad_request", "field": "MCP-Protocol-Version",
+                        "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"})),
+        )
+            .into_response(),
+    )
+}
+
+fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
+    let message = match refusal {
+        Refusal::CredentialCap => "This credential has too many open MCP sessions; close one (DELETE) or wait.",
+        Refusal::GlobalCap => "This server has too many open MCP sessions; try again later.",
+    };
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({"error": "rate_limited", "message": message})),
+    )
+        .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(&retry_after_secs.to_string()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    closing(r)
+}
+
+/// Everything before rmcp: cheap checks first (Host, Origin, protocol header,
+/// session id, the session's existence), then the bearer, then the session's
+/// owner; a request that fails here never reaches rmcp and consumes nothing.
+pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    if let Some(host) = header_str(headers, header::HOST) {
-        let host = host.to_ascii_lowercase();
-        if !state.allowed_hosts.contains(&host) {
-            return forbidden("Host header is not allowed");
-        }
+    match header(headers, header::HOST) {
+        Header::Absent => {}
+        Header::Value(host) if state.allowed_hosts.contains(&host.to_ascii_lowercase()) => {}
+        _ => return forbidden("Host header is not allowed"),
     }
-    if let Some(origin) = header_str(headers, header::ORIGIN) {
-        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
-        if !state.allowed_origins.contains(&origin) {
-            return forbidden("Origin is not allowed");
-        }
+    match header(headers, header::ORIGIN) {
+        Header::Absent => {}
+        Header::Value(origin)
+            if state
+                .allowed_origins
+                .contains(&origin.trim_end_matches('/').to_ascii_lowercase()) => {}
+        _ => return forbidden("Origin is not allowed"),
     }
+    match header(headers, PROTOCOL_HEADER) {
+        Header::Absent => {}
+        Header::Value(v) if protocol_version_shaped(v) => {}
+        _ => return bad_protocol_header(),
+    }
+    let limit = state.settings.body_limit_bytes;
+    let session: Option<String> = match header(headers, SESSION_HEADER) {
+        Header::Absent => None,
+        // rmcp's session ids are UUIDs; anything unlike a session id is simply
+        // unknown (and must not reach the replay table).
+        Header::Value(s) if !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(s.to_owned())
+        }
+        _ => return session_not_found(req, limit).await,
+    };
+    // A session exists exactly while it has an owner: an unknown one is
+    // refused here, before the bearer is resolved or a jti consumed.
+    let owner = match &session {
+        Some(sid) => match state.sessions.owner(sid) {
+            Some(owner) => Some(owner),
+            None => return session_not_found(req, limit).await,
+        },
+        None => None,
+    };
     let resource_metadata = state.settings.authorization_server.as_ref().map(|_| {
         format!(
             "{}/.well-known/oauth-protected-resource",
             state.settings.public_url.trim_end_matches('/')
         )
     });
-    let Some(token) = bearer(headers).filter(|t| !t.is_empty()) else {
+    let Some(token) = bearer(req.headers()).filter(|t| !t.is_empty()) else {
         state.metrics.auth_failures.with_label_values(&["missing"]).inc();
         return AuthError::Missing.into_response_with(resource_metadata.as_deref());
     };
-    let session = header_str(headers, SESSION_HEADER).map(str::to_owned);
-    // rmcp's session ids are UUIDs; anything unlike a session id is simply
-    // unknown (and must not reach the replay table).
-    if session
-        .as_deref()
-        .is_some_and(|s| s.is_empty() || s.len() > 128 || !s.bytes().all(|b| b.is_ascii_graphic()))
-    {
-        return session_not_found(req, state.settings.body_limit_bytes).await;
-    }
     let ctx = RequestContext {
         session_id: session.as_deref(),
+        session_owner: owner.as_deref(),
     };
     let (principal, pending) = match state.auth.authenticate(token, ctx).await {
         Ok(r) => r,
+        // Another credential's session looks exactly like a missing one.
+        Err(AuthError::ForeignSession) => return session_not_found(req, limit).await,
         Err(e) => return e.into_response_with(resource_metadata.as_deref()),
     };
     let is_delete = req.method() == http::Method::DELETE;
-    if let Some(sid) = &session {
-        match state.session_owners.0.get(sid).await {
-            Some(owner) if owner.0 == principal.kind && owner.1 == principal.subject => {}
-            Some(_) => return session_not_found(req, state.settings.body_limit_bytes).await,
-            // rmcp answers DELETE of an unknown session with 202; the spec
-            // wants 404, as for any other request on it.
-            None if is_delete => return session_not_found(req, state.settings.body_limit_bytes).await,
-            // Unknown to this replica: rmcp answers 404 itself.
-            None => {}
-        }
-    }
-    let owner = Arc::new((principal.kind, principal.subject.clone()));
+    let mut req = req;
+    let credential = principal.credential.clone();
     req.extensions_mut().insert::<Principal>(principal);
-    let mut resp = next.run(req).await;
-    if is_delete {
-        if let Some(sid) = &session {
-            if resp.status().is_success() {
-                state.session_owners.0.invalidate(sid).await;
-                // Terminated: nothing to send back (clients expect 200 or 204).
-                *resp.status_mut() = StatusCode::NO_CONTENT;
-            }
+    if session.is_some() {
+        let mut resp = next.run(req).await;
+        if is_delete && resp.status().is_success() {
+            // Terminated: nothing to send back (clients expect 200 or 204).
+            *resp.status_mut() = StatusCode::NO_CONTENT;
         }
+        return resp;
     }
-    if session.is_none() {
-        if let Some(new_sid) = header_str(resp.headers(), SESSION_HEADER).map(str::to_owned) {
-            state.session_owners.0.insert(new_sid.clone(), owner).await;
-            if let Some(p) = pending {
-                if let Err(e) = state.auth.bind_session(&p, &new_sid).await {
-                    // The jti stays consumed without a session: later uses are
-                    // refused as replays (fail closed).
-                    tracing::warn!(?e, "could not bind per-turn jti to its session");
-                }
+    // No session yet: this request may open one, owned by this credential.
+    let opener = Opener::new(credential);
+    let resp = OPENER.scope(opener.clone(), next.run(req)).await;
+    if let Some(refusal) = opener.refusal() {
+        if let Some(p) = &pending {
+            // Nothing was served: the turn may retry with the same token.
+            let _ = state.auth.release(p).await;
+        }
+        return too_many_sessions(refusal, state.settings.session_limits().idle.as_secs().min(60));
+    }
+    if let (Some(p), Some(new_sid)) = (pending, header_str(resp.headers(), SESSION_HEADER)) {
+        let new_sid = new_sid.to_owned();
+        if let Err(e) = state.auth.bind_session(&p, &new_sid).await {
+            // The turn's jti could not be bound to its session: close the
+            // session and fail the initialize (the client may retry with a
+            // new turn) rather than refuse its own next call as a replay.
+            tracing::warn!(?e, "could not bind per-turn jti to its session");
+            let _ = state.sessions.close_session(&new_sid.into()).await;
+            if let Err(e) = state.auth.release(&p).await {
+                tracing::warn!(?e, "could not release the per-turn jti; the turn needs a new token");
             }
+            return AuthError::Unavailable("postgres").into_response_with(None);
         }
     }
     resp

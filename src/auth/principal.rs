@@ -37,6 +37,10 @@ pub struct Principal {
     pub kind: PrincipalKind,
     /// `token:<id>`, the per-turn `sub`, or `team:<uuid>`.
     pub subject: String,
+    /// The exact credential: `token:<id>`, `jti:<jti>` (per-turn) or
+    /// `team:<uuid>:<jti>`. Sessions belong to it (many per-turn JWTs share
+    /// one `sub`; a rotated team JWT is another credential).
+    pub credential: Arc<str>,
     pub libraries: Scope,
 }
 

@@ -24,6 +24,18 @@ use crate::store::pg::auth as pga;
 pub struct RequestContext<'a> {
     /// `Mcp-Session-Id` of a session-based request.
     pub session_id: Option<&'a str>,
+    /// The credential that owns that session. Another credential is refused
+    /// with `AuthError::ForeignSession` before anything is consumed.
+    pub session_owner: Option<&'a str>,
+}
+
+impl RequestContext<'_> {
+    fn check_owner(&self, credential: &str) -> Result<(), AuthError> {
+        match self.session_owner {
+            Some(owner) if owner != credential => Err(AuthError::ForeignSession),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A per-turn jti consumed by a request that had no session yet; if the
@@ -101,6 +113,13 @@ impl Authenticator {
             Err(AuthError::Missing) => {
                 self.metrics.auth_failures.with_label_values(&["missing"]).inc();
             }
+            Err(AuthError::ForeignSession) => {
+                self.metrics.auth_failures.with_label_values(&["foreign_session"]).inc();
+                tracing::info!(
+                    reason = "foreign_session",
+                    "bearer refused on a session it does not own"
+                );
+            }
         }
         out
     }
@@ -114,22 +133,31 @@ impl Authenticator {
             return Err(AuthError::Missing);
         }
         if !jwt::looks_like_jwt(bearer) {
-            return Ok((self.resolve_opaque(bearer).await?, None));
+            let p = self.resolve_opaque(bearer).await?;
+            ctx.check_owner(&p.credential)?;
+            return Ok((p, None));
         }
         let kid = jwt::header_kid(bearer)?;
         let secret = self.signing_secret(&kid).await?;
         let raw = jwt::verify_signature(bearer, &secret)?;
         match jwt::check_claims(&raw, Utc::now().timestamp())? {
             Verified::PerTurn { sub, jti, exp, libs } => {
+                let credential: Arc<str> = format!("jti:{jti}").into();
+                // Before the jti is claimed: a foreign session consumes nothing.
+                ctx.check_owner(&credential)?;
                 let pending = self.check_replay(&jti, exp, ctx.session_id).await?;
                 let p = Principal {
                     kind: PrincipalKind::PerTurn,
                     subject: sub,
+                    credential,
                     libraries: Scope::new(libs),
                 };
                 Ok((p, pending))
             }
-            Verified::Team { team_id, jti } => Ok((self.resolve_team(team_id, jti).await?, None)),
+            Verified::Team { team_id, jti } => {
+                ctx.check_owner(&format!("team:{team_id}:{jti}"))?;
+                Ok((self.resolve_team(team_id, jti).await?, None))
+            }
         }
     }
 
@@ -191,10 +219,20 @@ impl Authenticator {
         if let Ok(mut t) = self.touched.lock() {
             t.insert(row.id);
         }
+        let subject = format!("token:{}", row.id);
+        // A token reads only where its user still holds a membership: revoking
+        // the membership revokes the token's access to that library.
+        let libraries = row
+            .allowed_libraries
+            .0
+            .iter()
+            .filter(|l| row.member_libraries.contains(l))
+            .cloned();
         Ok(Principal {
             kind: PrincipalKind::Token,
-            subject: format!("token:{}", row.id),
-            libraries: Scope::new(row.allowed_libraries.0.iter().cloned()),
+            credential: subject.as_str().into(),
+            subject,
+            libraries: Scope::new(libraries),
         })
     }
 
@@ -230,6 +268,11 @@ impl Authenticator {
             }
             pga::JtiBinding::Bound(_) => Err(AuthFailure::Replay.into()),
         }
+    }
+
+    /// Un-consumes a jti whose session could not be opened or bound.
+    pub async fn release(&self, pending: &PendingJti) -> Result<(), AuthError> {
+        pga::release_jti(&self.pg, &pending.0).await.map_err(pg_down)
     }
 
     /// Binds a jti consumed by a session-opening request to the new session.
@@ -276,6 +319,7 @@ impl Authenticator {
         Ok(Principal {
             kind: PrincipalKind::Team,
             subject: format!("team:{team_id}"),
+            credential: format!("team:{team_id}:{jti}").into(),
             libraries,
         })
     }

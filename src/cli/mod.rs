@@ -170,10 +170,13 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
         Command::Migrate => {
             pg::migrate(&pool).await.context("applying Postgres migrations")?;
             println!("postgres: migrations applied");
+            // The first key is made silently: migrate's output ends up in
+            // deployment logs, so it never carries a secret.
             if let Some(k) = keys::ensure_active(&pool).await? {
                 println!(
-                    "signing key created: kid={} secret={} (shown once; Daedalus needs both for per-turn JWTs)",
-                    k.kid, k.secret_hex
+                    "signing key created: kid={} (its secret is never printed; for Daedalus' per-turn JWTs \
+                     run `mnemosyne signing-key create`, which prints a new key's secret once)",
+                    k.kid
                 );
             }
             let graph = GraphStore::connect(&settings).await?;

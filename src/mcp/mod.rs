@@ -4,13 +4,12 @@
 
 pub mod args;
 pub mod server;
+pub mod sessions;
 
 use std::sync::Arc;
 
 use axum::{middleware, Router};
-use rmcp::transport::streamable_http_server::{
-    session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
-};
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::startup::AppState;
 
@@ -31,7 +30,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
     let s = state.clone();
     let service = StreamableHttpService::new(
         move || Ok(KnowledgeServer::new(s.clone(), router.clone())),
-        Arc::new(LocalSessionManager::default()),
+        state.sessions.clone(),
         config,
     );
     Router::new()

@@ -121,6 +121,12 @@ impl TestApp {
         panic!("auth LISTEN never came up");
     }
 
+    /// Another replica over the same database and namespace, with `settings`
+    /// (e.g. reaching Postgres another way).
+    pub async fn replica_with(&self, settings: Settings) -> TestApp {
+        Self::start(settings, self.ns.clone(), self.pg.clone()).await
+    }
+
     /// Another replica over the same stores and namespace.
     pub async fn second_instance(&self) -> TestApp {
         Self::start(self.settings.clone(), self.ns.clone(), self.pg.clone()).await

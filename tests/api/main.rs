@@ -10,4 +10,5 @@ mod auth;
 mod foundation;
 mod ingest;
 mod mcp;
+mod sessions;
 mod teams;

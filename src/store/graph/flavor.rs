@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::{statements, GraphError, GraphStore};
-use crate::config::{GraphFlavor, Settings};
+use crate::config::{GraphFlavor, Secret, Settings};
 
 #[derive(Clone, Debug)]
 pub struct Flavor {
@@ -13,7 +13,7 @@ pub struct Flavor {
     http_url: String,
     database: String,
     user: String,
-    password: String,
+    password: Secret,
 }
 
 impl Flavor {
@@ -23,7 +23,7 @@ impl Flavor {
             http_url: s.arcadedb_http_url.trim_end_matches('/').to_owned(),
             database: s.bolt_database.clone(),
             user: s.bolt_user.clone(),
-            password: s.bolt_password.expose().to_owned(),
+            password: s.bolt_password.clone(),
         }
     }
 
@@ -50,7 +50,7 @@ impl Flavor {
                 for stmt in statements(include_str!("../../../cypher/schema_fulltext_arcadedb.sql")) {
                     let resp = client
                         .post(&url)
-                        .basic_auth(&self.user, Some(&self.password))
+                        .basic_auth(&self.user, Some(self.password.expose()))
                         .json(&json!({"language": "sql", "command": stmt}))
                         .send()
                         .await

@@ -12,12 +12,17 @@ pub struct TokenAuthRow {
     pub expires_at: Option<DateTime<Utc>>,
     pub allowed_libraries: Json<Vec<String>>,
     pub user_active: bool,
+    /// Libraries on which the token's user holds any membership now.
+    pub member_libraries: Vec<String>,
 }
 
-/// The opaque token with this hash, and whether its user is active.
+/// The opaque token with this hash, whether its user is active, and the
+/// libraries its user is a member of — one round trip.
 pub async fn token_by_hash(pool: &PgPool, hash: &str) -> Result<Option<TokenAuthRow>, sqlx::Error> {
     sqlx::query_as::<_, TokenAuthRow>(
-        "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active
+        "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active,
+                ARRAY(SELECT DISTINCT m.library_uid::text FROM library_memberships m
+                       WHERE m.user_id = t.user_id) AS member_libraries
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE t.token_hash = $1",
     )
@@ -106,10 +111,29 @@ pub async fn bind_jti_session(pool: &PgPool, jti: &str, session: &str) -> Result
         .map(|_| ())
 }
 
-/// Deletes jti rows whose token can no longer validate (exp + leeway passed).
-pub async fn sweep_jtis(pool: &PgPool) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query("DELETE FROM per_turn_jti_uses WHERE expires_at < now()")
+/// Gives back a jti consumed by an `initialize` whose session could not be
+/// bound (so the client's retry of the same turn is not a replay).
+pub async fn release_jti(pool: &PgPool, jti: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM per_turn_jti_uses WHERE jti = $1 AND session_id IS NULL")
+        .bind(jti)
         .execute(pool)
-        .await?
-        .rows_affected())
+        .await
+        .map(|_| ())
+}
+
+/// How far a replica's clock may run behind Postgres' while it still refuses a
+/// replay: a jti row is kept this long after its token's `exp` + leeway.
+pub const CLOCK_SKEW_ALLOWANCE_SECS: i64 = 300;
+
+/// Deletes jti rows that no replica could still accept (RFC 8725 §3.10: a
+/// replay must stay detectable for as long as the token validates anywhere):
+/// `exp` + leeway (stored in `expires_at`) + the clock-skew allowance.
+pub async fn sweep_jtis(pool: &PgPool) -> Result<u64, sqlx::Error> {
+    Ok(
+        sqlx::query("DELETE FROM per_turn_jti_uses WHERE expires_at < now() - make_interval(secs => $1)")
+            .bind(CLOCK_SKEW_ALLOWANCE_SECS as f64)
+            .execute(pool)
+            .await?
+            .rows_affected(),
+    )
 }

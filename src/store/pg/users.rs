@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, sqlx::FromRow)]
 pub struct User {
     pub id: i64,
     pub username: String,
@@ -11,6 +11,20 @@ pub struct User {
     pub is_service: bool,
     pub active: bool,
     pub created_at: DateTime<Utc>,
+}
+
+/// Never shows the password hash.
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("id", &self.id)
+            .field("username", &self.username)
+            .field("password_hash", &self.password_hash.as_ref().map(|_| "****"))
+            .field("is_service", &self.is_service)
+            .field("active", &self.active)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
 }
 
 const USER_COLS: &str = "id, username, password_hash, is_service, active, created_at";

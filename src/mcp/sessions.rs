@@ -1,0 +1,244 @@
+//! Legacy MCP sessions, each owned by the exact credential that opened it.
+//!
+//! rmcp's `LocalSessionManager` keeps the sessions; this wrapper adds what it
+//! lacks: the owner of each session (a per-turn JWT's `jti`, a team JWT's team
+//! and `jti`, an opaque token's id — never a shared subject such as
+//! `daedalus-chat`), caps on how many sessions a credential and the whole
+//! replica may hold, and the guarantee that the owner lives exactly as long as
+//! the session: it is written when rmcp creates the session and removed when
+//! rmcp closes it (DELETE, idle timeout, or the worker ending), so a session
+//! whose owner is unknown does not exist.
+//!
+//! The owner reaches `create_session` (which rmcp calls with no request at
+//! hand) through a task-local set by the auth layer around the request; a
+//! session created outside such a scope is refused (fail closed).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use rmcp::{
+    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    transport::streamable_http_server::session::{
+        local::{LocalSessionManager, LocalSessionManagerError, SessionConfig},
+        ServerSseMessage, SessionId, SessionManager,
+    },
+};
+
+/// Session limits (`MNEMOSYNE_SESSION_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionLimits {
+    /// Open sessions one credential may hold.
+    pub per_credential: usize,
+    /// Open sessions on this replica.
+    pub global: usize,
+    /// A session with no message for this long is closed.
+    pub idle: Duration,
+}
+
+/// Why a session was not opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The credential holds `per_credential` sessions already.
+    CredentialCap,
+    /// The replica holds `global` sessions already.
+    GlobalCap,
+}
+
+/// What the auth layer hands `create_session` for one request.
+pub struct Opener {
+    credential: Arc<str>,
+    refused: Mutex<Option<Refusal>>,
+}
+
+impl Opener {
+    pub fn new(credential: Arc<str>) -> Arc<Self> {
+        Arc::new(Opener {
+            credential,
+            refused: Mutex::new(None),
+        })
+    }
+
+    /// Set when this request would have opened a session over a cap.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refused.lock().ok().and_then(|r| *r)
+    }
+}
+
+tokio::task_local! {
+    /// The credential of the request being served (set by the auth layer).
+    pub static OPENER: Arc<Opener>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionsError {
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+    #[error("session refused: {0:?}")]
+    Refused(Refusal),
+    #[error("session opened outside an authenticated request")]
+    NoOwner,
+}
+
+#[derive(Default)]
+struct Owners {
+    by_session: HashMap<SessionId, Arc<str>>,
+    per_credential: HashMap<Arc<str>, usize>,
+}
+
+impl Owners {
+    fn remove(&mut self, id: &SessionId) {
+        if let Some(cred) = self.by_session.remove(id) {
+            if let Some(n) = self.per_credential.get_mut(&cred) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_credential.remove(&cred);
+                }
+            }
+        }
+        // Give the memory of a burst of sessions back once it is over.
+        if self.by_session.capacity() > 64 && self.by_session.len() < self.by_session.capacity() / 4 {
+            self.by_session.shrink_to_fit();
+            self.per_credential.shrink_to_fit();
+        }
+    }
+}
+
+/// rmcp's local session manager plus owners and caps.
+pub struct OwnedSessions {
+    inner: LocalSessionManager,
+    owners: Mutex<Owners>,
+    limits: SessionLimits,
+}
+
+impl OwnedSessions {
+    pub fn new(limits: SessionLimits) -> Self {
+        let mut inner = LocalSessionManager::default();
+        let mut config = SessionConfig::default();
+        config.keep_alive = Some(limits.idle);
+        // A session that never completes its handshake is as idle as any.
+        config.init_timeout = Some(limits.idle.min(SessionConfig::DEFAULT_INIT_TIMEOUT));
+        inner.session_config = config;
+        OwnedSessions {
+            inner,
+            owners: Mutex::new(Owners::default()),
+            limits,
+        }
+    }
+
+    /// The credential that owns `id`, if the session exists.
+    pub fn owner(&self, id: &str) -> Option<Arc<str>> {
+        let owners = self.owners.lock().ok()?;
+        owners.by_session.get(id).cloned()
+    }
+
+    /// Open sessions on this replica.
+    pub fn open(&self) -> usize {
+        self.owners.lock().map(|o| o.by_session.len()).unwrap_or(0)
+    }
+
+    /// Reserves a place for a new session of `credential`, or says which cap
+    /// refuses it.
+    fn reserve(&self, credential: &Arc<str>) -> Result<(), Refusal> {
+        let Ok(mut owners) = self.owners.lock() else {
+            return Err(Refusal::GlobalCap);
+        };
+        if owners.by_session.len() >= self.limits.global {
+            return Err(Refusal::GlobalCap);
+        }
+        let n = owners.per_credential.entry(credential.clone()).or_insert(0);
+        if *n >= self.limits.per_credential {
+            return Err(Refusal::CredentialCap);
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    fn release(&self, credential: &Arc<str>) {
+        if let Ok(mut owners) = self.owners.lock() {
+            if let Some(n) = owners.per_credential.get_mut(credential) {
+                *n -= 1;
+                if *n == 0 {
+                    owners.per_credential.remove(credential);
+                }
+            }
+        }
+    }
+}
+
+impl SessionManager for OwnedSessions {
+    type Error = SessionsError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let opener = OPENER.try_with(Arc::clone).map_err(|_| SessionsError::NoOwner)?;
+        if let Err(refusal) = self.reserve(&opener.credential) {
+            if let Ok(mut r) = opener.refused.lock() {
+                *r = Some(refusal);
+            }
+            return Err(SessionsError::Refused(refusal));
+        }
+        match self.inner.create_session().await {
+            Ok((id, transport)) => {
+                match self.owners.lock() {
+                    Ok(mut owners) => {
+                        owners.by_session.insert(id.clone(), opener.credential.clone());
+                    }
+                    Err(_) => return Err(SessionsError::NoOwner),
+                }
+                Ok((id, transport))
+            }
+            Err(e) => {
+                self.release(&opener.credential);
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.owner(id).is_some() && self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        if let Ok(mut owners) = self.owners.lock() {
+            owners.remove(id);
+        }
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.inner.resume(id, last_event_id).await?)
+    }
+}
