@@ -47,7 +47,9 @@ async fn run() {
     let conc = env("CONCURRENCY", 16) as usize;
     let (settings, pool, admin) = common::fresh_settings("sessions").await;
     users::create(&pool, "mem", None, false).await.unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "mem", "mem", &[], None).await.unwrap();
+    let (_, token) = mnemosyne::cli::create_token(&pool, "mem", "mem", &[], None)
+        .await
+        .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -61,13 +63,17 @@ async fn run() {
         .env("MNEMOSYNE_SESSION_IDLE_SECS", idle.to_string())
         .env("MNEMOSYNE_SESSIONS_PER_CREDENTIAL", (sessions + 1).to_string())
         .env("MNEMOSYNE_SESSIONS_MAX", (sessions + 1).to_string())
+        .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
         .env("MNEMOSYNE_LOG", "warn")
         .spawn()
         .unwrap();
     let pid = child.id();
     let base = format!("http://127.0.0.1:{port}");
     for _ in 0..100 {
-        if reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status().is_success()) {
+        if reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

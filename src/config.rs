@@ -161,6 +161,52 @@ pub struct Settings {
     /// Open legacy MCP sessions on one replica (over it: 429).
     #[arg(long, env = "MNEMOSYNE_SESSIONS_MAX", default_value_t = 10_000, global = true)]
     pub sessions_max: usize,
+
+    /// MCP requests a minute per principal (team, opaque token, per-turn `sub`),
+    /// per replica; bursts of ten seconds' worth. 0 = no limit.
+    #[arg(long, env = "MNEMOSYNE_RATE_LIMIT_PER_MINUTE", default_value_t = 6000, global = true)]
+    pub rate_limit_per_minute: u32,
+
+    /// Calls a minute of one tool per principal, per replica. 0 = no limit.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE",
+        default_value_t = 3000,
+        global = true
+    )]
+    pub tool_rate_limit_per_minute: u32,
+
+    /// One deadline for a whole tool call, in milliseconds.
+    #[arg(long, env = "MNEMOSYNE_TOOL_DEADLINE_MS", default_value_t = 10_000, global = true)]
+    pub tool_deadline_ms: u64,
+
+    /// Failed HTTP Basic attempts a minute per username and per client address
+    /// before further attempts are refused with 429 without hashing.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_BASIC_FAILURES_PER_MINUTE",
+        default_value_t = 30,
+        global = true
+    )]
+    pub basic_failures_per_minute: u32,
+
+    /// Store lookups for credentials not in any cache (unknown kids, unknown
+    /// opaque tokens) that may run at once; the rest of the pool stays free.
+    #[arg(long, env = "MNEMOSYNE_COLD_LOOKUPS", default_value_t = 4, global = true)]
+    pub cold_lookups: usize,
+
+    /// Seconds a client has to send a request's headers (also bounds how long
+    /// an idle keep-alive connection waits for its next request).
+    #[arg(long, env = "MNEMOSYNE_HEADER_TIMEOUT_SECS", default_value_t = 10, global = true)]
+    pub header_timeout_secs: u64,
+
+    /// Whole-request timeout of the (non-streaming) REST APIs, in seconds.
+    #[arg(long, env = "MNEMOSYNE_REQUEST_TIMEOUT_SECS", default_value_t = 60, global = true)]
+    pub request_timeout_secs: u64,
+
+    /// Concurrent connections accepted; further ones are closed at once.
+    #[arg(long, env = "MNEMOSYNE_MAX_CONNECTIONS", default_value_t = 1024, global = true)]
+    pub max_connections: usize,
 }
 
 /// `scheme://user:****@host/db`: a URL with its password hidden.
@@ -208,6 +254,14 @@ impl fmt::Debug for Settings {
             session_idle_secs,
             sessions_per_credential,
             sessions_max,
+            rate_limit_per_minute,
+            tool_rate_limit_per_minute,
+            tool_deadline_ms,
+            basic_failures_per_minute,
+            cold_lookups,
+            header_timeout_secs,
+            request_timeout_secs,
+            max_connections,
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
@@ -228,6 +282,14 @@ impl fmt::Debug for Settings {
             .field("session_idle_secs", session_idle_secs)
             .field("sessions_per_credential", sessions_per_credential)
             .field("sessions_max", sessions_max)
+            .field("rate_limit_per_minute", rate_limit_per_minute)
+            .field("tool_rate_limit_per_minute", tool_rate_limit_per_minute)
+            .field("tool_deadline_ms", tool_deadline_ms)
+            .field("basic_failures_per_minute", basic_failures_per_minute)
+            .field("cold_lookups", cold_lookups)
+            .field("header_timeout_secs", header_timeout_secs)
+            .field("request_timeout_secs", request_timeout_secs)
+            .field("max_connections", max_connections)
             .finish()
     }
 }

@@ -28,6 +28,9 @@ pub enum ApiError {
     PayloadTooLarge,
     #[error("{0}")]
     MethodNotAllowed(String),
+    /// 429: over a limit; `Retry-After` says when to come back.
+    #[error("{message}")]
+    RateLimited { retry_after_secs: u64, message: String },
     /// 503: a store did not answer; the name says which.
     #[error("{0} unavailable")]
     StoreUnavailable(&'static str),
@@ -53,6 +56,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::StoreUnavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
@@ -67,6 +71,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -108,6 +113,11 @@ impl IntoResponse for ApiError {
             ApiError::StoreUnavailable(_) => {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::RateLimited { retry_after_secs, .. } => {
+                if let Ok(v) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                    resp.headers_mut().insert(header::RETRY_AFTER, v);
+                }
             }
             _ => {}
         }

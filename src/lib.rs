@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod startup;

@@ -18,6 +18,7 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     pub auth_failures: IntCounterVec,
     pub auth_resolutions: IntCounterVec,
+    pub rate_limited: IntCounterVec,
 }
 
 impl Metrics {
@@ -48,11 +49,20 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "mcp_rate_limited_total",
+                "Requests refused with 429 by principal kind and tool (\"-\" = any request; \"basic\" = HTTP Basic failures)",
+            ),
+            &["kind", "tool"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_duration.clone()),
             Box::new(auth_failures.clone()),
             Box::new(auth_resolutions.clone()),
+            Box::new(rate_limited.clone()),
         ] {
             registry.register(c).expect("metric registered once");
         }
@@ -62,6 +72,7 @@ impl Metrics {
             http_duration,
             auth_failures,
             auth_resolutions,
+            rate_limited,
         }
     }
 

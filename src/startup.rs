@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::{extract::DefaultBodyLimit, middleware, serve::ListenerExt, Router};
+use axum::{extract::DefaultBodyLimit, middleware, Router};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -29,6 +29,10 @@ pub struct AppState {
     pub allowed_origins: Arc<Vec<String>>,
     /// Legacy MCP sessions with their owners (rmcp's session manager inside).
     pub sessions: Arc<crate::mcp::sessions::OwnedSessions>,
+    /// Per-principal and per-tool token buckets (in memory, per replica).
+    pub limits: Arc<crate::limits::RateLimits>,
+    /// HTTP Basic flood protection (argon2 permits, failure throttles).
+    pub basic: Arc<crate::auth::basic::BasicGuard>,
 }
 
 pub struct Application {
@@ -46,15 +50,26 @@ impl Application {
         let graph = GraphStore::connect(&settings).await?;
         let metrics = Metrics::new();
         let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
-        let auth = Arc::new(Authenticator::new(
-            pg.clone(),
-            graph.clone(),
-            caches.clone(),
-            metrics.clone(),
-            settings.store_timeout(),
-        ));
+        let auth = Arc::new(
+            Authenticator::new(
+                pg.clone(),
+                graph.clone(),
+                caches.clone(),
+                metrics.clone(),
+                settings.store_timeout(),
+            )
+            .with_cold_lookups(settings.cold_lookups),
+        );
         let (allowed_hosts, allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
         let settings_limits = settings.session_limits();
+        let basic = Arc::new(crate::auth::basic::BasicGuard::new(
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            settings.basic_failures_per_minute,
+        ));
+        let limits = Arc::new(crate::limits::RateLimits::new(
+            settings.rate_limit_per_minute,
+            settings.tool_rate_limit_per_minute,
+        ));
         let state = AppState {
             settings: Arc::new(settings),
             pg,
@@ -64,6 +79,8 @@ impl Application {
             allowed_hosts: Arc::new(allowed_hosts),
             allowed_origins: Arc::new(allowed_origins),
             sessions: Arc::new(crate::mcp::sessions::OwnedSessions::new(settings_limits)),
+            limits,
+            basic,
         };
         let router = router(state.clone());
         Ok(Application {
@@ -99,29 +116,96 @@ impl Application {
             self.state.auth.caches.clone(),
         ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
+        let shrink = {
+            let (limits, basic) = (self.state.limits.clone(), self.state.basic.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(60));
+                loop {
+                    tick.tick().await;
+                    limits.shrink();
+                    basic.shrink();
+                }
+            })
+        };
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
-        // TCP_NODELAY: MCP answers on a session are SSE streams written in
-        // several small frames; with Nagle's algorithm and delayed ACKs each
-        // call waited ~40 ms (measured: session p50 44 ms vs 0.9 ms).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
-            }
-        });
-        let res = axum::serve(listener, self.router.into_make_service())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let res = serve(self.listener, self.router, &self.state.settings, shutdown).await;
+        shrink.abort();
         listen.abort();
         heartbeat.abort();
         housekeeping.abort();
         self.state.auth.flush_token_usage().await;
-        res.map_err(Into::into)
+        res
     }
 
     /// Serves until SIGTERM or Ctrl-C.
     pub async fn run(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
     }
+}
+
+/// The accept loop: at most `max_connections` connections at once (further
+/// ones are closed straight away), a header-read timeout on every request
+/// (it also bounds how long an idle keep-alive connection waits), TCP_NODELAY,
+/// the peer address for the handlers, and a graceful drain on shutdown.
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    settings: &Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+
+    let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(settings.header_timeout_secs.max(1)))
+        .keep_alive(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection refused: at MNEMOSYNE_MAX_CONNECTIONS");
+            drop(stream);
+            continue;
+        };
+        // TCP_NODELAY: MCP answers on a session are SSE streams written in
+        // several small frames; with Nagle's algorithm and delayed ACKs each
+        // call waited ~40 ms (measured: session p50 44 ms vs 0.9 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            router.clone().oneshot(req.map(axum::body::Body::new))
+        });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
+    tracing::info!("shutdown signal received; draining");
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 30 s; closing");
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -140,7 +224,6 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    tracing::info!("shutdown signal received; draining");
 }
 
 /// Hosts and origins accepted on `/mcp`: the public URL's, plus the bound
@@ -169,13 +252,33 @@ fn allowed_hosts_and_origins(public_url: &str, addr: SocketAddr) -> (Vec<String>
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.body_limit_bytes;
     let metrics = state.metrics.clone();
+    let rest = crate::api::teams::routes()
+        .merge(crate::api::library::routes())
+        .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline));
     Router::new()
         .merge(crate::api::health::routes())
-        .merge(crate::api::teams::routes())
-        .merge(crate::api::library::routes())
+        .merge(rest)
         .merge(crate::mcp::routes(state.clone()))
         .fallback(crate::error::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .route_layer(middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
         .with_state(state)
+}
+
+/// The whole-request timeout of the (non-streaming) REST APIs: past it the
+/// caller gets a JSON 503 with `Retry-After`, and the work is dropped.
+async fn request_deadline(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let limit = Duration::from_secs(state.settings.request_timeout_secs.max(1));
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(secs = limit.as_secs(), "request timed out");
+            crate::error::ApiError::StoreUnavailable("request deadline").into_response()
+        }
+    }
 }

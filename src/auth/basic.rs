@@ -2,14 +2,21 @@
 //! a handler that takes `ServiceAccount` cannot run unless the caller is an
 //! active service user with the right password.
 
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
 
+use argon2::password_hash::rand_core::RngCore;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::{header, request::Parts};
 use base64::Engine;
+use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
 use crate::startup::AppState;
@@ -31,13 +38,106 @@ pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Er
 /// wrong username costs the same as a wrong password.
 static DUMMY_HASH: LazyLock<String> = LazyLock::new(|| hash_password("mnemosyne-timing-equaliser").unwrap_or_default());
 
-/// At most one argon2 verification per core at a time: a flood of wrong
-/// credentials queues here (bounded) instead of exhausting memory and CPU.
-static VERIFY_SLOTS: LazyLock<tokio::sync::Semaphore> =
-    LazyLock::new(|| tokio::sync::Semaphore::new(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)));
-
 /// How long a request waits for a verification slot before a 503.
-const VERIFY_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const VERIFY_QUEUE_WAIT: Duration = Duration::from_secs(2);
+/// Longest username considered (longer: refused without a lookup).
+const MAX_USERNAME: usize = 150;
+
+/// What keeps HTTP Basic from being flooded (one per replica):
+/// - argon2 runs on a bounded number of permits, each held until its hash is
+///   done (a client that disconnects does not free it early);
+/// - a credential that verified before (a salted fingerprint, remembered for a
+///   day) takes a lane of its own, so the service account is verified promptly
+///   even while wrong passwords queue in the other lane;
+/// - failed attempts are counted per username and per client address; past
+///   the limit, further unknown credentials get 429 before any lookup or hash.
+pub struct BasicGuard {
+    normal: Arc<Semaphore>,
+    normal_permits: usize,
+    priority: Arc<Semaphore>,
+    pepper: [u8; 32],
+    known_good: moka::sync::Cache<[u8; 32], ()>,
+    failures: Option<DefaultKeyedRateLimiter<String>>,
+    throttled: moka::sync::Cache<String, Instant>,
+    /// argon2 hashes running now, and the most ever at once.
+    hashing: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+impl BasicGuard {
+    /// `permits` argon2 verifications at once in the normal lane (one more
+    /// in the known-good lane); `failures_per_minute` per username and address.
+    pub fn new(permits: usize, failures_per_minute: u32) -> Self {
+        let mut pepper = [0u8; 32];
+        OsRng.fill_bytes(&mut pepper);
+        BasicGuard {
+            normal: Arc::new(Semaphore::new(permits.max(1))),
+            normal_permits: permits.max(1),
+            priority: Arc::new(Semaphore::new(1)),
+            pepper,
+            known_good: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_idle(Duration::from_secs(24 * 3600))
+                .build(),
+            failures: NonZeroU32::new(failures_per_minute).map(|n| {
+                RateLimiter::dashmap(
+                    Quota::per_minute(n).allow_burst(NonZeroU32::new((n.get() / 6).max(3)).unwrap_or(n)),
+                )
+            }),
+            throttled: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(120))
+                .build(),
+            hashing: Arc::new(AtomicUsize::new(0)),
+            peak: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The most argon2 hashes that ever ran at once on this replica.
+    pub fn peak_hashing(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Permits of both lanes together: the most hashes that can run at once.
+    pub fn max_hashing(&self) -> usize {
+        self.normal_permits + 1
+    }
+
+    fn fingerprint(&self, username: &str, password: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(self.pepper);
+        h.update(username.as_bytes());
+        h.update([0]);
+        h.update(password.as_bytes());
+        h.finalize().into()
+    }
+
+    /// Seconds until `key` may try again, if it is throttled.
+    fn throttled_for(&self, key: &str) -> Option<u64> {
+        let until = self.throttled.get(key)?;
+        let left = until.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then(|| left.as_secs_f64().ceil().max(1.0) as u64)
+    }
+
+    fn record_failure(&self, keys: [String; 2]) {
+        let Some(f) = &self.failures else { return };
+        for key in keys {
+            if let Err(not_until) = f.check_key(&key) {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                self.throttled
+                    .insert(key, Instant::now() + wait.max(Duration::from_secs(1)));
+            }
+        }
+    }
+
+    /// Forgets idle failure counters (bounded memory after a flood).
+    pub fn shrink(&self) {
+        if let Some(f) = &self.failures {
+            f.retain_recent();
+            f.shrink_to_fit();
+        }
+    }
+}
 
 fn verify(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc)
@@ -57,11 +157,22 @@ fn parse_basic(parts: &Parts) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
+fn client_address(parts: &Parts) -> String {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 impl FromRequestParts<AppState> for ServiceAccount {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let (username, password) = parse_basic(parts).ok_or(ApiError::BasicUnauthorized)?;
+        if username.is_empty() || username.len() > MAX_USERNAME {
+            return Err(ApiError::BasicUnauthorized);
+        }
         let caches = &state.auth.caches;
         let key = hex::encode(Sha256::digest(format!("{username}\0{password}").as_bytes()));
         let use_cache = caches.usable();
@@ -72,26 +183,53 @@ impl FromRequestParts<AppState> for ServiceAccount {
                 });
             }
         }
+        let guard = &state.basic;
+        let fingerprint = guard.fingerprint(&username, &password);
+        let known = guard.known_good.contains_key(&fingerprint);
+        let throttle_keys = [format!("u:{username}"), format!("a:{}", client_address(parts))];
+        if !known {
+            if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
+                state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
+                return Err(ApiError::RateLimited {
+                    retry_after_secs: secs,
+                    message: "Too many failed sign-ins; retry later.".into(),
+                });
+            }
+        }
+        let lane = if known { &guard.priority } else { &guard.normal };
+        let permit = tokio::time::timeout(VERIFY_QUEUE_WAIT, lane.clone().acquire_owned())
+            .await
+            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?
+            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?;
         let generation = caches.basic.generation();
         let user = users::by_username(&state.pg, &username).await?;
         let phc = user
             .as_ref()
             .and_then(|u| u.password_hash.clone())
             .unwrap_or_else(|| DUMMY_HASH.clone());
-        let _slot = tokio::time::timeout(VERIFY_QUEUE_WAIT, VERIFY_SLOTS.acquire())
-            .await
-            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?
-            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?;
-        let ok = tokio::task::spawn_blocking(move || verify(&password, &phc))
-            .await
-            .unwrap_or(false);
+        // The permit moves into the hashing task: it is released when the
+        // hash is done, not when the client goes away.
+        let (hashing, peak) = (guard.hashing.clone(), guard.peak.clone());
+        let ok = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let now = hashing.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let ok = verify(&password, &phc);
+            hashing.fetch_sub(1, Ordering::SeqCst);
+            ok
+        })
+        .await
+        .unwrap_or(false);
+        // A right password of a non-service or disabled account answers exactly
+        // like a wrong one.
         let user = match user {
-            Some(u) if ok && u.active && u.password_hash.is_some() => u,
-            _ => return Err(ApiError::BasicUnauthorized),
+            Some(u) if ok && u.active && u.password_hash.is_some() && u.is_service => u,
+            _ => {
+                guard.record_failure(throttle_keys);
+                return Err(ApiError::BasicUnauthorized);
+            }
         };
-        if !user.is_service {
-            return Err(ApiError::Forbidden("this account is not a service account".into()));
-        }
+        guard.known_good.insert(fingerprint, ());
         if use_cache {
             caches
                 .basic

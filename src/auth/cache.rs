@@ -101,6 +101,10 @@ pub struct AuthCaches {
     pub workspace_libraries: Named<String, Arc<Vec<String>>>,
     /// sha256(user:password) → verified service account. Invalidated by `users:*`.
     pub basic: Named<String, Arc<String>>,
+    /// Credentials looked up and not found: `tok:<hash>` and `kid:<kid>`, so a
+    /// flood of made-up tokens or kids costs no store round trip each.
+    /// Invalidated by `mcp_tokens:*` (inserts included) and `mcp_signing_keys:*`.
+    pub unknown: Named<String, ()>,
     /// per-turn jti → the session it is bound to (only immutable facts are cached).
     pub jti_sessions: Named<String, Arc<String>>,
     notifications: broadcast::Sender<String>,
@@ -131,6 +135,7 @@ impl AuthCaches {
             teams: Named::new("teams", ttl, 100_000),
             workspace_libraries: Named::new("workspace_libraries", ttl, 100_000),
             basic: Named::new("basic", ttl, 1_000),
+            unknown: Named::new("unknown", ttl, 100_000),
             // A jti outlives its token by at most the leeway; sessions do not move.
             jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000),
             notifications,
@@ -173,6 +178,7 @@ impl AuthCaches {
         self.teams.invalidate_all();
         self.workspace_libraries.invalidate_all();
         self.basic.invalidate_all();
+        self.unknown.invalidate_all();
     }
 
     /// Applies one `mnemosyne_auth` payload (`<table>:<key>`).
@@ -192,12 +198,19 @@ impl AuthCaches {
                 Ok(id) => self.teams.invalidate(&id).await,
                 Err(_) => self.teams.invalidate_all(),
             },
-            "mcp_tokens" | "library_memberships" => self.tokens.invalidate_all(),
+            "mcp_tokens" => {
+                self.tokens.invalidate_all();
+                self.unknown.invalidate_all();
+            }
+            "library_memberships" => self.tokens.invalidate_all(),
             "users" => {
                 self.tokens.invalidate_all();
                 self.basic.invalidate_all();
             }
-            "mcp_signing_keys" => self.keys.invalidate_all(),
+            "mcp_signing_keys" => {
+                self.keys.invalidate_all();
+                self.unknown.invalidate_all();
+            }
             "workspace" if key != "*" => self.workspace_libraries.invalidate(&key.to_owned()).await,
             _ => self.invalidate_all(),
         }

@@ -115,6 +115,54 @@ fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
     closing(r)
 }
 
+const TOOLS: [&str; 6] = [
+    "search",
+    "get_chunk",
+    "list_libraries",
+    "list_collections",
+    "list_items",
+    "get_health",
+];
+
+/// The JSON-RPC id and tool of a `tools/call` body (unknown tools are
+/// `other`, so no caller-chosen string becomes a bucket or a label).
+fn tool_call_of(body: &[u8]) -> Option<(serde_json::Value, &'static str)> {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        #[serde(default)]
+        id: serde_json::Value,
+        method: Option<String>,
+        params: Option<Params>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: Option<String>,
+    }
+    let call: Call = serde_json::from_slice(body).ok()?;
+    if call.method.as_deref() != Some("tools/call") {
+        return None;
+    }
+    let name = call.params.and_then(|p| p.name).unwrap_or_default();
+    let tool = TOOLS.iter().find(|t| **t == name).copied().unwrap_or("other");
+    Some((call.id, tool))
+}
+
+/// HTTP 429 with a JSON-RPC error for the call, so SDKs surface it.
+fn tool_rate_limited(id: serde_json::Value, tool: &str, retry_after_secs: u64) -> Response {
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32000,
+            "message": format!("Rate limited: too many {tool} calls for this credential; retry after {retry_after_secs} s."),
+            "data": {"retry_after": retry_after_secs}}})),
+    )
+        .into_response();
+    if let Ok(v) = http::HeaderValue::from_str(&retry_after_secs.to_string()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
 /// Everything before rmcp: cheap checks first (Host, Origin, protocol header,
 /// session id, the session's existence), then the bearer, then the session's
 /// owner; a request that fails here never reaches rmcp and consumes nothing.
@@ -177,8 +225,37 @@ pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -
         Err(AuthError::ForeignSession) => return session_not_found(req, limit).await,
         Err(e) => return e.into_response_with(resource_metadata.as_deref()),
     };
-    let is_delete = req.method() == http::Method::DELETE;
+    if let Err(l) = state.limits.request(&principal.subject) {
+        state
+            .metrics
+            .rate_limited
+            .with_label_values(&[principal.kind.as_str(), "-"])
+            .inc();
+        return crate::error::ApiError::RateLimited {
+            retry_after_secs: l.retry_after_secs(),
+            message: "Too many requests for this credential; retry later.".into(),
+        }
+        .into_response();
+    }
     let mut req = req;
+    if state.limits.per_tool() && req.method() == http::Method::POST {
+        let (parts, body) = req.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+            return crate::error::ApiError::PayloadTooLarge.into_response();
+        };
+        if let Some((id, tool)) = tool_call_of(&bytes) {
+            if let Err(l) = state.limits.tool_call(&principal.subject, tool) {
+                state
+                    .metrics
+                    .rate_limited
+                    .with_label_values(&[principal.kind.as_str(), tool])
+                    .inc();
+                return tool_rate_limited(id, tool, l.retry_after_secs());
+            }
+        }
+        req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let is_delete = req.method() == http::Method::DELETE;
     let credential = principal.credential.clone();
     req.extensions_mut().insert::<Principal>(principal);
     if session.is_some() {

@@ -51,6 +51,9 @@ pub struct Authenticator {
     store_timeout: Duration,
     /// Opaque tokens used since the last flush (ids); written off the request path.
     touched: Mutex<HashSet<i64>>,
+    /// Store lookups for credentials no cache knows run on these permits, so a
+    /// flood of made-up credentials never takes the whole Postgres pool.
+    cold: tokio::sync::Semaphore,
 }
 
 fn pg_down(_: sqlx::Error) -> AuthError {
@@ -77,6 +80,24 @@ impl Authenticator {
             metrics,
             store_timeout,
             touched: Mutex::new(HashSet::new()),
+            cold: tokio::sync::Semaphore::new(4),
+        }
+    }
+
+    /// Sets how many cold credential lookups may run at once.
+    pub fn with_cold_lookups(mut self, n: usize) -> Self {
+        self.cold = tokio::sync::Semaphore::new(n.max(1));
+        self
+    }
+
+    /// Whether `key` (`tok:<hash>` / `kid:<kid>`) was looked up and not found.
+    async fn known_unknown(&self, key: &str) -> bool {
+        self.caches.usable() && self.caches.unknown.get(&key.to_owned()).await.is_some()
+    }
+
+    async fn remember_unknown(&self, generation: u64, key: String) {
+        if self.caches.usable() {
+            self.caches.unknown.insert_if_current(generation, key, ()).await;
         }
     }
 
@@ -169,11 +190,26 @@ impl Authenticator {
                 return Ok(s);
             }
         }
+        let negative = format!("kid:{kid}");
+        if self.known_unknown(&negative).await {
+            return Err(AuthFailure::InvalidToken.into());
+        }
         let generation = self.caches.keys.generation();
-        let hex_secret = crate::store::pg::keys::active_secret(&self.pg, kid)
-            .await
-            .map_err(pg_down)?
-            .ok_or(AuthFailure::InvalidToken)?;
+        let unknown_generation = self.caches.unknown.generation();
+        let found = {
+            let _slot = self
+                .cold
+                .acquire()
+                .await
+                .map_err(|_| AuthError::Unavailable("postgres"))?;
+            crate::store::pg::keys::active_secret(&self.pg, kid)
+                .await
+                .map_err(pg_down)?
+        };
+        let Some(hex_secret) = found else {
+            self.remember_unknown(unknown_generation, negative).await;
+            return Err(AuthFailure::InvalidToken.into());
+        };
         let secret = Arc::new(hex::decode(hex_secret.trim()).map_err(|_| AuthFailure::InvalidToken)?);
         if use_cache {
             self.caches
@@ -195,11 +231,24 @@ impl Authenticator {
         let row = match cached {
             Some(r) => r,
             None => {
+                let negative = format!("tok:{hash}");
+                if self.known_unknown(&negative).await {
+                    return Err(AuthFailure::TokenNotFound.into());
+                }
                 let generation = self.caches.tokens.generation();
-                let row = pga::token_by_hash(&self.pg, &hash)
-                    .await
-                    .map_err(pg_down)?
-                    .ok_or(AuthFailure::TokenNotFound)?;
+                let unknown_generation = self.caches.unknown.generation();
+                let found = {
+                    let _slot = self
+                        .cold
+                        .acquire()
+                        .await
+                        .map_err(|_| AuthError::Unavailable("postgres"))?;
+                    pga::token_by_hash(&self.pg, &hash).await.map_err(pg_down)?
+                };
+                let Some(row) = found else {
+                    self.remember_unknown(unknown_generation, negative).await;
+                    return Err(AuthFailure::TokenNotFound.into());
+                };
                 let row = Arc::new(row);
                 if use_cache {
                     self.caches

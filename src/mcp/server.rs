@@ -134,6 +134,8 @@ enum Outcome {
     Refused(String),
     /// A store failure: `isError` with a clear message, no internals.
     Failed,
+    /// The whole call passed its deadline: `isError`, never a partial answer.
+    TimedOut(Duration),
 }
 
 impl From<ArgError> for Outcome {
@@ -172,6 +174,11 @@ impl Outcome {
             Outcome::Failed => CallToolResult::error(vec![ContentBlock::text(
                 "The knowledge store is unavailable right now; try again shortly.",
             )]),
+            Outcome::TimedOut(d) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "The call did not finish within its {} ms deadline and was stopped; nothing partial is returned. \
+                 Try again, or narrow it (fewer libraries, a shorter query).",
+                d.as_millis()
+            ))]),
         }
     }
 
@@ -260,7 +267,11 @@ impl KnowledgeServer {
         work: impl std::future::Future<Output = Outcome>,
     ) -> CallToolResult {
         Self::progress(ctx, tool, "started").await;
-        let out = work.await;
+        // One deadline for the whole call, however many store queries it makes.
+        let deadline = Duration::from_millis(self.state.settings.tool_deadline_ms);
+        let out = tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or(Outcome::TimedOut(deadline));
         Self::progress(ctx, tool, if out.failed() { "failed" } else { "completed" }).await;
         out.into_result()
     }

@@ -7,6 +7,7 @@
 mod helpers;
 
 mod auth;
+mod dos;
 mod foundation;
 mod ingest;
 mod mcp;

@@ -287,7 +287,8 @@ async fn basic_auth_failures() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // indistinguishable from a wrong password (issue 12: no answer tells them apart)
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     // a disabled service account
     mnemosyne::store::pg::users::set_active(&app.pg, SERVICE_USER, false)
         .await
