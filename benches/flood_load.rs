@@ -65,7 +65,9 @@ async fn flood(base: String, secs: u64) {
         let (http, base) = (http.clone(), base.clone());
         tokio::spawn(async move {
             let _ = http
-                .get(format!("{base}/mcp_server/api/teams/00000000-0000-0000-0000-000000000001/"))
+                .get(format!(
+                    "{base}/mcp_server/api/teams/00000000-0000-0000-0000-000000000001/"
+                ))
                 .basic_auth("daedalus-service", Some(format!("wrong-{i}")))
                 .timeout(Duration::from_secs(5))
                 .send()
@@ -150,7 +152,9 @@ async fn run() {
     let secs = env("FLOOD_SECONDS", 8);
     let (settings, pool, admin) = common::fresh_settings("flood").await;
     let hash = mnemosyne::auth::basic::hash_password("correct horse").unwrap();
-    users::create(&pool, "daedalus-service", Some(&hash), true).await.unwrap();
+    users::create(&pool, "daedalus-service", Some(&hash), true)
+        .await
+        .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -169,7 +173,10 @@ async fn run() {
         .unwrap();
     let pid = server.id();
     for _ in 0..100 {
-        if reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status().is_success()) {
+        if reqwest::get(format!("{base}/readyz"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -195,7 +202,9 @@ async fn run() {
             .to_owned();
     }
     users::create(&pool, "reader", None, false).await.unwrap();
-    users::grant(&pool, "reader", &library, users::Role::Owner).await.unwrap();
+    users::grant(&pool, "reader", &library, users::Role::Owner)
+        .await
+        .unwrap();
     let (_, token) = mnemosyne::cli::create_token(&pool, "reader", "load", &[library.clone()], None)
         .await
         .unwrap();
@@ -220,7 +229,9 @@ async fn run() {
     let (frps, fp50, fp99, ffailed) = measure(load.clone(), 16, secs).await;
     let rss1 = rss_mb(pid);
     let _ = flooder.wait();
-    println!("while flooded: {frps:8.1} req/s  p50 {fp50:6.2} ms  p99 {fp99:6.2} ms  failed {ffailed}  RSS {rss1:.1} MB");
+    println!(
+        "while flooded: {frps:8.1} req/s  p50 {fp50:6.2} ms  p99 {fp99:6.2} ms  failed {ffailed}  RSS {rss1:.1} MB"
+    );
     println!(
         "throughput {:.0} % of alone (goal ≥ 90 %), p99 {:.2}× (goal ≤ 2×), RSS {:+.1} MB (goal ≤ +50)",
         100.0 * frps / rps,

@@ -2,11 +2,6 @@ use clap::Parser;
 use mnemosyne::cli::{Cli, Command};
 use mnemosyne::config::Settings;
 
-/// mimalloc returns freed memory to the OS; glibc's malloc kept the memory of
-/// expired sessions (benches/session_memory.rs).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     Settings::load_dev_env();

@@ -9,7 +9,15 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Latency buckets (seconds) for requests, tools and store queries.
+const BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -19,6 +27,21 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     pub auth_resolutions: IntCounterVec,
     pub rate_limited: IntCounterVec,
+    /// `mcp_tool_calls_total{tool,outcome}`: ok, tool_error (an `isError`
+    /// answer: bad argument, not found, store down, deadline), refused (rate
+    /// limited before it ran), protocol_error (a `tools/call` of no tool of ours).
+    pub tool_calls: IntCounterVec,
+    pub tool_duration: HistogramVec,
+    /// `graph_query_duration_seconds{query}`: query = the Cypher file's name.
+    pub graph_query_duration: HistogramVec,
+    /// `graph_errors_total{kind}`: unavailable, conflict_retried, query.
+    pub graph_errors: IntCounterVec,
+    pub pg_pool_connections: IntGaugeVec,
+    pub pg_acquire_duration: Histogram,
+    pub sessions_active: IntGauge,
+    pub ingest_chunks: IntCounter,
+    pub ingest_duration: Histogram,
+    pub build_info: IntGaugeVec,
 }
 
 impl Metrics {
@@ -30,9 +53,8 @@ impl Metrics {
         )
         .expect("valid metric");
         let http_duration = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route").buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
+            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route")
+                .buckets(BUCKETS.to_vec()),
             &["method", "route"],
         )
         .expect("valid metric");
@@ -57,8 +79,77 @@ impl Metrics {
             &["kind", "tool"],
         )
         .expect("valid metric");
+        let tool_calls = IntCounterVec::new(
+            Opts::new("mcp_tool_calls_total", "MCP tool calls by tool and outcome"),
+            &["tool", "outcome"],
+        )
+        .expect("valid metric");
+        let tool_duration = HistogramVec::new(
+            HistogramOpts::new("mcp_tool_duration_seconds", "MCP tool call latency by tool").buckets(BUCKETS.to_vec()),
+            &["tool"],
+        )
+        .expect("valid metric");
+        let graph_query_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "graph_query_duration_seconds",
+                "Graph query latency by Cypher file (transactions: by their first statement)",
+            )
+            .buckets(BUCKETS.to_vec()),
+            &["query"],
+        )
+        .expect("valid metric");
+        let graph_errors = IntCounterVec::new(
+            Opts::new(
+                "graph_errors_total",
+                "Graph store errors: unavailable, conflict_retried, query",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let pg_pool_connections = IntGaugeVec::new(
+            Opts::new(
+                "pg_pool_connections",
+                "PostgreSQL pool connections by state (idle, in_use, max)",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        let pg_acquire_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "pg_pool_acquire_seconds",
+                "Time to get a PostgreSQL connection for an auth lookup",
+            )
+            .buckets(BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let sessions_active =
+            IntGauge::new("mcp_sessions_active", "Open legacy MCP sessions on this replica").expect("valid metric");
+        let ingest_chunks = IntCounter::new("ingest_chunks_total", "Chunks written by ingest").expect("valid metric");
+        let ingest_duration = Histogram::with_opts(
+            HistogramOpts::new("ingest_duration_seconds", "Ingest request latency (validated requests)")
+                .buckets(BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "mnemosyne_build_info",
+                "Always 1: the version and graph flavor of this replica",
+            ),
+            &["version", "flavor"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(tool_calls.clone()),
+            Box::new(tool_duration.clone()),
+            Box::new(graph_query_duration.clone()),
+            Box::new(graph_errors.clone()),
+            Box::new(pg_pool_connections.clone()),
+            Box::new(pg_acquire_duration.clone()),
+            Box::new(sessions_active.clone()),
+            Box::new(ingest_chunks.clone()),
+            Box::new(ingest_duration.clone()),
+            Box::new(build_info.clone()),
             Box::new(http_duration.clone()),
             Box::new(auth_failures.clone()),
             Box::new(auth_resolutions.clone()),
@@ -73,6 +164,23 @@ impl Metrics {
             auth_failures,
             auth_resolutions,
             rate_limited,
+            tool_calls,
+            tool_duration,
+            graph_query_duration,
+            graph_errors,
+            pg_pool_connections,
+            pg_acquire_duration,
+            sessions_active,
+            ingest_chunks,
+            ingest_duration,
+            build_info,
+        }
+    }
+
+    /// Registers a collector owned elsewhere (the auth caches').
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        if let Err(e) = self.registry.register(c) {
+            tracing::warn!(error = %e, "metric not registered");
         }
     }
 

@@ -49,7 +49,14 @@ impl Application {
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
         let graph = GraphStore::connect(&settings).await?;
         let metrics = Metrics::new();
+        metrics
+            .build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])
+            .set(1);
         let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
+        for c in caches.collectors() {
+            metrics.register(c);
+        }
         let auth = Arc::new(
             Authenticator::new(
                 pg.clone(),

@@ -85,6 +85,17 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    // Gauges read at scrape time.
+    let m = &state.metrics;
+    m.sessions_active.set(state.sessions.open() as i64);
+    let size = i64::from(state.pg.size());
+    let idle = state.pg.num_idle() as i64;
+    m.pg_pool_connections.with_label_values(&["idle"]).set(idle);
+    m.pg_pool_connections.with_label_values(&["in_use"]).set(size - idle);
+    m.pg_pool_connections
+        .with_label_values(&["max"])
+        .set(i64::from(state.pg.options().get_max_connections()));
+    state.auth.caches.observe();
     crate::metrics::handler(State(state.metrics.clone())).await
 }
 

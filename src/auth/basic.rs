@@ -175,69 +175,72 @@ impl FromRequestParts<AppState> for ServiceAccount {
         }
         let caches = &state.auth.caches;
         let key = hex::encode(Sha256::digest(format!("{username}\0{password}").as_bytes()));
-        let use_cache = caches.usable();
-        if use_cache {
-            if let Some(u) = caches.basic.get(&key).await {
-                return Ok(ServiceAccount {
-                    username: u.to_string(),
-                });
-            }
-        }
-        let guard = &state.basic;
-        let fingerprint = guard.fingerprint(&username, &password);
-        let known = guard.known_good.contains_key(&fingerprint);
-        let throttle_keys = [format!("u:{username}"), format!("a:{}", client_address(parts))];
-        if !known {
-            if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
-                state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
-                return Err(ApiError::RateLimited {
-                    retry_after_secs: secs,
-                    message: "Too many failed sign-ins; retry later.".into(),
-                });
-            }
-        }
-        let lane = if known { &guard.priority } else { &guard.normal };
-        let permit = tokio::time::timeout(VERIFY_QUEUE_WAIT, lane.clone().acquire_owned())
-            .await
-            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?
-            .map_err(|_| ApiError::StoreUnavailable("password verifier"))?;
-        let generation = caches.basic.generation();
-        let user = users::by_username(&state.pg, &username).await?;
-        let phc = user
-            .as_ref()
-            .and_then(|u| u.password_hash.clone())
-            .unwrap_or_else(|| DUMMY_HASH.clone());
-        // The permit moves into the hashing task: it is released when the
-        // hash is done, not when the client goes away.
-        let (hashing, peak) = (guard.hashing.clone(), guard.peak.clone());
-        let ok = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let now = hashing.fetch_add(1, Ordering::SeqCst) + 1;
-            peak.fetch_max(now, Ordering::SeqCst);
-            let ok = verify(&password, &phc);
-            hashing.fetch_sub(1, Ordering::SeqCst);
-            ok
-        })
-        .await
-        .unwrap_or(false);
-        // A right password of a non-service or disabled account answers exactly
-        // like a wrong one.
-        let user = match user {
-            Some(u) if ok && u.active && u.password_hash.is_some() && u.is_service => u,
-            _ => {
-                guard.record_failure(throttle_keys);
-                return Err(ApiError::BasicUnauthorized);
-            }
-        };
-        guard.known_good.insert(fingerprint, ());
-        if use_cache {
-            caches
-                .basic
-                .insert_if_current(generation, key, Arc::new(user.username.clone()))
-                .await;
-        }
+        let address = client_address(parts);
+        let username = caches
+            .basic
+            .read_through(caches.usable(), key, || {
+                verify_service_account(state, username, password, address)
+            })
+            .await?;
         Ok(ServiceAccount {
-            username: user.username,
+            username: username.to_string(),
         })
+    }
+}
+
+/// The uncached path: throttles, a verification lane, the user row, argon2.
+async fn verify_service_account(
+    state: &AppState,
+    username: String,
+    password: String,
+    address: String,
+) -> Result<Arc<String>, ApiError> {
+    let guard = &state.basic;
+    let fingerprint = guard.fingerprint(&username, &password);
+    let known = guard.known_good.contains_key(&fingerprint);
+    let throttle_keys = [format!("u:{username}"), format!("a:{address}")];
+    if !known {
+        if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
+            state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
+            return Err(ApiError::RateLimited {
+                retry_after_secs: secs,
+                message: "Too many failed sign-ins; retry later.".into(),
+            });
+        }
+    }
+    let lane = if known { &guard.priority } else { &guard.normal };
+    let permit = tokio::time::timeout(VERIFY_QUEUE_WAIT, lane.clone().acquire_owned())
+        .await
+        .map_err(|_| ApiError::StoreUnavailable("password verifier"))?
+        .map_err(|_| ApiError::StoreUnavailable("password verifier"))?;
+    let user = users::by_username(&state.pg, &username).await?;
+    let phc = user
+        .as_ref()
+        .and_then(|u| u.password_hash.clone())
+        .unwrap_or_else(|| DUMMY_HASH.clone());
+    // The permit moves into the hashing task: it is released when the hash
+    // is done, not when the client goes away.
+    let (hashing, peak) = (guard.hashing.clone(), guard.peak.clone());
+    let ok = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let now = hashing.fetch_add(1, Ordering::SeqCst) + 1;
+        peak.fetch_max(now, Ordering::SeqCst);
+        let ok = verify(&password, &phc);
+        hashing.fetch_sub(1, Ordering::SeqCst);
+        ok
+    })
+    .await
+    .unwrap_or(false);
+    // A right password of a non-service or disabled account answers exactly
+    // like a wrong one.
+    match user {
+        Some(u) if ok && u.active && u.password_hash.is_some() && u.is_service => {
+            guard.known_good.insert(fingerprint, ());
+            Ok(Arc::new(u.username))
+        }
+        _ => {
+            guard.record_failure(throttle_keys);
+            Err(ApiError::BasicUnauthorized)
+        }
     }
 }

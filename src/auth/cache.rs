@@ -3,12 +3,14 @@
 //! staleness. While the listener is down the caches are bypassed, and on every
 //! (re)connect they are emptied: a gap in notifications means "cold".
 
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moka::future::Cache;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
@@ -22,6 +24,22 @@ use crate::store::pg::{auth::TeamAuthRow, auth::TokenAuthRow, AUTH_CHANNEL};
 pub struct Named<K, V> {
     cache: Cache<K, V>,
     generation: AtomicU64,
+    /// `auth_cache_requests_total{cache=<name>, result=hit|miss|bypassed}`.
+    hit: IntCounter,
+    miss: IntCounter,
+    bypassed: IntCounter,
+}
+
+/// Counts every cache answer; registered by `Metrics`.
+pub fn cache_requests() -> IntCounterVec {
+    IntCounterVec::new(
+        Opts::new(
+            "auth_cache_requests_total",
+            "Auth cache lookups by cache and result (hit, miss, bypassed)",
+        ),
+        &["cache", "result"],
+    )
+    .expect("valid metric")
 }
 
 impl<K, V> Named<K, V>
@@ -29,7 +47,7 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    fn new(name: &str, ttl: Duration, capacity: u64) -> Self {
+    fn new(name: &str, ttl: Duration, capacity: u64, requests: &IntCounterVec) -> Self {
         Named {
             cache: Cache::builder()
                 .name(name)
@@ -37,7 +55,49 @@ where
                 .time_to_live(ttl)
                 .build(),
             generation: AtomicU64::new(0),
+            hit: requests.with_label_values(&[name, "hit"]),
+            miss: requests.with_label_values(&[name, "miss"]),
+            bypassed: requests.with_label_values(&[name, "bypassed"]),
         }
+    }
+
+    /// The read-through sequence, written once: when the caches are `usable`
+    /// a cached value answers; otherwise `load` runs, and its value is cached
+    /// unless an invalidation raced the load (the generation moved). Errors
+    /// are never cached.
+    pub async fn read_through<E, F, Fut>(&self, usable: bool, key: K, load: F) -> Result<V, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let generation = self.generation();
+        if !usable {
+            self.bypassed.inc();
+            return load().await;
+        }
+        if let Some(v) = self.cache.get(&key).await {
+            self.hit.inc();
+            return Ok(v);
+        }
+        self.miss.inc();
+        let v = load().await?;
+        self.insert_if_current(generation, key, v.clone()).await;
+        Ok(v)
+    }
+
+    /// A lookup without a load (multi-key and negative caches), counted.
+    pub async fn lookup(&self, usable: bool, k: &K) -> Option<V> {
+        if !usable {
+            self.bypassed.inc();
+            return None;
+        }
+        let v = self.cache.get(k).await;
+        if v.is_some() {
+            self.hit.inc()
+        } else {
+            self.miss.inc()
+        }
+        v
     }
 
     pub fn generation(&self) -> u64 {
@@ -110,6 +170,9 @@ pub struct AuthCaches {
     notifications: broadcast::Sender<String>,
     /// This instance's identity on the auth channel (fences and acks).
     pub instance: Uuid,
+    requests: IntCounterVec,
+    listener_connected: IntGauge,
+    listener_reconnects: IntCounter,
 }
 
 /// `application_name` prefix of every instance's LISTEN connection: a writer
@@ -124,23 +187,51 @@ impl AuthCaches {
             max_staleness
         };
         let (notifications, _) = broadcast::channel(1024);
+        let requests = cache_requests();
+        let listener_connected = IntGauge::new(
+            "auth_listener_connected",
+            "1 while this replica's LISTEN connection is connected and hears its own heartbeat",
+        )
+        .expect("valid metric");
+        let listener_reconnects = IntCounter::new(
+            "auth_listener_reconnects_total",
+            "LISTEN connections made after the first",
+        )
+        .expect("valid metric");
         AuthCaches {
             enabled: !max_staleness.is_zero(),
             listener_up: AtomicBool::new(false),
             last_echo_ms: AtomicU64::new(0),
             started: Instant::now(),
             connections: AtomicU64::new(0),
-            keys: Named::new("keys", ttl, 1_000),
-            tokens: Named::new("tokens", ttl, 100_000),
-            teams: Named::new("teams", ttl, 100_000),
-            workspace_libraries: Named::new("workspace_libraries", ttl, 100_000),
-            basic: Named::new("basic", ttl, 1_000),
-            unknown: Named::new("unknown", ttl, 100_000),
+            keys: Named::new("keys", ttl, 1_000, &requests),
+            tokens: Named::new("tokens", ttl, 100_000, &requests),
+            teams: Named::new("teams", ttl, 100_000, &requests),
+            workspace_libraries: Named::new("workspace_libraries", ttl, 100_000, &requests),
+            basic: Named::new("basic", ttl, 1_000, &requests),
+            unknown: Named::new("unknown", ttl, 100_000, &requests),
             // A jti outlives its token by at most the leeway; sessions do not move.
-            jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000),
+            jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000, &requests),
             notifications,
             instance: Uuid::new_v4(),
+            requests,
+            listener_connected,
+            listener_reconnects,
         }
+    }
+
+    /// This cache set's metrics, for the app's registry.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.requests.clone()),
+            Box::new(self.listener_connected.clone()),
+            Box::new(self.listener_reconnects.clone()),
+        ]
+    }
+
+    /// Refreshes `auth_listener_connected` (at scrape time).
+    pub fn observe(&self) {
+        self.listener_connected.set(i64::from(self.usable()));
     }
 
     /// Whether cached answers may be used right now: caches on, the listener
@@ -361,7 +452,9 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
         };
         backoff = Duration::from_millis(100);
         caches.invalidate_all();
-        caches.connections.fetch_add(1, Ordering::SeqCst);
+        if caches.connections.fetch_add(1, Ordering::SeqCst) > 0 {
+            caches.listener_reconnects.inc();
+        }
         // Just subscribed: everything from here on is heard.
         caches.last_echo_ms.store(caches.now_ms(), Ordering::SeqCst);
         caches.listener_up.store(true, Ordering::SeqCst);

@@ -245,12 +245,18 @@ pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
             if let Err(l) = state.limits.tool_call(&principal.subject, tool) {
+                let m = &state.metrics;
+                m.rate_limited.with_label_values(&[principal.kind.as_str(), tool]).inc();
+                m.tool_calls.with_label_values(&[tool, "refused"]).inc();
+                return tool_rate_limited(id, tool, l.retry_after_secs());
+            }
+            if tool == "other" {
+                // rmcp answers it with a JSON-RPC error: no tool of ours ran.
                 state
                     .metrics
-                    .rate_limited
-                    .with_label_values(&[principal.kind.as_str(), tool])
+                    .tool_calls
+                    .with_label_values(&["other", "protocol_error"])
                     .inc();
-                return tool_rate_limited(id, tool, l.retry_after_secs());
             }
         }
         req = Request::from_parts(parts, axum::body::Body::from(bytes));

@@ -90,17 +90,6 @@ impl Authenticator {
         self
     }
 
-    /// Whether `key` (`tok:<hash>` / `kid:<kid>`) was looked up and not found.
-    async fn known_unknown(&self, key: &str) -> bool {
-        self.caches.usable() && self.caches.unknown.get(&key.to_owned()).await.is_some()
-    }
-
-    async fn remember_unknown(&self, generation: u64, key: String) {
-        if self.caches.usable() {
-            self.caches.unknown.insert_if_current(generation, key, ()).await;
-        }
-    }
-
     /// Resolves one request's bearer. Counts failures by reason and logs the
     /// principal kind and library count of successes (never the token).
     pub async fn authenticate(
@@ -183,82 +172,62 @@ impl Authenticator {
     }
 
     async fn signing_secret(&self, kid: &str) -> Result<Arc<Vec<u8>>, AuthError> {
-        let use_cache = self.caches.usable();
-        let key = kid.to_owned();
-        if use_cache {
-            if let Some(s) = self.caches.keys.get(&key).await {
-                return Ok(s);
-            }
+        let usable = self.caches.usable();
+        self.caches
+            .keys
+            .read_through(usable, kid.to_owned(), || async {
+                let hex_secret = self
+                    .cold_lookup(usable, format!("kid:{kid}"), || {
+                        crate::store::pg::keys::active_secret(&self.pg, kid)
+                    })
+                    .await?
+                    .ok_or(AuthFailure::InvalidToken)?;
+                Ok(Arc::new(
+                    hex::decode(hex_secret.trim()).map_err(|_| AuthFailure::InvalidToken)?,
+                ))
+            })
+            .await
+    }
+
+    /// A lookup of a credential no positive cache knows: answered from the
+    /// negative cache when it was not found before, else run on the cold
+    /// permits; a miss is remembered. `Ok(None)` = not found.
+    async fn cold_lookup<T, F, Fut>(&self, usable: bool, negative: String, load: F) -> Result<Option<T>, AuthError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
+    {
+        if self.caches.unknown.lookup(usable, &negative).await.is_some() {
+            return Ok(None);
         }
-        let negative = format!("kid:{kid}");
-        if self.known_unknown(&negative).await {
-            return Err(AuthFailure::InvalidToken.into());
-        }
-        let generation = self.caches.keys.generation();
-        let unknown_generation = self.caches.unknown.generation();
+        let generation = self.caches.unknown.generation();
         let found = {
             let _slot = self
                 .cold
                 .acquire()
                 .await
                 .map_err(|_| AuthError::Unavailable("postgres"))?;
-            crate::store::pg::keys::active_secret(&self.pg, kid)
-                .await
-                .map_err(pg_down)?
+            load().await.map_err(pg_down)?
         };
-        let Some(hex_secret) = found else {
-            self.remember_unknown(unknown_generation, negative).await;
-            return Err(AuthFailure::InvalidToken.into());
-        };
-        let secret = Arc::new(hex::decode(hex_secret.trim()).map_err(|_| AuthFailure::InvalidToken)?);
-        if use_cache {
-            self.caches
-                .keys
-                .insert_if_current(generation, key, secret.clone())
-                .await;
+        if found.is_none() && usable {
+            self.caches.unknown.insert_if_current(generation, negative, ()).await;
         }
-        Ok(secret)
+        Ok(found)
     }
 
     async fn resolve_opaque(&self, bearer: &str) -> Result<Principal, AuthError> {
         let hash = token_hash(bearer);
-        let use_cache = self.caches.usable();
-        let cached = if use_cache {
-            self.caches.tokens.get(&hash).await
-        } else {
-            None
-        };
-        let row = match cached {
-            Some(r) => r,
-            None => {
-                let negative = format!("tok:{hash}");
-                if self.known_unknown(&negative).await {
-                    return Err(AuthFailure::TokenNotFound.into());
-                }
-                let generation = self.caches.tokens.generation();
-                let unknown_generation = self.caches.unknown.generation();
-                let found = {
-                    let _slot = self
-                        .cold
-                        .acquire()
-                        .await
-                        .map_err(|_| AuthError::Unavailable("postgres"))?;
-                    pga::token_by_hash(&self.pg, &hash).await.map_err(pg_down)?
-                };
-                let Some(row) = found else {
-                    self.remember_unknown(unknown_generation, negative).await;
-                    return Err(AuthFailure::TokenNotFound.into());
-                };
-                let row = Arc::new(row);
-                if use_cache {
-                    self.caches
-                        .tokens
-                        .insert_if_current(generation, hash, row.clone())
-                        .await;
-                }
-                row
-            }
-        };
+        let usable = self.caches.usable();
+        let row = self
+            .caches
+            .tokens
+            .read_through(usable, hash.clone(), || async {
+                self.cold_lookup(usable, format!("tok:{hash}"), || pga::token_by_hash(&self.pg, &hash))
+                    .await?
+                    .map(Arc::new)
+                    .ok_or(AuthError::Refused(AuthFailure::TokenNotFound))
+            })
+            .await?;
         if !row.active || row.expires_at.is_some_and(|e| e <= Utc::now()) {
             return Err(AuthFailure::TokenNotFound.into());
         }
@@ -334,30 +303,17 @@ impl Authenticator {
     }
 
     async fn resolve_team(&self, team_id: Uuid, jti: Uuid) -> Result<Principal, AuthError> {
-        let use_cache = self.caches.usable();
-        let cached = if use_cache {
-            self.caches.teams.get(&team_id).await
-        } else {
-            None
-        };
-        let team = match cached {
-            Some(t) => t,
-            None => {
-                let generation = self.caches.teams.generation();
-                let t = pga::team_for_auth(&self.pg, team_id)
+        let team = self
+            .caches
+            .teams
+            .read_through(self.caches.usable(), team_id, || async {
+                pga::team_for_auth(&self.pg, team_id)
                     .await
                     .map_err(pg_down)?
-                    .ok_or(AuthFailure::TeamNotFound)?;
-                let t = Arc::new(t);
-                if use_cache {
-                    self.caches
-                        .teams
-                        .insert_if_current(generation, team_id, t.clone())
-                        .await;
-                }
-                t
-            }
-        };
+                    .map(Arc::new)
+                    .ok_or(AuthError::Refused(AuthFailure::TeamNotFound))
+            })
+            .await?;
         if !team.active {
             return Err(AuthFailure::TeamInactive.into());
         }
@@ -380,11 +336,7 @@ impl Authenticator {
         let mut per_ws: Vec<Option<Arc<Vec<String>>>> = Vec::with_capacity(workspace_ids.len());
         let mut missing = Vec::new();
         for ws in workspace_ids {
-            let hit = if use_cache {
-                self.caches.workspace_libraries.get(ws).await
-            } else {
-                None
-            };
+            let hit = self.caches.workspace_libraries.lookup(use_cache, ws).await;
             if hit.is_none() {
                 missing.push(ws.clone());
             }

@@ -130,6 +130,8 @@ enum Outcome {
         structured: Value,
         text: String,
     },
+    /// A plain text answer (no structured content).
+    Text(String),
     /// A caller error (bad argument, not found): `isError` with this message.
     Refused(String),
     /// A store failure: `isError` with a clear message, no internals.
@@ -170,6 +172,7 @@ impl Outcome {
                 r.structured_content = Some(structured);
                 r
             }
+            Outcome::Text(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Outcome::Refused(msg) => CallToolResult::error(vec![ContentBlock::text(msg)]),
             Outcome::Failed => CallToolResult::error(vec![ContentBlock::text(
                 "The knowledge store is unavailable right now; try again shortly.",
@@ -183,7 +186,7 @@ impl Outcome {
     }
 
     fn failed(&self) -> bool {
-        !matches!(self, Outcome::Ok { .. })
+        !matches!(self, Outcome::Ok { .. } | Outcome::Text(_))
     }
 }
 
@@ -260,12 +263,17 @@ impl KnowledgeServer {
         }
     }
 
+    /// Runs one tool call: progress notifications, one deadline for the whole
+    /// call, its metrics and its log line (tool, principal kind, library count,
+    /// outcome, duration — never arguments or tokens).
     async fn run(
         &self,
         ctx: &RequestContext<RoleServer>,
+        parts: &Parts,
         tool: &str,
         work: impl std::future::Future<Output = Outcome>,
     ) -> CallToolResult {
+        let started = std::time::Instant::now();
         Self::progress(ctx, tool, "started").await;
         // One deadline for the whole call, however many store queries it makes.
         let deadline = Duration::from_millis(self.state.settings.tool_deadline_ms);
@@ -273,6 +281,22 @@ impl KnowledgeServer {
             .await
             .unwrap_or(Outcome::TimedOut(deadline));
         Self::progress(ctx, tool, if out.failed() { "failed" } else { "completed" }).await;
+        let outcome = if out.failed() { "tool_error" } else { "ok" };
+        let elapsed = started.elapsed();
+        let m = &self.state.metrics;
+        m.tool_calls.with_label_values(&[tool, outcome]).inc();
+        m.tool_duration
+            .with_label_values(&[tool])
+            .observe(elapsed.as_secs_f64());
+        let principal = parts.extensions.get::<Principal>();
+        tracing::info!(
+            tool,
+            principal = principal.map_or("none", |p| p.kind.as_str()),
+            libraries = principal.map_or(0, |p| p.libraries.len()),
+            outcome,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            "tool call"
+        );
         out.into_result()
     }
 
@@ -288,7 +312,9 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        Ok(self.run(&ctx, "search", self.do_search(scope_of(&parts), &args)).await)
+        Ok(self
+            .run(&ctx, &parts, "search", self.do_search(scope_of(&parts), &args))
+            .await)
     }
 
     #[tool(
@@ -304,7 +330,7 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, "get_chunk", self.do_get_chunk(scope_of(&parts), &args))
+            .run(&ctx, &parts, "get_chunk", self.do_get_chunk(scope_of(&parts), &args))
             .await)
     }
 
@@ -321,7 +347,12 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, "list_libraries", self.do_list_libraries(scope_of(&parts), &args))
+            .run(
+                &ctx,
+                &parts,
+                "list_libraries",
+                self.do_list_libraries(scope_of(&parts), &args),
+            )
             .await)
     }
 
@@ -340,6 +371,7 @@ impl KnowledgeServer {
         Ok(self
             .run(
                 &ctx,
+                &parts,
                 "list_collections",
                 self.do_list_collections(scope_of(&parts), &args),
             )
@@ -359,7 +391,7 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, "list_items", self.do_list_items(scope_of(&parts), &args))
+            .run(&ctx, &parts, "list_items", self.do_list_items(scope_of(&parts), &args))
             .await)
     }
 
@@ -368,17 +400,25 @@ impl KnowledgeServer {
         input_schema = empty_schema(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn get_health(&self, args: JsonObject) -> Result<CallToolResult, McpError> {
-        if let Err(e) = Args(&args).only(&[]) {
-            return Ok(Outcome::from(e).into_result());
-        }
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            self.health().await.to_string(),
-        )]))
+    async fn get_health(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(self.run(&ctx, &parts, "get_health", self.do_get_health(&args)).await)
     }
 }
 
 impl KnowledgeServer {
+    async fn do_get_health(&self, args: &JsonObject) -> Outcome {
+        if let Err(e) = Args(args).only(&[]) {
+            return e.into();
+        }
+        // The health report is a text block only (Pallas §2), no structured content.
+        Outcome::Text(self.health().await.to_string())
+    }
+
     async fn do_search(&self, scope: Scope, args: &JsonObject) -> Outcome {
         let a = Args(args);
         let parsed = (|| {

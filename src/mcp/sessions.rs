@@ -101,7 +101,26 @@ impl Owners {
         if self.by_session.capacity() > 64 && self.by_session.len() < self.by_session.capacity() / 4 {
             self.by_session.shrink_to_fit();
             self.per_credential.shrink_to_fit();
+            release_free_memory();
         }
+    }
+}
+
+/// Hands the allocator's free pages back to the OS. Each rmcp session costs
+/// ~55 KB spread over several small blocks; glibc keeps such memory in its
+/// arenas after the sessions close (measured: +1.1 GB after 20,000 sessions
+/// expired, benches/session_memory.rs) unless asked to trim.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // Off the async workers: trimming walks every arena.
+        std::thread::spawn(|| {
+            // SAFETY: malloc_trim only releases free memory; it has no
+            // preconditions and may be called from any thread.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        });
     }
 }
 
