@@ -269,6 +269,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(crate::error::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .route_layer(middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
+        .layer(middleware::from_fn(crate::telemetry::request_id))
         .with_state(state)
 }
 

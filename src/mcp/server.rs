@@ -289,7 +289,9 @@ impl KnowledgeServer {
             .with_label_values(&[tool])
             .observe(elapsed.as_secs_f64());
         let principal = parts.extensions.get::<Principal>();
+        let request_id = parts.extensions.get::<crate::telemetry::RequestId>();
         tracing::info!(
+            request_id = request_id.map_or("-", |r| &*r.0),
             tool,
             principal = principal.map_or("none", |p| p.kind.as_str()),
             libraries = principal.map_or(0, |p| p.libraries.len()),

@@ -11,5 +11,6 @@ mod dos;
 mod foundation;
 mod ingest;
 mod mcp;
+mod observability;
 mod sessions;
 mod teams;

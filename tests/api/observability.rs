@@ -1,0 +1,157 @@
+//! Observability (issue 15): the metric families move as a scripted session
+//! says they should; every log line of a request carries its request id.
+
+use std::sync::{Arc, Mutex};
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::TestApp;
+use crate::mcp::seed;
+
+/// The value of one sample (`name{labels}`), 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_scripted_session_moves_every_family() {
+    let app = TestApp::spawn_with(|s| s.tool_rate_limit_per_minute = 60).await;
+    let s = seed(&app).await;
+    let token = app.opaque_token(&[s.lib_a.clone()]).await;
+    let before = app.metrics().await;
+
+    let mut c = app.mcp(&token).connect().await;
+    let hits = c.call_ok("search", json!({"query": "pelican"})).await;
+    let chunk = hits["results"][0]["chunk_uid"].as_str().unwrap().to_owned();
+    c.call_ok("get_chunk", json!({"chunk_uid": chunk})).await;
+    // a bad argument: an isError answer
+    let bad = c.call("search", json!({"query": ""})).await;
+    assert_eq!(bad["isError"], json!(true));
+    // a call of a tool that does not exist: a protocol error
+    let ex = c.call_raw("no_such_tool", json!({}), None).await;
+    assert!(ex.response().get("error").is_some(), "{ex:?}");
+    // refused: over search's bucket (burst 10 of 60/min)
+    let mut refused = 0;
+    for _ in 0..12 {
+        if c.call_raw("search", json!({"query": "pelican"}), None).await.status == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0);
+    // an auth failure
+    assert_eq!(app.mcp("mnm_nope").initialize().await.status, StatusCode::UNAUTHORIZED);
+    // a cache miss then a hit (a new token's first and second request)
+    let other = app.opaque_token(&[s.lib_b.clone()]).await;
+    app.mcp(&other).stateless().list_tools().await;
+    app.mcp(&other).stateless().list_tools().await;
+
+    let after = app.metrics().await;
+    let moved = |series: &str| sample(&after, series) - sample(&before, series);
+    assert!(
+        moved("mcp_tool_calls_total{outcome=\"ok\",tool=\"search\"}") >= 1.0,
+        "{after}"
+    );
+    assert_eq!(moved("mcp_tool_calls_total{outcome=\"ok\",tool=\"get_chunk\"}"), 1.0);
+    assert_eq!(
+        moved("mcp_tool_calls_total{outcome=\"tool_error\",tool=\"search\"}"),
+        1.0
+    );
+    assert_eq!(
+        moved("mcp_tool_calls_total{outcome=\"protocol_error\",tool=\"other\"}"),
+        1.0
+    );
+    assert_eq!(
+        moved("mcp_tool_calls_total{outcome=\"refused\",tool=\"search\"}"),
+        refused as f64
+    );
+    assert!(moved("mcp_tool_duration_seconds_count{tool=\"search\"}") >= 2.0);
+    assert_eq!(moved("mcp_auth_failures_total{reason=\"token_not_found\"}"), 1.0);
+    assert!(moved("auth_cache_requests_total{cache=\"tokens\",result=\"miss\"}") >= 2.0);
+    assert!(moved("auth_cache_requests_total{cache=\"tokens\",result=\"hit\"}") >= 1.0);
+    assert_eq!(sample(&after, "auth_listener_connected"), 1.0);
+    assert_eq!(sample(&after, "mcp_sessions_active"), 1.0);
+    assert!(moved("ingest_chunks_total") == 0.0, "no ingest in this script");
+    assert!(sample(&after, "pg_pool_connections{state=\"max\"}") >= 1.0);
+    assert!(after.contains("mnemosyne_build_info{flavor="), "{after}");
+    assert!(
+        after.contains("graph_query_duration_seconds_count{query=\"search.cypher\"}"),
+        "{after}"
+    );
+    // No label holds a token, a uid or a query text.
+    for secret in [token.as_str(), other.as_str(), s.lib_a.as_str(), "pelican"] {
+        assert!(!after.contains(secret), "{secret} in /metrics");
+    }
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_log_line_of_a_request_carries_its_request_id_and_no_secret() {
+    let cap = Capture::default();
+    let writer = cap.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .json()
+        .flatten_event(true)
+        .with_current_span(true)
+        .with_span_list(true)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let app = TestApp::spawn().await;
+    let s = seed(&app).await;
+    let token = app.opaque_token(&[s.lib_a.clone()]).await;
+    cap.0.lock().unwrap().clear();
+
+    let mut c = app.mcp(&token).stateless();
+    let ex = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": "search", "arguments": {"query": "pelican"}}}),
+            &[("X-Request-Id", "req-test-42")],
+        )
+        .await;
+    assert_eq!(ex.status, StatusCode::OK);
+    assert_eq!(ex.headers["x-request-id"], "req-test-42");
+    // A generated id when none (or a bad one) is sent.
+    let r = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.headers()["x-request-id"].len(), 36);
+
+    let logs = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("req-test-42")).collect();
+    assert!(lines.iter().any(|l| l.contains("bearer resolved")), "{logs}");
+    assert!(lines.iter().any(|l| l.contains("tool call")), "{logs}");
+    // Every line logged while serving it names it, through its `request` span
+    // (or, on a tool's own task, a `request_id` field); healthz logs nothing.
+    for line in logs.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let in_span = v["spans"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["name"] == "request" && s["id"] == "req-test-42"));
+        assert!(in_span || v["request_id"] == "req-test-42", "{line}");
+    }
+    let tool_line = lines.iter().find(|l| l.contains("tool call")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(tool_line).unwrap();
+    assert_eq!(v["tool"], "search");
+    assert_eq!(v["principal"], "token");
+    assert_eq!(v["libraries"], 1);
+    assert_eq!(v["outcome"], "ok");
+    assert!(!logs.contains(&token) && !logs.contains("pelican"), "{logs}");
+}
