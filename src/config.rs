@@ -207,6 +207,11 @@ pub struct Settings {
     /// Concurrent connections accepted; further ones are closed at once.
     #[arg(long, env = "MNEMOSYNE_MAX_CONNECTIONS", default_value_t = 1024, global = true)]
     pub max_connections: usize,
+
+    /// OTLP/HTTP collector (e.g. `http://127.0.0.1:4318`): spans are exported
+    /// there when set, not at all otherwise.
+    #[arg(long, env = "MNEMOSYNE_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `scheme://user:****@host/db`: a URL with its password hidden.
@@ -262,6 +267,7 @@ impl fmt::Debug for Settings {
             header_timeout_secs,
             request_timeout_secs,
             max_connections,
+            otlp_endpoint,
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
@@ -290,6 +296,7 @@ impl fmt::Debug for Settings {
             .field("header_timeout_secs", header_timeout_secs)
             .field("request_timeout_secs", request_timeout_secs)
             .field("max_connections", max_connections)
+            .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
             .finish()
     }
 }

@@ -6,7 +6,14 @@ use mnemosyne::config::Settings;
 async fn main() -> std::process::ExitCode {
     Settings::load_dev_env();
     let cli = Cli::parse();
-    mnemosyne::telemetry::init(cli.settings.log_format);
+    let _telemetry = match mnemosyne::telemetry::install(cli.settings.log_format, cli.settings.otlp_endpoint.as_deref())
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: tracing exporter: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Serve => match mnemosyne::startup::Application::build(cli.settings).await {
             Ok(app) => app.run().await,

@@ -37,7 +37,10 @@ pub struct Metrics {
     /// `graph_errors_total{kind}`: unavailable, conflict_retried, query.
     pub graph_errors: IntCounterVec,
     pub pg_pool_connections: IntGaugeVec,
-    pub pg_acquire_duration: Histogram,
+    /// Seconds a new connection took to come out of the pool at the last scrape.
+    pub pg_acquire_seconds: prometheus::Gauge,
+    /// 1 when the store answered its probe at the last scrape.
+    pub store_up: IntGaugeVec,
     pub sessions_active: IntGauge,
     pub ingest_chunks: IntCounter,
     pub ingest_duration: Histogram,
@@ -114,12 +117,17 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
-        let pg_acquire_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "pg_pool_acquire_seconds",
-                "Time to get a PostgreSQL connection for an auth lookup",
-            )
-            .buckets(BUCKETS.to_vec()),
+        let pg_acquire_seconds = prometheus::Gauge::new(
+            "pg_pool_acquire_seconds",
+            "Seconds a connection took to come out of the PostgreSQL pool (probed at scrape)",
+        )
+        .expect("valid metric");
+        let store_up = IntGaugeVec::new(
+            Opts::new(
+                "mnemosyne_store_up",
+                "1 when the store answered its probe at the last scrape",
+            ),
+            &["store"],
         )
         .expect("valid metric");
         let sessions_active =
@@ -145,7 +153,8 @@ impl Metrics {
             Box::new(graph_query_duration.clone()),
             Box::new(graph_errors.clone()),
             Box::new(pg_pool_connections.clone()),
-            Box::new(pg_acquire_duration.clone()),
+            Box::new(pg_acquire_seconds.clone()),
+            Box::new(store_up.clone()),
             Box::new(sessions_active.clone()),
             Box::new(ingest_chunks.clone()),
             Box::new(ingest_duration.clone()),
@@ -156,6 +165,41 @@ impl Metrics {
             Box::new(rate_limited.clone()),
         ] {
             registry.register(c).expect("metric registered once");
+        }
+        // Series that exist from the start, so dashboards and alerts see zeros
+        // rather than nothing.
+        for reason in [
+            "missing",
+            "invalid_token",
+            "expired",
+            "invalid_issuer",
+            "team_not_found",
+            "stale_jti",
+            "team_inactive",
+            "token_not_found",
+            "user_disabled",
+            "replay",
+            "store_unavailable",
+        ] {
+            auth_failures.with_label_values(&[reason]);
+        }
+        for kind in ["unavailable", "conflict_retried", "query"] {
+            graph_errors.with_label_values(&[kind]);
+        }
+        for tool in [
+            "search",
+            "get_chunk",
+            "list_libraries",
+            "list_collections",
+            "list_items",
+            "get_health",
+        ] {
+            for outcome in ["ok", "tool_error", "refused"] {
+                tool_calls.with_label_values(&[tool, outcome]);
+            }
+        }
+        for kind in ["token", "per_turn", "team", "basic"] {
+            rate_limited.with_label_values(&[kind, "-"]);
         }
         Metrics {
             registry,
@@ -169,7 +213,8 @@ impl Metrics {
             graph_query_duration,
             graph_errors,
             pg_pool_connections,
-            pg_acquire_duration,
+            pg_acquire_seconds,
+            store_up,
             sessions_active,
             ingest_chunks,
             ingest_duration,

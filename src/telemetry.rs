@@ -8,18 +8,73 @@ use crate::config::LogFormat;
 
 /// Installs the global subscriber once; later calls are no-ops (tests call it often).
 pub fn init(format: LogFormat) {
+    let _ = install(format, None);
+}
+
+/// Keeps the trace exporter alive; dropping it flushes the spans not yet sent.
+pub struct Telemetry {
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(p) = self.provider.take() {
+            let _ = p.shutdown();
+        }
+    }
+}
+
+/// Logs (text or JSON, filtered by `MNEMOSYNE_LOG`) and, when `otlp_endpoint`
+/// is set, spans exported over OTLP/HTTP (`<endpoint>/v1/traces`). Spans carry
+/// kinds, counts, names and outcomes — never token material or query text.
+pub fn install(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry> {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig;
+    use tracing_subscriber::{layer::SubscriberExt, util::SubscriberInitExt, Layer};
+
     let filter = EnvFilter::try_from_env("MNEMOSYNE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,neo4rs=warn,rmcp=warn"));
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder
+    let logs = match format {
+        LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(true)
-            .try_init(),
-        LogFormat::Text => builder.try_init(),
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Text => fmt::layer().with_writer(std::io::stderr).boxed(),
     };
+    let (provider, traces) = match otlp_endpoint.filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            let endpoint = endpoint.trim_end_matches('/');
+            let url = if endpoint.ends_with("/v1/traces") {
+                endpoint.to_owned()
+            } else {
+                format!("{endpoint}/v1/traces")
+            };
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(url)
+                .build()?;
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(
+                    opentelemetry_sdk::Resource::builder()
+                        .with_service_name("mnemosyne")
+                        .build(),
+                )
+                .build();
+            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("mnemosyne"));
+            (Some(provider), Some(layer))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(logs)
+        .with(traces)
+        .try_init();
+    Ok(Telemetry { provider })
 }
 
 pub const REQUEST_ID_HEADER: &str = "x-request-id";

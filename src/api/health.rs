@@ -96,6 +96,14 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .with_label_values(&["max"])
         .set(i64::from(state.pg.options().get_max_connections()));
     state.auth.caches.observe();
+    let started = std::time::Instant::now();
+    if let Ok(Ok(conn)) = tokio::time::timeout(Duration::from_millis(500), state.pg.acquire()).await {
+        m.pg_acquire_seconds.set(started.elapsed().as_secs_f64());
+        drop(conn);
+    }
+    let (pg, graph) = probe_stores(&state, Duration::from_millis(500)).await;
+    m.store_up.with_label_values(&["postgres"]).set(i64::from(pg.is_ok()));
+    m.store_up.with_label_values(&["graph"]).set(i64::from(graph.is_ok()));
     crate::metrics::handler(State(state.metrics.clone())).await
 }
 

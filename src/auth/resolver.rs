@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::cache::AuthCaches;
@@ -97,10 +98,33 @@ impl Authenticator {
         bearer: &str,
         ctx: RequestContext<'_>,
     ) -> Result<(Principal, Option<PendingJti>), AuthError> {
-        let out = match tokio::time::timeout(self.store_timeout, self.resolve(bearer, ctx)).await {
+        // A span for traces: the principal kind and library count, or the
+        // refusal reason — never token material.
+        let span = tracing::info_span!(
+            "auth.resolve",
+            principal = tracing::field::Empty,
+            libraries = tracing::field::Empty,
+            refused = tracing::field::Empty
+        );
+        let out = match tokio::time::timeout(self.store_timeout, self.resolve(bearer, ctx))
+            .instrument(span.clone())
+            .await
+        {
             Ok(r) => r,
             Err(_) => Err(AuthError::Unavailable("postgres")),
         };
+        match &out {
+            Ok((p, _)) => {
+                span.record("principal", p.kind.as_str());
+                span.record("libraries", p.libraries.len());
+            }
+            Err(AuthError::Refused(f)) => {
+                span.record("refused", f.reason());
+            }
+            Err(_) => {
+                span.record("refused", "unavailable");
+            }
+        }
         match &out {
             Ok((p, _)) => {
                 self.metrics

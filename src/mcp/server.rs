@@ -19,6 +19,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use super::args::{decode_cursor, encode_cursor, ArgError, Args};
 use crate::auth::{Principal, Scope};
@@ -274,14 +275,17 @@ impl KnowledgeServer {
         work: impl std::future::Future<Output = Outcome>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
+        let span = tracing::info_span!("mcp.tool", tool, outcome = tracing::field::Empty);
         Self::progress(ctx, tool, "started").await;
         // One deadline for the whole call, however many store queries it makes.
         let deadline = Duration::from_millis(self.state.settings.tool_deadline_ms);
         let out = tokio::time::timeout(deadline, work)
+            .instrument(span.clone())
             .await
             .unwrap_or(Outcome::TimedOut(deadline));
         Self::progress(ctx, tool, if out.failed() { "failed" } else { "completed" }).await;
         let outcome = if out.failed() { "tool_error" } else { "ok" };
+        span.record("outcome", outcome);
         let elapsed = started.elapsed();
         let m = &self.state.metrics;
         m.tool_calls.with_label_values(&[tool, outcome]).inc();

@@ -155,3 +155,67 @@ async fn every_log_line_of_a_request_carries_its_request_id_and_no_secret() {
     assert_eq!(v["outcome"], "ok");
     assert!(!logs.contains(&token) && !logs.contains("pelican"), "{logs}");
 }
+
+/// Metric names an expression refers to (ours all start with these prefixes).
+fn metric_names(expr: &str) -> Vec<String> {
+    const PREFIXES: [&str; 7] = ["mcp_", "http_", "graph_", "auth_", "pg_", "ingest_", "mnemosyne_"];
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| PREFIXES.iter().any(|p| w.starts_with(p)))
+        .map(|w| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| w.strip_suffix(s))
+                .unwrap_or(w)
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_dashboard_and_alert_rules_reference_only_metrics_that_exist() {
+    let app = TestApp::spawn().await;
+    // Enough traffic for every labelled family to have a series.
+    let s = seed(&app).await;
+    let token = app.opaque_token(&[s.lib_a.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    c.call_ok("search", json!({"query": "pelican"})).await;
+    let metrics = app.metrics().await;
+    let exists = |name: &str| metrics.contains(&format!("# TYPE {name} "));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/deploy/grafana/dashboards/mnemosyne.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        exprs.len() >= 10,
+        "request rate, tools, errors, auth, caches, stores, sessions…"
+    );
+    let rules: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(format!("{root}/deploy/prometheus/alerts.yml")).unwrap())
+            .expect("the alert rules are YAML");
+    let alerts: Vec<&serde_json::Value> = rules["groups"][0]["rules"].as_array().unwrap().iter().collect();
+    for a in &alerts {
+        exprs.push(a["expr"].as_str().unwrap().to_owned());
+    }
+    let names: Vec<String> = alerts.iter().map(|a| a["alert"].as_str().unwrap().to_owned()).collect();
+    for wanted in ["StoreDown", "AuthFailuresSpike", "ListenerDisconnected", "P99High"] {
+        assert!(
+            names.iter().any(|n| n.contains(wanted)),
+            "{wanted} alert missing: {names:?}"
+        );
+    }
+    for e in &exprs {
+        let used = metric_names(e);
+        assert!(!used.is_empty(), "{e}");
+        for m in used {
+            assert!(exists(&m), "{m} (in `{e}`) is not a metric of this server");
+        }
+    }
+}
