@@ -1,0 +1,558 @@
+//! Faults (issue 13), produced for real on store processes this binary starts
+//! itself — its own ArcadeDB and its own PostgreSQL cluster — so the parallel
+//! suite never feels them. Run serially (`--test-threads=1`, as scripts/test
+//! does). Under a bounded mixed load with credentials of different scopes each
+//! test asserts: no answer wider than the credential; no wrong "not found" or
+//! empty answer for data that exists; errors in the documented shapes (503,
+//! `isError`); every request started ≥ 1 s after the store returned succeeds;
+//! nothing hangs past the store timeout plus a margin; the server lives on.
+
+#[allow(dead_code)]
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use helpers::{McpClient, TestApp};
+use mnemosyne::config::Settings;
+use mnemosyne::store::graph::GraphStore;
+use reqwest::StatusCode;
+use serde_json::json;
+
+const STORE_TIMEOUT_MS: u64 = 2_000;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+async fn wait_port(port: u16, secs: u64) {
+    for _ in 0..secs * 10 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("nothing listens on {port} after {secs} s");
+}
+
+/// An ArcadeDB of this test's own (the jars and JRE `scripts/dev up` unpacked).
+struct OwnGraph {
+    child: Option<Child>,
+    restarts: usize,
+    root: tempdir::Dir,
+    bolt: u16,
+    http: u16,
+    password: String,
+}
+
+mod tempdir {
+    /// A directory removed on drop.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Dir {
+        pub fn new(tag: &str) -> Dir {
+            let p = std::env::temp_dir().join(format!("mnemosyne-{tag}-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl OwnGraph {
+    async fn start() -> OwnGraph {
+        let mut g = OwnGraph {
+            child: None,
+            restarts: 0,
+            root: tempdir::Dir::new("arcadedb"),
+            bolt: free_port(),
+            http: free_port(),
+            password: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        g.launch().await;
+        g
+    }
+
+    async fn launch(&mut self) {
+        let home = repo().join(".dev/arcadedb/arcadedb_embedded");
+        let log = std::fs::File::create(self.root.0.join("server.log")).unwrap();
+        let child = Command::new(home.join("jre/bin/java"))
+            .current_dir(&self.root.0)
+            .args([
+                "-Xms128m",
+                "-Xmx512m",
+                &format!("-Darcadedb.server.rootPath={}", self.root.0.display()),
+                &format!("-Darcadedb.server.rootPassword={}", self.password),
+                "-Darcadedb.server.httpIncomingHost=127.0.0.1",
+                &format!("-Darcadedb.server.httpIncomingPort={}", self.http),
+                "-Darcadedb.bolt.host=127.0.0.1",
+                &format!("-Darcadedb.bolt.port={}", self.bolt),
+                "-Darcadedb.server.defaultDatabases=mnemosyne[root]",
+                "-Darcadedb.server.plugins=Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
+                "-cp",
+                &format!("{}/jars/*", home.display()),
+                "com.arcadedb.server.ArcadeDBServer",
+            ])
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("java from .dev/arcadedb (run scripts/dev up)");
+        self.child = Some(child);
+        wait_port(self.bolt, 90).await;
+        let log = self.root.0.join("server.log");
+        for _ in 0..300 {
+            if std::fs::read_to_string(&log).unwrap_or_default().matches("Server started").count()
+                >= self.starts()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("ArcadeDB did not start");
+    }
+
+    /// How many times the server has started in this root (restart counting).
+    fn starts(&self) -> usize {
+        1 + self.restarts
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn apply(&self, s: &mut Settings) {
+        s.bolt_uri = format!("127.0.0.1:{}", self.bolt);
+        s.bolt_user = "root".into();
+        s.bolt_password = mnemosyne::config::Secret(self.password.clone());
+        s.bolt_database = "mnemosyne".into();
+        s.graph_flavor = mnemosyne::config::GraphFlavor::Arcadedb;
+        s.arcadedb_http_url = format!("http://127.0.0.1:{}", self.http);
+    }
+
+    /// Kills the server (SIGKILL, as a crash) and starts it again on the same data.
+    async fn crash_and_restart(&mut self, down: Duration) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        tokio::time::sleep(down).await;
+        self.restarts += 1;
+        self.launch().await;
+    }
+}
+
+impl Drop for OwnGraph {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A PostgreSQL cluster of this test's own (Debian's binaries, as
+/// `scripts/dev up` installs them), so it can be paused without touching the
+/// cluster the parallel suite uses.
+struct OwnPostgres {
+    data: tempdir::Dir,
+    bin: PathBuf,
+    port: u16,
+}
+
+fn pg_command(bin: &std::path::Path, tool: &str) -> Command {
+    // Postgres refuses to run as root: run as the `postgres` user then.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+        c
+    } else {
+        Command::new(bin.join(tool))
+    }
+}
+
+impl OwnPostgres {
+    async fn start() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("Debian's postgresql (scripts/dev up installs it)")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("initdb");
+        let data = tempdir::Dir::new("pg");
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(Command::new("chown").args(["-R", "postgres"]).arg(&data.0).status().unwrap().success());
+        }
+        let pgdata = data.0.join("data");
+        let out = pg_command(&bin, "initdb")
+            .args(["-D"])
+            .arg(&pgdata)
+            .args(["-U", "postgres", "--auth=trust"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let port = free_port();
+        let out = pg_command(&bin, "pg_ctl")
+            .args(["-D"])
+            .arg(&pgdata)
+            .args(["-l"])
+            .arg(data.0.join("server.log"))
+            .args(["-w", "-t", "60", "-o"])
+            .arg(format!("-p {port} -k /tmp -c listen_addresses=127.0.0.1"))
+            .arg("start")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+        OwnPostgres { data, bin, port }
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The postmaster and every backend of this cluster.
+    fn pids(&self) -> Vec<u32> {
+        let pidfile = std::fs::read_to_string(self.data.0.join("data/postmaster.pid")).unwrap();
+        let master: u32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
+        let out = Command::new("pgrep").args(["-P", &master.to_string()]).output().unwrap();
+        let mut pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        pids.push(master);
+        pids
+    }
+
+    fn pause(&self) {
+        for p in self.pids() {
+            signal(p, "-STOP");
+        }
+    }
+
+    fn resume(&self) {
+        for p in self.pids() {
+            signal(p, "-CONT");
+        }
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.resume();
+        let _ = pg_command(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(self.data.0.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// What one credential may see, and what exists there.
+#[derive(Clone)]
+struct Expect {
+    bearer: String,
+    libraries: Vec<String>,
+    chunk: String,
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: usize,
+    documented_errors: usize,
+    wrong: Vec<String>,
+    /// Requests that started ≥ 1 s after the store came back and failed.
+    late_failures: Vec<String>,
+    hung: usize,
+}
+
+/// One request of a worker: a tool call checked against what exists.
+async fn probe(c: &mut McpClient, e: &Expect, n: usize) -> Result<(), String> {
+    let (tool, args) = match n % 3 {
+        0 => ("search", json!({"query": "pelican"})),
+        1 => ("get_chunk", json!({"chunk_uid": e.chunk})),
+        _ => ("list_libraries", json!({})),
+    };
+    let ex = c.call_raw(tool, args, None).await;
+    if ex.status == StatusCode::SERVICE_UNAVAILABLE {
+        return Err("documented:503".into());
+    }
+    if ex.status != StatusCode::OK {
+        return Err(format!("wrong: {tool} HTTP {}", ex.status));
+    }
+    let r = &ex.response()["result"];
+    if r["isError"] == json!(true) {
+        let text = r["content"][0]["text"].as_str().unwrap_or_default();
+        return if text.contains("unavailable right now") || text.contains("deadline") {
+            Err("documented:isError".into())
+        } else {
+            Err(format!("wrong: {tool} isError {text}"))
+        };
+    }
+    let out = &r["structuredContent"];
+    let libs: Vec<String> = match tool {
+        "search" => out["results"].as_array().unwrap().iter().map(|h| h["library_uid"].as_str().unwrap().to_owned()).collect(),
+        "get_chunk" => vec![out["chunk"]["library_uid"].as_str().unwrap_or_default().to_owned()],
+        _ => out["libraries"].as_array().unwrap().iter().map(|l| l["uid"].as_str().unwrap().to_owned()).collect(),
+    };
+    if let Some(l) = libs.iter().find(|l| !e.libraries.contains(l)) {
+        return Err(format!("wrong: {tool} answered from {l}, outside the credential"));
+    }
+    match tool {
+        "search" if libs.is_empty() => Err("wrong: search found nothing for data that exists".into()),
+        "list_libraries" if libs != e.libraries => Err(format!("wrong: list_libraries {libs:?}")),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `workers` clients per credential until `stop`, each request bounded
+/// by the store timeout plus a margin.
+async fn load(app: &TestApp, creds: &[Expect], stop: Arc<AtomicBool>, back: Arc<Mutex<Option<Instant>>>) -> Tally {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(STORE_TIMEOUT_MS * 3 + 2_000))
+        .build()
+        .unwrap();
+    let mut handles = Vec::new();
+    for e in creds {
+        for w in 0..2 {
+            let (e, stop, back, http, url) = (e.clone(), stop.clone(), back.clone(), http.clone(), app.url("/mcp/"));
+            handles.push(tokio::spawn(async move {
+                let mut t = Tally::default();
+                let mut c = McpClient::new(http, url, &e.bearer).stateless();
+                // Bounded: at most 5,000 requests per worker.
+                for n in 0..5_000 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let started = Instant::now();
+                    let res = tokio::time::timeout(Duration::from_millis(STORE_TIMEOUT_MS * 3 + 3_000), probe(&mut c, &e, n + w)).await;
+                    let late = back.lock().unwrap().is_some_and(|b| started >= b + Duration::from_secs(1));
+                    match res {
+                        Err(_) => t.hung += 1,
+                        Ok(Ok(())) => t.ok += 1,
+                        Ok(Err(m)) if m.starts_with("documented") => {
+                            t.documented_errors += 1;
+                            if late {
+                                t.late_failures.push(m);
+                            }
+                        }
+                        Ok(Err(m)) => t.wrong.push(m),
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                t
+            }));
+        }
+    }
+    let mut all = Tally::default();
+    for h in handles {
+        let t = h.await.unwrap();
+        all.ok += t.ok;
+        all.documented_errors += t.documented_errors;
+        all.wrong.extend(t.wrong);
+        all.late_failures.extend(t.late_failures);
+        all.hung += t.hung;
+    }
+    all
+}
+
+/// The app (over `pg`'s or the shared Postgres, and `graph`), seeded, with an
+/// opaque token, a team JWT and a per-turn-like second token of different scopes.
+async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestApp, Vec<Expect>) {
+    let app = TestApp::spawn_with(|s| {
+        graph.apply(s);
+        s.store_timeout_ms = STORE_TIMEOUT_MS;
+        s.tool_deadline_ms = STORE_TIMEOUT_MS * 2;
+        s.rate_limit_per_minute = 0;
+        s.tool_rate_limit_per_minute = 0;
+        tweak(s);
+    })
+    .await;
+    let g = GraphStore::connect(&app.settings).await.unwrap();
+    g.bootstrap_schema().await.expect("schema on the test's own graph");
+    let ws_a = app.uid("ws_a");
+    let ws_b = app.uid("ws_b");
+    let a = app
+        .ingest_ws(&ws_a, "Pelicans", "# Pelicans\n\nThe pelican migrates along the coast.")
+        .await;
+    let b = app
+        .ingest_ws(&ws_b, "Anatomy", "# Anatomy\n\nA pelican has a throat pouch.")
+        .await;
+    let lib_a = a["library_uid"].as_str().unwrap().to_owned();
+    let lib_b = b["library_uid"].as_str().unwrap().to_owned();
+    let chunk_of = |lib: &str| {
+        let lib = lib.to_owned();
+        let g = g.clone();
+        async move {
+            let scope = mnemosyne::auth::Scope::new([lib]);
+            g.search(&scope, "pelican", 1, None).await.unwrap()[0].chunk_uid.clone()
+        }
+    };
+    let token = app.opaque_token(&[lib_a.clone()]).await;
+    let (team, team_jwt) = app.create_team("Kottos").await;
+    app.put_workspaces(team, &[ws_b.clone()]).await;
+    let both = app.opaque_token(&[lib_a.clone(), lib_b.clone()]).await;
+    let creds = vec![
+        Expect { bearer: token, libraries: vec![lib_a.clone()], chunk: chunk_of(&lib_a).await },
+        Expect { bearer: team_jwt, libraries: vec![lib_b.clone()], chunk: chunk_of(&lib_b).await },
+        Expect { bearer: both, libraries: vec![lib_a.clone(), lib_b.clone()], chunk: chunk_of(&lib_b).await },
+    ];
+    (app, creds)
+}
+
+fn check(t: &Tally, what: &str) {
+    println!(
+        "{what}: {} ok, {} documented errors, {} wrong, {} late failures, {} hung",
+        t.ok,
+        t.documented_errors,
+        t.wrong.len(),
+        t.late_failures.len(),
+        t.hung
+    );
+    assert!(t.wrong.is_empty(), "{what}: wrong answers: {:?}", &t.wrong[..t.wrong.len().min(10)]);
+    assert!(t.late_failures.is_empty(), "{what}: failures ≥ 1 s after recovery: {:?}", t.late_failures);
+    assert_eq!(t.hung, 0, "{what}: requests hung past the store timeout");
+    assert!(t.ok > 0, "{what}: nothing succeeded");
+}
+
+/// Runs the load, applies `fault` after 1 s, marks the store back when it
+/// returns, keeps loading `after` more, then stops.
+async fn under_load<F, Fut>(app: &TestApp, creds: &[Expect], after: Duration, fault: F) -> Tally
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let back = Arc::new(Mutex::new(None));
+    let runner = load(app, creds, stop.clone(), back.clone());
+    let driver = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        fault().await;
+        *back.lock().unwrap() = Some(Instant::now());
+        tokio::time::sleep(after).await;
+        stop.store(true, Ordering::SeqCst);
+    };
+    let (t, ()) = tokio::join!(runner, driver);
+    // The replica is alive and serves.
+    let r = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    t
+}
+
+#[tokio::test]
+async fn graph_paused_then_resumed_gives_no_wrong_answer() {
+    let graph = OwnGraph::start().await;
+    let (app, creds) = scenario(&graph, |_| {}).await;
+    let pid = graph.pid();
+    let t = under_load(&app, &creds, Duration::from_secs(4), || async move {
+        signal(pid, "-STOP");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        signal(pid, "-CONT");
+    })
+    .await;
+    check(&t, "graph SIGSTOP 3 s");
+    assert!(t.documented_errors > 0, "the pause was felt");
+}
+
+#[tokio::test]
+async fn graph_killed_and_restarted_gives_no_wrong_answer() {
+    let mut graph = OwnGraph::start().await;
+    let (app, creds) = scenario(&graph, |_| {}).await;
+    let graph_ref = &mut graph;
+    let t = under_load(&app, &creds, Duration::from_secs(4), || async move {
+        graph_ref.crash_and_restart(Duration::from_secs(1)).await;
+    })
+    .await;
+    check(&t, "graph SIGKILL + restart");
+    assert!(t.documented_errors > 0, "the crash was felt");
+}
+
+#[tokio::test]
+async fn postgres_paused_then_resumed_gives_no_wrong_answer() {
+    let graph = OwnGraph::start().await;
+    let pg = OwnPostgres::start().await;
+    let url = pg.url();
+    // Caches off: every request reads Postgres, so the pause is felt by all.
+    let (app, creds) = scenario(&graph, |s| {
+        s.database_url = url.clone();
+        s.cache_max_staleness_secs = 0;
+    })
+    .await;
+    let pg_ref = &pg;
+    let t = under_load(&app, &creds, Duration::from_secs(4), || async move {
+        pg_ref.pause();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        pg_ref.resume();
+    })
+    .await;
+    check(&t, "postgres SIGSTOP 3 s");
+    assert!(t.documented_errors > 0, "the pause was felt");
+}
+
+#[tokio::test]
+async fn terminated_postgres_connections_give_no_wrong_answer_and_no_false_replay() {
+    let graph = OwnGraph::start().await;
+    let (app, creds) = scenario(&graph, |s| s.cache_max_staleness_secs = 0).await;
+    let admin = sqlx::PgPool::connect(&app.settings.database_url).await.unwrap();
+    let db = app.settings.database_url.rsplit_once('/').unwrap().1.to_owned();
+    let (admin_ref, db_ref) = (&admin, &db);
+    // Per-turn turns (initialize + calls) run alongside: none may be refused
+    // as a replay of itself.
+    let mut jwts = Vec::new();
+    for _ in 0..20 {
+        jwts.push(app.per_turn_jwt(&[]).await);
+    }
+    let turns = async {
+        let mut false_replays = 0;
+        for jwt in &jwts {
+            let mut c = app.mcp(jwt);
+            let ex = c.initialize().await;
+            if ex.status != StatusCode::OK {
+                assert_eq!(ex.status, StatusCode::SERVICE_UNAVAILABLE, "{ex:?}");
+                continue;
+            }
+            for _ in 0..3 {
+                let ex = c.list_tools().await;
+                if ex.status == StatusCode::UNAUTHORIZED && ex.body.contains("replay") {
+                    false_replays += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false_replays
+    };
+    let faults = under_load(&app, &creds, Duration::from_secs(3), || async move {
+        // Terminate every connection of the server's database, every 0.5 s for 3 s.
+        for _ in 0..6 {
+            let _ = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                  WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(db_ref)
+            .execute(admin_ref)
+            .await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let (t, false_replays) = tokio::join!(faults, turns);
+    check(&t, "postgres connections terminated");
+    assert_eq!(false_replays, 0, "a turn was refused as a replay of itself");
+}
