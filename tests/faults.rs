@@ -38,7 +38,11 @@ fn repo() -> PathBuf {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success();
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "kill {sig} {pid}");
 }
 
@@ -121,7 +125,10 @@ impl OwnGraph {
         wait_port(self.bolt, 90).await;
         let log = self.root.0.join("server.log");
         for _ in 0..300 {
-            if std::fs::read_to_string(&log).unwrap_or_default().matches("Server started").count()
+            if std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches("Server started")
+                .count()
                 >= self.starts()
             {
                 return;
@@ -200,7 +207,12 @@ impl OwnPostgres {
             .expect("initdb");
         let data = tempdir::Dir::new("pg");
         if unsafe { libc::geteuid() } == 0 {
-            assert!(Command::new("chown").args(["-R", "postgres"]).arg(&data.0).status().unwrap().success());
+            assert!(Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&data.0)
+                .status()
+                .unwrap()
+                .success());
         }
         let pgdata = data.0.join("data");
         let out = pg_command(&bin, "initdb")
@@ -221,7 +233,11 @@ impl OwnPostgres {
             .arg("start")
             .output()
             .unwrap();
-        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         OwnPostgres { data, bin, port }
     }
 
@@ -233,7 +249,10 @@ impl OwnPostgres {
     fn pids(&self) -> Vec<u32> {
         let pidfile = std::fs::read_to_string(self.data.0.join("data/postmaster.pid")).unwrap();
         let master: u32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
-        let out = Command::new("pgrep").args(["-P", &master.to_string()]).output().unwrap();
+        let out = Command::new("pgrep")
+            .args(["-P", &master.to_string()])
+            .output()
+            .unwrap();
         let mut pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.trim().parse().ok())
@@ -309,9 +328,19 @@ async fn probe(c: &mut McpClient, e: &Expect, n: usize) -> Result<(), String> {
     }
     let out = &r["structuredContent"];
     let libs: Vec<String> = match tool {
-        "search" => out["results"].as_array().unwrap().iter().map(|h| h["library_uid"].as_str().unwrap().to_owned()).collect(),
+        "search" => out["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["library_uid"].as_str().unwrap().to_owned())
+            .collect(),
         "get_chunk" => vec![out["chunk"]["library_uid"].as_str().unwrap_or_default().to_owned()],
-        _ => out["libraries"].as_array().unwrap().iter().map(|l| l["uid"].as_str().unwrap().to_owned()).collect(),
+        _ => out["libraries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["uid"].as_str().unwrap().to_owned())
+            .collect(),
     };
     if let Some(l) = libs.iter().find(|l| !e.libraries.contains(l)) {
         return Err(format!("wrong: {tool} answered from {l}, outside the credential"));
@@ -343,8 +372,15 @@ async fn load(app: &TestApp, creds: &[Expect], stop: Arc<AtomicBool>, back: Arc<
                         break;
                     }
                     let started = Instant::now();
-                    let res = tokio::time::timeout(Duration::from_millis(STORE_TIMEOUT_MS * 3 + 3_000), probe(&mut c, &e, n + w)).await;
-                    let late = back.lock().unwrap().is_some_and(|b| started >= b + Duration::from_secs(1));
+                    let res = tokio::time::timeout(
+                        Duration::from_millis(STORE_TIMEOUT_MS * 3 + 3_000),
+                        probe(&mut c, &e, n + w),
+                    )
+                    .await;
+                    let late = back
+                        .lock()
+                        .unwrap()
+                        .is_some_and(|b| started >= b + Duration::from_secs(1));
                     match res {
                         Err(_) => t.hung += 1,
                         Ok(Ok(())) => t.ok += 1,
@@ -411,9 +447,21 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
     app.put_workspaces(team, &[ws_b.clone()]).await;
     let both = app.opaque_token(&[lib_a.clone(), lib_b.clone()]).await;
     let creds = vec![
-        Expect { bearer: token, libraries: vec![lib_a.clone()], chunk: chunk_of(&lib_a).await },
-        Expect { bearer: team_jwt, libraries: vec![lib_b.clone()], chunk: chunk_of(&lib_b).await },
-        Expect { bearer: both, libraries: vec![lib_a.clone(), lib_b.clone()], chunk: chunk_of(&lib_b).await },
+        Expect {
+            bearer: token,
+            libraries: vec![lib_a.clone()],
+            chunk: chunk_of(&lib_a).await,
+        },
+        Expect {
+            bearer: team_jwt,
+            libraries: vec![lib_b.clone()],
+            chunk: chunk_of(&lib_b).await,
+        },
+        Expect {
+            bearer: both,
+            libraries: vec![lib_a.clone(), lib_b.clone()],
+            chunk: chunk_of(&lib_b).await,
+        },
     ];
     (app, creds)
 }
@@ -427,8 +475,16 @@ fn check(t: &Tally, what: &str) {
         t.late_failures.len(),
         t.hung
     );
-    assert!(t.wrong.is_empty(), "{what}: wrong answers: {:?}", &t.wrong[..t.wrong.len().min(10)]);
-    assert!(t.late_failures.is_empty(), "{what}: failures ≥ 1 s after recovery: {:?}", t.late_failures);
+    assert!(
+        t.wrong.is_empty(),
+        "{what}: wrong answers: {:?}",
+        &t.wrong[..t.wrong.len().min(10)]
+    );
+    assert!(
+        t.late_failures.is_empty(),
+        "{what}: failures ≥ 1 s after recovery: {:?}",
+        t.late_failures
+    );
     assert_eq!(t.hung, 0, "{what}: requests hung past the store timeout");
     assert!(t.ok > 0, "{what}: nothing succeeded");
 }

@@ -8,6 +8,7 @@ pub mod scoped;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
@@ -48,7 +49,13 @@ pub struct GraphStore {
     graph: Graph,
     pub flavor: Flavor,
     timeout: Duration,
+    /// Bolt exchanges running on tasks of their own (see `detached`).
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most Bolt exchanges a replica keeps running at once, abandoned ones
+/// included (a paused graph server holds them until it answers or dies).
+const MAX_IN_FLIGHT: usize = 256;
 
 impl GraphStore {
     /// Builds the pool; no connection is made until the first query, so `serve`
@@ -67,6 +74,7 @@ impl GraphStore {
             graph,
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         })
     }
 
@@ -75,16 +83,43 @@ impl GraphStore {
         self
     }
 
-    async fn timed<T>(&self, f: impl Future<Output = Result<T, GraphError>>) -> Result<T, GraphError> {
-        tokio::time::timeout(self.timeout, f)
-            .await
-            .map_err(|_| GraphError::Unavailable("timed out".into()))?
+    /// Runs a Bolt exchange on a task of its own and waits for it at most the
+    /// store timeout. A caller that gives up (timeout, a cancelled request)
+    /// abandons the wait, never the exchange: neo4rs returns a connection to
+    /// its pool as it is and "recycles" it with a RESET whose answer it reads
+    /// as the next message, so a connection dropped mid-exchange would hand
+    /// the next query the previous query's answer — measured: empty searches
+    /// and wrong "not found" right after a graph pause or restart
+    /// (tests/faults.rs). The task finishes the exchange (or fails on a dead
+    /// connection), so every connection goes back whole.
+    async fn detached<T, F, Fut>(&self, work: F) -> Result<T, GraphError>
+    where
+        F: FnOnce(Graph) -> Fut,
+        Fut: Future<Output = Result<T, GraphError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
+        let fut = work(self.graph.clone());
+        let task = tokio::spawn(async move {
+            let out = fut.await;
+            drop(permit);
+            out
+        });
+        match tokio::time::timeout(self.timeout, task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(GraphError::Unavailable(format!("query task failed: {e}"))),
+            Err(_) => Err(GraphError::Unavailable("timed out".into())),
+        }
     }
 
     /// Runs a read and collects its rows.
     pub async fn rows(&self, q: Query) -> Result<Vec<Row>, GraphError> {
-        self.timed(async {
-            let mut stream = self.graph.execute(q).await?;
+        self.detached(|graph| async move {
+            let mut stream = graph.execute(q).await?;
             let mut rows = Vec::new();
             while let Some(row) = stream.next().await? {
                 rows.push(row);
@@ -106,8 +141,8 @@ impl GraphStore {
     }
 
     async fn write_txn_guarded(&self, guard: Option<Query>, queries: Vec<Query>) -> Result<bool, GraphError> {
-        self.timed(async {
-            let mut txn = self.graph.start_txn().await?;
+        self.detached(|graph| async move {
+            let mut txn = graph.start_txn().await?;
             if let Some(guard) = guard {
                 let mut stream = txn.execute(guard).await?;
                 let mut n: i64 = 0;
@@ -140,13 +175,13 @@ impl GraphStore {
     /// Creates constraints, scoping indexes and the full-text index; idempotent.
     pub async fn bootstrap_schema(&self) -> Result<(), GraphError> {
         for stmt in statements(include_str!("../../../cypher/schema_constraints.cypher")) {
-            self.timed(async { Ok(self.graph.run(query(stmt)).await?) }).await?;
+            self.run(query(stmt)).await?;
         }
         self.flavor.create_fulltext_index(self).await
     }
 
     pub(crate) async fn run(&self, q: Query) -> Result<(), GraphError> {
-        self.timed(async { Ok(self.graph.run(q).await?) }).await
+        self.detached(|graph| async move { Ok(graph.run(q).await?) }).await
     }
 
     /// Library uids of each workspace, in uid order: the team path's one graph
