@@ -1,0 +1,275 @@
+//! Soak: the server as its own process under a steady mix of every tool,
+//! ingest and team changes, for SOAK_MINUTES (30) — loopback only, bounded in
+//! time. Every minute it prints the server's RSS, open file descriptors, the
+//! minute's request count, p99 and failures. Goal (issue 13): flat memory
+//! (≤ 10 % growth after the first minutes' warm-up) and flat p99.
+//!
+//!   cargo bench --bench soak                   (SOAK_MINUTES=30 SOAK_CLIENTS=8)
+
+#[path = "common.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mnemosyne::store::pg::users;
+use serde_json::{json, Value};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("soak: bench");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+struct Soak {
+    http: reqwest::Client,
+    base: String,
+    bearers: Vec<String>,
+    latencies: Mutex<Vec<Duration>>,
+    requests: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Soak {
+    async fn mcp(&self, bearer: &str, tool: &str, args: Value) -> Option<Value> {
+        let params = json!({"name": tool, "arguments": args,
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}});
+        let r = self
+            .http
+            .post(format!("{}/mcp/", self.base))
+            .header("Authorization", format!("Bearer {bearer}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", tool)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
+            .send()
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        let v: Value = r.json().await.ok()?;
+        (v["result"]["isError"] != json!(true)).then(|| v["result"]["structuredContent"].clone())
+    }
+
+    async fn service(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> bool {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .basic_auth("daedalus-service", Some("correct horse"));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send().await.is_ok_and(|r| r.status().is_success())
+    }
+
+    /// One step of a client: a tool call, or now and then an ingest or a team change.
+    async fn step(&self, client: usize, n: u64, ws: &[String], team: uuid::Uuid) -> bool {
+        let bearer = &self.bearers[client % self.bearers.len()];
+        match n % 20 {
+            0 => {
+                let w = &ws[(n as usize / 20) % ws.len()];
+                self.service(
+                    reqwest::Method::POST,
+                    "/library/api/ingest/",
+                    Some(json!({"workspace_id": w, "item": {"uid": format!("soak-{client}-{}", n % 200), "title": "Soak"},
+                                "content": format!("# Soak {n}\n\nTide tables and harbour pilots, revision {n}.")})),
+                )
+                .await
+            }
+            10 if client == 0 => {
+                let attach: Vec<&String> = ws.iter().take(1 + (n as usize / 20) % ws.len()).collect();
+                self.service(
+                    reqwest::Method::PUT,
+                    &format!("/mcp_server/api/teams/{team}/workspaces/"),
+                    Some(json!({"workspace_ids": attach})),
+                )
+                .await
+            }
+            1..=9 => self.mcp(bearer, "search", json!({"query": "harbour tide"})).await.is_some(),
+            11 | 12 => {
+                let hits = self.mcp(bearer, "search", json!({"query": "pilots", "limit": 1})).await;
+                match hits.and_then(|h| h["results"][0]["chunk_uid"].as_str().map(str::to_owned)) {
+                    Some(c) => self.mcp(bearer, "get_chunk", json!({"chunk_uid": c, "context": 1})).await.is_some(),
+                    None => true, // an empty scope (team between changes) is a fine answer
+                }
+            }
+            13 | 14 => self.mcp(bearer, "list_libraries", json!({})).await.is_some(),
+            15 | 16 => {
+                let libs = self.mcp(bearer, "list_libraries", json!({})).await;
+                match libs.and_then(|l| l["libraries"][0]["uid"].as_str().map(str::to_owned)) {
+                    Some(l) => {
+                        self.mcp(bearer, "list_collections", json!({"library_uid": l})).await.is_some()
+                            && self.mcp(bearer, "list_items", json!({"library_uid": l, "limit": 20})).await.is_some()
+                    }
+                    None => true,
+                }
+            }
+            _ => self.mcp(bearer, "get_health", json!({})).await.is_some(),
+        }
+    }
+}
+
+async fn run() {
+    let minutes = env("SOAK_MINUTES", 30);
+    let clients = env("SOAK_CLIENTS", 8) as usize;
+    let (settings, pool, admin) = common::fresh_settings("soak").await;
+    let hash = mnemosyne::auth::basic::hash_password("correct horse").unwrap();
+    users::create(&pool, "daedalus-service", Some(&hash), true).await.unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
+        .arg("serve")
+        .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
+        .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("MNEMOSYNE_PUBLIC_URL", &base)
+        .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
+        .env("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0")
+        .env("MNEMOSYNE_LOG", "error")
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    for _ in 0..100 {
+        if http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let ws: Vec<String> = (0..4).map(|i| format!("soak_{tag}_{i}")).collect();
+    let mut soak = Soak {
+        http,
+        base: base.clone(),
+        bearers: Vec::new(),
+        latencies: Mutex::new(Vec::new()),
+        requests: AtomicU64::new(0),
+        failures: AtomicU64::new(0),
+    };
+    let mut libraries = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        let r = soak
+            .http
+            .post(format!("{base}/library/api/ingest/"))
+            .basic_auth("daedalus-service", Some("correct horse"))
+            .json(&json!({"workspace_id": w, "item": {"title": format!("Seed {i}")},
+                          "content": "# Harbour\n\nThe tide turns twice a day; pilots wait for slack water."}))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        libraries.push(v["library_uid"].as_str().unwrap().to_owned());
+    }
+    users::create(&pool, "reader", None, false).await.unwrap();
+    for l in &libraries {
+        users::grant(&pool, "reader", l, users::Role::Owner).await.unwrap();
+    }
+    let (_, token) = mnemosyne::cli::create_token(&pool, "reader", "soak", &libraries, None)
+        .await
+        .unwrap();
+    let team = uuid::Uuid::new_v4();
+    let r = soak
+        .http
+        .post(format!("{base}/mcp_server/api/teams/"))
+        .basic_auth("daedalus-service", Some("correct horse"))
+        .json(&json!({"id": team, "name": "Soak"}))
+        .send()
+        .await
+        .unwrap();
+    let team_jwt = r.json::<Value>().await.unwrap()["jwt"].as_str().unwrap().to_owned();
+    soak.bearers = vec![token, team_jwt];
+    let soak = Arc::new(soak);
+
+    let end = Instant::now() + Duration::from_secs(minutes * 60);
+    let workers: Vec<_> = (0..clients)
+        .map(|c| {
+            let (soak, ws) = (soak.clone(), ws.clone());
+            tokio::spawn(async move {
+                let mut n = c as u64;
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    let ok = soak.step(c, n, &ws, team).await;
+                    soak.latencies.lock().unwrap().push(t.elapsed());
+                    soak.requests.fetch_add(1, Ordering::Relaxed);
+                    if !ok {
+                        soak.failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    println!("minute   RSS MB   fds   requests   p99 ms   failures");
+    let mut first_rss = None;
+    for m in 1..=minutes {
+        let next = Instant::now() + Duration::from_secs(60);
+        tokio::time::sleep_until(next.into()).await;
+        let mut lat = std::mem::take(&mut *soak.latencies.lock().unwrap());
+        lat.sort();
+        let p99 = lat
+            .get(((lat.len() as f64) * 0.99) as usize)
+            .or(lat.last())
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        let rss = rss_mb(pid);
+        if m == 2 {
+            first_rss = Some(rss);
+        }
+        println!(
+            "{m:>6} {rss:>8.1} {:>5} {:>10} {p99:>8.2} {:>10}",
+            fds(pid),
+            soak.requests.swap(0, Ordering::Relaxed),
+            soak.failures.swap(0, Ordering::Relaxed)
+        );
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+    if let Some(base_rss) = first_rss {
+        let last = rss_mb(pid);
+        println!(
+            "RSS after warm-up (minute 2) {base_rss:.1} MB → end {last:.1} MB ({:+.1} %; goal ≤ +10 %)",
+            100.0 * (last - base_rss) / base_rss
+        );
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
+    let _ = graph.delete_libraries(&libraries).await;
+    common::drop_db(&admin, &settings.database_url).await;
+}
