@@ -524,7 +524,12 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
 }
 
 async fn updated_at(app: &TestApp, uid: &str) -> String {
-    graph_rows(app, "MATCH (i:Item {uid: $uid}) RETURN i.updated_at AS u", &[("uid", uid)]).await[0]
+    graph_rows(
+        app,
+        "MATCH (i:Item {uid: $uid}) RETURN i.updated_at AS u",
+        &[("uid", uid)],
+    )
+    .await[0]
         .get::<String>("u")
         .unwrap()
 }
@@ -546,13 +551,20 @@ async fn unchanged_reingest_writes_nothing_and_keeps_updated_at() {
         assert_eq!(out["status"], "unchanged");
         assert_eq!(out["chunk_count"], 1);
     }
-    assert_eq!(updated_at(&app, &uid).await, before, "an unchanged re-ingest wrote the item");
+    assert_eq!(
+        updated_at(&app, &uid).await,
+        before,
+        "an unchanged re-ingest wrote the item"
+    );
     // A changed title is written (and is the only thing that moves).
     let mut retitled = body.clone();
     retitled["item"]["title"] = json!("Doc, renamed");
     let (status, out) = post_ingest(&app, retitled).await;
     assert_eq!(status, StatusCode::OK, "{out}");
-    assert_eq!(app.state.graph.find_item(&uid).await.unwrap().unwrap().title, "Doc, renamed");
+    assert_eq!(
+        app.state.graph.find_item(&uid).await.unwrap().unwrap().title,
+        "Doc, renamed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -599,10 +611,24 @@ async fn ingests_racing_a_workspace_delete_leave_no_orphans() {
         }
         // Invariants: nothing under a library that is gone, nothing half-written.
         let library_exists = app.state.graph.find_library(&lib).await.unwrap().is_some();
-        let chunks = graph_count(&app, "MATCH (c:Chunk) WHERE c.library_uid = $lib RETURN count(c) AS n", &[("lib", &lib)]).await;
-        let items = graph_count(&app, "MATCH (i:Item) WHERE i.library_uid = $lib RETURN count(i) AS n", &[("lib", &lib)]).await;
+        let chunks = graph_count(
+            &app,
+            "MATCH (c:Chunk) WHERE c.library_uid = $lib RETURN count(c) AS n",
+            &[("lib", &lib)],
+        )
+        .await;
+        let items = graph_count(
+            &app,
+            "MATCH (i:Item) WHERE i.library_uid = $lib RETURN count(i) AS n",
+            &[("lib", &lib)],
+        )
+        .await;
         if !library_exists {
-            assert_eq!((chunks, items), (0, 0), "round {round}: orphans under the deleted library");
+            assert_eq!(
+                (chunks, items),
+                (0, 0),
+                "round {round}: orphans under the deleted library"
+            );
         }
         let rows = graph_rows(
             &app,
@@ -615,7 +641,10 @@ async fn ingests_racing_a_workspace_delete_leave_no_orphans() {
             let n: i64 = r.get("n").unwrap();
             let texts = chunk_texts(&app, &uid).await;
             assert_eq!(texts.len() as i64, n, "round {round}: item {uid} is half-written");
-            assert!(texts[0].starts_with("racing"), "round {round}: item {uid} survived the delete");
+            assert!(
+                texts[0].starts_with("racing"),
+                "round {round}: item {uid} survived the delete"
+            );
         }
         let stray = graph_count(
             &app,
@@ -654,8 +683,10 @@ async fn an_item_delete_racing_its_reingest_leaves_it_whole_or_gone() {
     let ws = app.uid("ws");
     let uid = app.uid("doc");
     for round in 0..4 {
-        app.ingest(json!({"workspace_id": ws, "item": {"title": "Doc", "uid": uid}, "content": document("old", round, 3)}))
-            .await;
+        app.ingest(
+            json!({"workspace_id": ws, "item": {"title": "Doc", "uid": uid}, "content": document("old", round, 3)}),
+        )
+        .await;
         let reingest = post_ingest(
             &app,
             json!({"workspace_id": ws, "item": {"title": "Doc", "uid": uid}, "content": document("new", round, 2)}),
@@ -691,11 +722,15 @@ impl CuttableProxy {
         let budget = cut.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((client, _)) = listener.accept().await else { return };
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
                 if budget.load(Ordering::SeqCst) <= 0 {
                     return; // drops the listener: connection refused from now on
                 }
-                let Ok(server) = tokio::net::TcpStream::connect(&target).await else { continue };
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
                 let budget = budget.clone();
                 tokio::spawn(async move {
                     let (mut cr, mut cw) = client.into_split();
@@ -755,7 +790,8 @@ async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
     .await;
     let ws = app.uid("ws");
     let uid = app.uid("big");
-    let first = app.ingest(json!({"workspace_id": ws, "item": {"title": "Big", "uid": uid}, "content": document("v1", 0, 4)}))
+    let first = app
+        .ingest(json!({"workspace_id": ws, "item": {"title": "Big", "uid": uid}, "content": document("v1", 0, 4)}))
         .await;
     // The replacement is ~200 kB of chunks; the graph goes away part-way
     // through sending them, inside the item's write transaction.
@@ -769,12 +805,17 @@ async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
     assert_eq!(body["error"], "unavailable");
     assert_eq!(body["store"], "graph");
     // Read through a store on the real port: the old version, whole.
-    let real = mnemosyne::store::graph::GraphStore::connect(&base_settings()).await.unwrap();
+    let real = mnemosyne::store::graph::GraphStore::connect(&base_settings())
+        .await
+        .unwrap();
     let item = real.find_item(&uid).await.unwrap().expect("the item is still there");
     assert_eq!(item.chunk_count, first["chunk_count"].as_i64().unwrap());
     let texts = chunk_texts_in(&real, &uid).await;
     assert_eq!(texts.len() as i64, item.chunk_count, "half-written chunks");
-    assert!(texts.iter().all(|t| t.contains("v10x")), "a chunk of the failed request was kept");
+    assert!(
+        texts.iter().all(|t| t.contains("v10x")),
+        "a chunk of the failed request was kept"
+    );
     // And a new request while the graph is unreachable is a 503 too.
     let (status, _) = post_ingest(
         &app,

@@ -3,12 +3,14 @@
 //! Multi-statement writes run in one explicit transaction: all or nothing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 
 use chrono::{SecondsFormat, Utc};
 use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
-use super::{GraphError, GraphStore};
+use super::{GraphError, GraphStore, Step, Txn};
 
 #[derive(Clone, Debug)]
 pub struct LibraryRow {
@@ -34,6 +36,32 @@ pub struct ExistingItem {
     pub content_sha256: Option<String>,
     pub chunk_count: i64,
     pub title: String,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+}
+
+impl ExistingItem {
+    fn from_row(r: &neo4rs::Row) -> Result<Self, GraphError> {
+        Ok(ExistingItem {
+            library_uid: r.get("library_uid")?,
+            collection_uid: r.get("collection_uid")?,
+            content_sha256: r.get("content_sha256")?,
+            chunk_count: r.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
+            title: r.get::<Option<String>>("title")?.unwrap_or_default(),
+            source_uri: r.get("source_uri")?,
+            mime_type: r.get("mime_type")?,
+        })
+    }
+
+    /// True when writing `w` would change nothing.
+    pub fn unchanged_by(&self, w: &ItemWrite<'_>) -> bool {
+        self.library_uid == w.library_uid
+            && self.collection_uid == w.collection_uid
+            && self.content_sha256.as_deref() == Some(w.content_sha256)
+            && self.title == w.title
+            && self.source_uri.as_deref() == w.source_uri
+            && self.mime_type.as_deref() == w.mime_type
+    }
 }
 
 /// What to write for one item.
@@ -46,6 +74,40 @@ pub struct ItemWrite<'a> {
     pub mime_type: Option<&'a str>,
     pub content_sha256: &'a str,
     pub chunks: &'a [String],
+}
+
+/// How an item write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Written; `replaced` when the item existed before.
+    Written { replaced: bool },
+    /// Same content and metadata: nothing was written.
+    Unchanged { chunk_count: i64 },
+    /// The item uid belongs to another library: nothing was written.
+    OtherLibrary,
+    /// The library (its fence) is gone — deleted while this ingest ran:
+    /// nothing was written.
+    LibraryGone,
+}
+
+/// Fences per library. Every item write updates one of its library's fences
+/// (chosen by the item uid) inside its transaction, and a library delete
+/// removes all of them in the transaction that removes the Library: a write
+/// racing the delete then conflicts (ArcadeDB) or waits on the fence's lock
+/// (Neo4j) instead of leaving orphans. Concurrent ingests into one library
+/// conflict with each other only when their items share a fence.
+pub const FENCES: u32 = 64;
+
+/// The fence uids of a library.
+pub fn fence_uids(library_uid: &str) -> Vec<String> {
+    (0..FENCES).map(|k| format!("{library_uid}#{k}")).collect()
+}
+
+/// The fence an item's writes go through.
+pub fn fence_of(library_uid: &str, item_uid: &str) -> String {
+    let h = Sha256::digest(item_uid.as_bytes());
+    let k = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % FENCES;
+    format!("{library_uid}#{k}")
 }
 
 /// `prefix_` + 24 hex chars of SHA-256 over the parts: deterministic uids, so
@@ -87,49 +149,110 @@ impl GraphStore {
 
     /// The library's workspace id, or None if the library does not exist.
     pub async fn find_library(&self, uid: &str) -> Result<Option<Option<String>>, GraphError> {
+        Ok(self.library_state(uid).await?.map(|(ws, _)| ws))
+    }
+
+    /// (workspace id, fenced) of a library, or None if it does not exist.
+    async fn library_state(&self, uid: &str) -> Result<Option<(Option<String>, bool)>, GraphError> {
         let rows = self
             .rows(query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid))
             .await?;
         match rows.first() {
-            Some(r) => Ok(Some(r.get::<Option<String>>("workspace_id")?)),
+            Some(r) => Ok(Some((
+                r.get::<Option<String>>("workspace_id")?,
+                r.get::<Option<i64>>("fences")?.is_some(),
+            ))),
             None => Ok(None),
         }
     }
 
-    /// Finds or creates the workspace's Library; returns (uid, created), or
-    /// None when a Library with that uid exists but is not this workspace's.
-    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
-        let uid = derived_uid("lib", &["workspace", workspace_id]);
-        let existing = self.find_library(&uid).await?;
-        if let Some(ws) = &existing {
-            if ws.as_deref() != Some(workspace_id) {
-                return Ok(None);
-            }
-        }
-        self.rows(
-            query(include_str!("../../../cypher/ingest_merge_workspace_library.cypher"))
-                .param("uid", uid.as_str())
-                .param("workspace_id", workspace_id)
-                .param("name", format!("Workspace {workspace_id}"))
-                .param("description", format!("Files of Daedalus workspace {workspace_id}"))
-                .param("now", now()),
+    fn fence_step<A>(uid: &str) -> Step<A> {
+        Step::run(
+            query(include_str!("../../../cypher/ingest_fence_library.cypher"))
+                .param("uid", uid)
+                .param("fences", fence_uids(uid)),
         )
-        .await?;
-        Ok(Some((uid, existing.is_none())))
     }
 
-    /// Creates a user-managed Library; false if the uid is taken.
+    /// Finds or creates the workspace's Library; returns (uid, created), or
+    /// None when a Library with that uid exists but is not this workspace's.
+    /// The common case (it exists, fenced) is one read and no write; creating
+    /// it (with its fences) is one find-or-create transaction, retried when
+    /// concurrent first ingests race on it.
+    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
+        let uid = derived_uid("lib", &["workspace", workspace_id]);
+        match self.library_state(&uid).await? {
+            Some((ws, _)) if ws.as_deref() != Some(workspace_id) => return Ok(None),
+            Some((_, true)) => return Ok(Some((uid, false))),
+            _ => {}
+        }
+        let ts = now();
+        let created = Arc::new(AtomicBool::new(false));
+        let flag = created.clone();
+        let (ws, stamp) = (workspace_id.to_owned(), ts.clone());
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_merge_workspace_library.cypher"))
+                    .param("uid", uid.as_str())
+                    .param("workspace_id", workspace_id)
+                    .param("name", format!("Workspace {workspace_id}"))
+                    .param("description", format!("Files of Daedalus workspace {workspace_id}"))
+                    .param("now", ts.as_str()),
+                move |rows| {
+                    let r = rows
+                        .first()
+                        .ok_or_else(|| GraphError::Query("MERGE returned no row".into()))?;
+                    if r.get::<Option<String>>("workspace_id")?.as_deref() != Some(ws.as_str()) {
+                        return Ok(Some(()));
+                    }
+                    flag.store(
+                        r.get::<Option<String>>("created_at")?.as_deref() == Some(stamp.as_str()),
+                        Ordering::Relaxed,
+                    );
+                    Ok(None)
+                },
+            ),
+            Self::fence_step(&uid),
+        ];
+        match self.transaction("ensure workspace library", true, steps).await? {
+            Txn::Committed => Ok(Some((uid, created.load(Ordering::Relaxed)))),
+            Txn::Stopped(()) => Ok(None),
+        }
+    }
+
+    /// Gives an existing library its fences if it has none (libraries from
+    /// before fences); false if the library does not exist.
+    pub async fn ensure_library_fenced(&self, uid: &str) -> Result<bool, GraphError> {
+        match self.library_state(uid).await? {
+            None => Ok(false),
+            Some((_, true)) => Ok(true),
+            Some((_, false)) => {
+                self.transaction::<()>("fence library", true, vec![Self::fence_step(uid)])
+                    .await?;
+                Ok(self.library_state(uid).await?.is_some())
+            }
+        }
+    }
+
+    /// Creates a user-managed Library (with its fences); false if the uid is taken.
     pub async fn create_library(&self, uid: &str, name: &str, description: &str) -> Result<bool, GraphError> {
         if self.find_library(uid).await?.is_some() {
             return Ok(false);
         }
         match self
-            .rows(
-                query(include_str!("../../../cypher/create_library.cypher"))
-                    .param("uid", uid)
-                    .param("name", name)
-                    .param("description", description)
-                    .param("now", now()),
+            .transaction::<()>(
+                "create library",
+                false,
+                vec![
+                    Step::run(
+                        query(include_str!("../../../cypher/create_library.cypher"))
+                            .param("uid", uid)
+                            .param("name", name)
+                            .param("description", description)
+                            .param("now", now()),
+                    ),
+                    Self::fence_step(uid),
+                ],
             )
             .await
         {
@@ -140,38 +263,50 @@ impl GraphStore {
         }
     }
 
-    pub async fn ensure_collection(&self, library_uid: &str, name: &str) -> Result<String, GraphError> {
+    /// Finds or creates a collection of the library; None when the library
+    /// does not exist (any more).
+    pub async fn collection_in(&self, library_uid: &str, name: &str) -> Result<Option<String>, GraphError> {
         let uid = derived_uid("col", &[library_uid, name]);
-        self.rows(
+        let rows = self
+            .rows(query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()))
+            .await?;
+        if !rows.is_empty() {
+            return Ok(Some(uid));
+        }
+        let steps = vec![Step::check(
             query(include_str!("../../../cypher/ingest_merge_collection.cypher"))
                 .param("uid", uid.as_str())
                 .param("library_uid", library_uid)
                 .param("name", name),
-        )
-        .await?;
-        Ok(uid)
+            |rows| Ok(rows.is_empty().then_some(())),
+        )];
+        match self.transaction("ensure collection", true, steps).await? {
+            Txn::Committed => Ok(Some(uid)),
+            Txn::Stopped(()) => Ok(None),
+        }
+    }
+
+    /// `collection_in` for callers that know the library exists.
+    pub async fn ensure_collection(&self, library_uid: &str, name: &str) -> Result<String, GraphError> {
+        self.collection_in(library_uid, name)
+            .await?
+            .ok_or_else(|| GraphError::Query(format!("library not found: {library_uid}")))
     }
 
     pub async fn find_item(&self, uid: &str) -> Result<Option<ExistingItem>, GraphError> {
         let rows = self
             .rows(query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid))
             .await?;
-        match rows.first() {
-            Some(r) => Ok(Some(ExistingItem {
-                library_uid: r.get("library_uid")?,
-                collection_uid: r.get("collection_uid")?,
-                content_sha256: r.get("content_sha256")?,
-                chunk_count: r.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
-                title: r.get::<Option<String>>("title")?.unwrap_or_default(),
-            })),
-            None => Ok(None),
-        }
+        rows.first().map(ExistingItem::from_row).transpose()
     }
 
-    /// Upserts the item and replaces its chunks, in one transaction. Ok(false)
-    /// when the item uid belongs to another library (checked inside the
-    /// transaction, so two racing ingests cannot mix libraries).
-    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<bool, GraphError> {
+    /// Upserts the item and replaces its chunks, in one transaction that
+    /// first updates the item's library fence (no fence: the library is gone,
+    /// nothing is written) and reads the item (another library's, or the same
+    /// content and metadata: nothing is written). Only the item, its chunks
+    /// and one fence are written: no shared vertex, so concurrent ingests into
+    /// one library rarely conflict, and a conflict is retried by the runner.
+    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
         let chunks: Vec<BoltType> = w
             .chunks
             .iter()
@@ -189,16 +324,56 @@ impl GraphStore {
             })
             .collect();
         let ts = now();
-        let guard = query(include_str!("../../../cypher/ingest_item_owner_guard.cypher"))
-            .param("uid", w.uid)
-            .param("library_uid", w.library_uid);
-        self.write_txn_unless(
-            guard,
-            vec![
-                query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid),
-                query(include_str!("../../../cypher/ingest_unlink_old_collection.cypher"))
-                    .param("uid", w.uid)
-                    .param("collection_uid", w.collection_uid),
+        let existed = Arc::new(AtomicBool::new(false));
+        let seen = existed.clone();
+        let (library_uid, collection_uid, sha) = (
+            w.library_uid.to_owned(),
+            w.collection_uid.to_owned(),
+            w.content_sha256.to_owned(),
+        );
+        let (title, source_uri, mime_type) = (
+            w.title.to_owned(),
+            w.source_uri.map(str::to_owned),
+            w.mime_type.map(str::to_owned),
+        );
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_touch_fence.cypher"))
+                    .param("fence_uid", fence_of(w.library_uid, w.uid)),
+                |rows| {
+                    let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
+                    Ok((n == 0).then_some(ItemOutcome::LibraryGone))
+                },
+            ),
+            Step::check(
+                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", w.uid),
+                move |rows| {
+                    let Some(r) = rows.first() else {
+                        seen.store(false, Ordering::Relaxed);
+                        return Ok(None);
+                    };
+                    seen.store(true, Ordering::Relaxed);
+                    let e = ExistingItem::from_row(r)?;
+                    if e.library_uid != library_uid {
+                        return Ok(Some(ItemOutcome::OtherLibrary));
+                    }
+                    let same = ItemWrite {
+                        uid: "",
+                        library_uid: &library_uid,
+                        collection_uid: &collection_uid,
+                        title: &title,
+                        source_uri: source_uri.as_deref(),
+                        mime_type: mime_type.as_deref(),
+                        content_sha256: &sha,
+                        chunks: &[],
+                    };
+                    Ok(e.unchanged_by(&same).then_some(ItemOutcome::Unchanged {
+                        chunk_count: e.chunk_count,
+                    }))
+                },
+            ),
+            Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid)),
+            Step::run(
                 query(include_str!("../../../cypher/ingest_upsert_item.cypher"))
                     .param("uid", w.uid)
                     .param("library_uid", w.library_uid)
@@ -209,45 +384,37 @@ impl GraphStore {
                     .param("content_sha256", w.content_sha256)
                     .param("chunk_count", w.chunks.len() as i64)
                     .param("now", ts.as_str()),
+            ),
+            Step::run(
                 query(include_str!("../../../cypher/ingest_create_chunks.cypher"))
                     .param("item_uid", w.uid)
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
                     .param("chunks", chunks),
-            ],
-        )
-        .await
+            ),
+        ];
+        // Find-or-create: two first ingests of one uid race on the Item's
+        // uniqueness; the loser's next attempt finds the winner's item.
+        Ok(match self.transaction("write item", true, steps).await? {
+            Txn::Committed => ItemOutcome::Written {
+                replaced: existed.load(Ordering::Relaxed),
+            },
+            Txn::Stopped(outcome) => outcome,
+        })
     }
 
-    /// Updates an item's descriptive fields when its content is unchanged.
-    pub async fn retitle_item(
-        &self,
-        uid: &str,
-        title: &str,
-        source_uri: Option<&str>,
-        mime_type: Option<&str>,
-    ) -> Result<(), GraphError> {
-        self.write_txn(vec![query(include_str!("../../../cypher/ingest_retitle.cypher"))
-            .param("uid", uid)
-            .param("title", title)
-            .param("source_uri", opt(source_uri))
-            .param("mime_type", opt(mime_type))
-            .param("now", now())])
-            .await
-    }
-
-    /// Deletes an item and its chunks; false if it did not exist.
+    /// Deletes an item and its chunks in one transaction; false if it did not exist.
     pub async fn delete_item(&self, uid: &str) -> Result<bool, GraphError> {
-        if self.find_item(uid).await?.is_none() {
-            return Ok(false);
-        }
-        self.write_txn(vec![
-            query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid),
-            query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid),
-        ])
-        .await?;
-        Ok(true)
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
+                |rows| Ok(rows.is_empty().then_some(())),
+            ),
+            Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid)),
+            Step::run(query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid)),
+        ];
+        Ok(self.transaction("delete item", false, steps).await? == Txn::Committed)
     }
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
@@ -268,33 +435,66 @@ impl GraphStore {
     }
 
     /// Deletes libraries and everything under them. Chunks and items go in
-    /// batches (one transaction over a large library exhausts the graph
-    /// server), the Library node last: an interrupted delete leaves the library
-    /// in place, and running it again finishes it.
+    /// batches first (one transaction over a large library exhausts the graph
+    /// server); then one transaction removes the fences, whatever children
+    /// racing ingests added meanwhile, the collections and the Library. An
+    /// ingest racing that transaction has updated a fence it removes, so one
+    /// of the two conflicts and runs again: the ingest's children are either
+    /// seen and removed, or its next attempt finds no fence and writes
+    /// nothing. A re-created library (same uid) therefore inherits nothing.
+    /// An interrupted delete leaves the library in place; running it again
+    /// finishes it.
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
         }
         const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
-        for file in [
-            include_str!("../../../cypher/delete_libraries_chunks.cypher"),
-            include_str!("../../../cypher/delete_libraries_items.cypher"),
+        for (what, file) in [
+            (
+                "delete library chunks",
+                include_str!("../../../cypher/delete_libraries_chunks.cypher"),
+            ),
+            (
+                "delete library items",
+                include_str!("../../../cypher/delete_libraries_items.cypher"),
+            ),
         ] {
             loop {
-                let rows = self
-                    .rows(query(file).param("libs", l.clone()).param("batch", BATCH))
-                    .await?;
-                let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
-                if n < BATCH {
+                let done = Arc::new(AtomicI64::new(0));
+                let n = done.clone();
+                self.transaction::<()>(
+                    what,
+                    false,
+                    vec![Step::check(
+                        query(file).param("libs", l.clone()).param("batch", BATCH),
+                        move |rows| {
+                            n.store(
+                                rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0),
+                                Ordering::Relaxed,
+                            );
+                            Ok(None)
+                        },
+                    )],
+                )
+                .await?;
+                if done.load(Ordering::Relaxed) < BATCH {
                     break;
                 }
             }
         }
-        self.write_txn(vec![
-            query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
-            query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
-        ])
+        let fences: Vec<String> = libs.iter().flat_map(|lib| fence_uids(lib)).collect();
+        self.write_txn(
+            "delete libraries",
+            vec![
+                query(include_str!("../../../cypher/delete_libraries_fences.cypher")).param("fences", fences),
+                query(include_str!("../../../cypher/delete_libraries_remaining_chunks.cypher"))
+                    .param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries_remaining_items.cypher")).param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
+            ],
+        )
         .await
     }
 }
