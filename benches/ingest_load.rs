@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemosyne::startup::Application;
-use mnemosyne::store::graph::ingest::derived_uid;
+use mnemosyne::store::graph::ingest::{derived_uid, message_batches};
 use mnemosyne::store::graph::GraphStore;
 use neo4rs::{query, BoltType, ConfigBuilder, Graph};
 use serde_json::json;
@@ -34,14 +34,43 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 const WORDS: &[&str] = &[
-    "harbour", "tidal", "turbine", "kelp", "carbon", "sediment", "glacier", "current", "salinity", "plankton",
-    "estuary", "reef", "delta", "monsoon", "aquifer", "basalt", "lagoon", "fjord", "dune", "marsh", "trench",
-    "upwelling", "gyre", "shoal", "brine", "cobble", "silt", "tundra", "permafrost", "mangrove",
+    "harbour",
+    "tidal",
+    "turbine",
+    "kelp",
+    "carbon",
+    "sediment",
+    "glacier",
+    "current",
+    "salinity",
+    "plankton",
+    "estuary",
+    "reef",
+    "delta",
+    "monsoon",
+    "aquifer",
+    "basalt",
+    "lagoon",
+    "fjord",
+    "dune",
+    "marsh",
+    "trench",
+    "upwelling",
+    "gyre",
+    "shoal",
+    "brine",
+    "cobble",
+    "silt",
+    "tundra",
+    "permafrost",
+    "mangrove",
 ];
 
 /// About 800 characters of deterministic pseudo-random words.
 fn paragraph(seed: usize) -> String {
-    let mut x = (seed as u64).wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = (seed as u64)
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut out = String::with_capacity(820);
     while out.len() < 790 {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -254,6 +283,7 @@ async fn run() {
         .build()
         .unwrap();
     let bolt = Arc::new(Graph::connect(config).await.unwrap());
+    let one_message = std::env::var("DIRECT_ONE_MESSAGE").is_ok_and(|v| v == "1");
     for clients in [1, 4, 16] {
         let tag = format!("{ns}-bolt{clients}");
         let libs: Vec<String> = (0..workspaces).map(|w| format!("{tag}-lib{w}")).collect();
@@ -269,22 +299,28 @@ async fn run() {
                 let lib = &libs[d.workspace];
                 let item = format!("{lib}-item{i}");
                 let col = format!("{lib}-col");
-                let chunks: Vec<BoltType> = d
+                let chunks: Vec<(usize, BoltType)> = d
                     .chunks
                     .iter()
                     .enumerate()
                     .map(|(k, text)| {
+                        let scoped = mnemosyne::store::graph::scoped::scoped_text(lib, text);
+                        let size = item.len() + text.len() + scoped.len() + 64;
                         let mut m: HashMap<String, BoltType> = HashMap::new();
                         m.insert("uid".into(), format!("{item}-{k}").into());
                         m.insert("ordinal".into(), (k as i64).into());
                         m.insert("text".into(), text.as_str().into());
-                        m.insert(
-                            "scoped".into(),
-                            mnemosyne::store::graph::scoped::scoped_text(lib, text).into(),
-                        );
-                        m.into()
+                        m.insert("scoped".into(), scoped.into());
+                        (size, m.into())
                     })
                     .collect();
+                // Same message sizes as the server's writes (see MAX_MESSAGE_BYTES),
+                // or DIRECT_ONE_MESSAGE=1 for one statement per item.
+                let batches = if one_message {
+                    vec![chunks.into_iter().map(|(_, v)| v).collect()]
+                } else {
+                    message_batches(chunks)
+                };
                 let write = async {
                     let mut txn = bolt.start_txn().await?;
                     txn.run(
@@ -300,15 +336,17 @@ async fn run() {
                             .param("now", "2026-01-01T00:00:00.000Z"),
                     )
                     .await?;
-                    txn.run(
-                        query(include_str!("../cypher/ingest_create_chunks.cypher"))
-                            .param("item_uid", item.as_str())
-                            .param("library_uid", lib.as_str())
-                            .param("collection_uid", col.as_str())
-                            .param("item_title", d.title.as_str())
-                            .param("chunks", chunks),
-                    )
-                    .await?;
+                    for batch in batches {
+                        txn.run(
+                            query(include_str!("../cypher/ingest_create_chunks.cypher"))
+                                .param("item_uid", item.as_str())
+                                .param("library_uid", lib.as_str())
+                                .param("collection_uid", col.as_str())
+                                .param("item_title", d.title.as_str())
+                                .param("chunks", batch),
+                        )
+                        .await?;
+                    }
                     txn.commit().await
                 };
                 match write.await {
@@ -322,7 +360,12 @@ async fn run() {
         })
         .await;
         runs.push(Run {
-            label: "direct Bolt".into(),
+            label: if one_message {
+                "direct Bolt (1 msg)"
+            } else {
+                "direct Bolt"
+            }
+            .into(),
             clients,
             chunks,
             secs,
@@ -333,7 +376,9 @@ async fn run() {
         });
     }
 
-    println!("\n| what             | clients | chunks | seconds | chunks/s | p50 (ms) | p99 (ms) | non-2xx | retries |");
+    println!(
+        "\n| what             | clients | chunks | seconds | chunks/s | p50 (ms) | p99 (ms) | non-2xx | retries |"
+    );
     println!("|------------------|--------:|-------:|--------:|---------:|---------:|---------:|--------:|--------:|");
     for r in &runs {
         r.print();

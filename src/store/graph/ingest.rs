@@ -98,6 +98,33 @@ pub enum ItemOutcome {
 /// conflict with each other only when their items share a fence.
 pub const FENCES: u32 = 64;
 
+/// Largest Bolt message (bytes, estimated) the chunk statements are cut to.
+/// neo4rs writes through an 8 KiB buffer without TCP_NODELAY: a larger
+/// message goes out as a tiny segment plus the rest, and Nagle's algorithm
+/// holds the rest until the server's delayed ACK (~40 ms on Linux). Several
+/// statements under the buffer size cost a round trip each instead.
+pub const MAX_MESSAGE_BYTES: usize = 7_000;
+
+/// Groups (estimated size, value) pairs into lists of at most
+/// `MAX_MESSAGE_BYTES` (a single larger value gets a list of its own).
+pub fn message_batches(items: Vec<(usize, BoltType)>) -> Vec<Vec<BoltType>> {
+    let mut out: Vec<Vec<BoltType>> = Vec::new();
+    let mut size = 0;
+    for (n, v) in items {
+        match out.last_mut() {
+            Some(last) if size + n <= MAX_MESSAGE_BYTES => {
+                last.push(v);
+                size += n;
+            }
+            _ => {
+                out.push(vec![v]);
+                size = n;
+            }
+        }
+    }
+    out
+}
+
 /// The fence uids of a library.
 pub fn fence_uids(library_uid: &str) -> Vec<String> {
     (0..FENCES).map(|k| format!("{library_uid}#{k}")).collect()
@@ -307,20 +334,20 @@ impl GraphStore {
     /// and one fence are written: no shared vertex, so concurrent ingests into
     /// one library rarely conflict, and a conflict is retried by the runner.
     pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
-        let chunks: Vec<BoltType> = w
+        let chunks: Vec<(usize, BoltType)> = w
             .chunks
             .iter()
             .enumerate()
             .map(|(i, text)| {
+                let uid = derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]);
+                let scoped = super::scoped::scoped_text(w.library_uid, text);
+                let size = uid.len() + text.len() + scoped.len() + 64;
                 let mut m: HashMap<String, BoltType> = HashMap::new();
-                m.insert(
-                    "uid".into(),
-                    derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]).into(),
-                );
+                m.insert("uid".into(), uid.into());
                 m.insert("ordinal".into(), (i as i64).into());
                 m.insert("text".into(), text.as_str().into());
-                m.insert("scoped".into(), super::scoped::scoped_text(w.library_uid, text).into());
-                m.into()
+                m.insert("scoped".into(), scoped.into());
+                (size, m.into())
             })
             .collect();
         let ts = now();
@@ -385,15 +412,18 @@ impl GraphStore {
                     .param("chunk_count", w.chunks.len() as i64)
                     .param("now", ts.as_str()),
             ),
-            Step::run(
+        ];
+        let mut steps = steps;
+        for batch in message_batches(chunks) {
+            steps.push(Step::run(
                 query(include_str!("../../../cypher/ingest_create_chunks.cypher"))
                     .param("item_uid", w.uid)
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
-                    .param("chunks", chunks),
-            ),
-        ];
+                    .param("chunks", batch),
+            ));
+        }
         // Find-or-create: two first ingests of one uid race on the Item's
         // uniqueness; the loser's next attempt finds the winner's item.
         Ok(match self.transaction("write item", true, steps).await? {
