@@ -206,6 +206,7 @@ pub async fn ingest_document(
             _ => unreachable!("validated above"),
         };
         let Some(collection_uid) = graph.collection_in(&library_uid, &collection).await? else {
+            graph.forget_library(&library_uid).await;
             continue;
         };
         let identity = body
@@ -227,25 +228,6 @@ pub async fn ingest_document(
             status: "unchanged",
             created_workspace: created_workspace.clone(),
         };
-        let mut write = ItemWrite {
-            uid: &item_uid,
-            library_uid: &library_uid,
-            collection_uid: &collection_uid,
-            title: &body.item.title,
-            source_uri: body.item.source_uri.as_deref(),
-            mime_type: body.item.mime_type.as_deref(),
-            content_sha256: &sha,
-            chunks: &[],
-        };
-        // Fast path, a read: an unchanged re-ingest writes nothing at all.
-        if let Some(e) = graph.find_item(&item_uid).await? {
-            if e.library_uid != library_uid {
-                return Err(other_library(&item_uid));
-            }
-            if e.unchanged_by(&write) {
-                return Ok(unchanged(e.chunk_count));
-            }
-        }
         if chunks.is_none() {
             let content = body.content.clone();
             chunks = Some(
@@ -255,7 +237,19 @@ pub async fn ingest_document(
             );
         }
         let chunks = chunks.as_deref().unwrap_or_default();
-        write.chunks = chunks;
+        // One transaction: it reads the item first, and an unchanged
+        // re-ingest (same content and metadata) stops there, writing nothing.
+        let write = ItemWrite {
+            uid: &item_uid,
+            library_uid: &library_uid,
+            workspace_id: body.workspace_id.as_deref(),
+            collection_uid: &collection_uid,
+            title: &body.item.title,
+            source_uri: body.item.source_uri.as_deref(),
+            mime_type: body.item.mime_type.as_deref(),
+            content_sha256: &sha,
+            chunks,
+        };
         return match graph.write_item(&write).await? {
             ItemOutcome::Written { replaced } => Ok(Ingested {
                 library_uid: library_uid.clone(),
@@ -267,7 +261,10 @@ pub async fn ingest_document(
             }),
             ItemOutcome::Unchanged { chunk_count } => Ok(unchanged(chunk_count)),
             ItemOutcome::OtherLibrary => Err(other_library(&item_uid)),
-            ItemOutcome::LibraryGone => continue,
+            ItemOutcome::LibraryGone => {
+                graph.forget_library(&library_uid).await;
+                continue;
+            }
         };
     }
     Err(ApiError::Conflict(

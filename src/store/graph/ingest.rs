@@ -68,6 +68,9 @@ impl ExistingItem {
 pub struct ItemWrite<'a> {
     pub uid: &'a str,
     pub library_uid: &'a str,
+    /// The workspace the library must (still) belong to; None for a
+    /// user-managed library.
+    pub workspace_id: Option<&'a str>,
     pub collection_uid: &'a str,
     pub title: &'a str,
     pub source_uri: Option<&'a str>,
@@ -208,9 +211,16 @@ impl GraphStore {
     /// concurrent first ingests race on it.
     pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
         let uid = derived_uid("lib", &["workspace", workspace_id]);
+        let key = format!("ws:{workspace_id}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(Some((uid, false)));
+        }
         match self.library_state(&uid).await? {
             Some((ws, _)) if ws.as_deref() != Some(workspace_id) => return Ok(None),
-            Some((_, true)) => return Ok(Some((uid, false))),
+            Some((_, true)) => {
+                self.known.insert(key, uid.clone()).await;
+                return Ok(Some((uid, false)));
+            }
             _ => {}
         }
         let ts = now();
@@ -242,7 +252,10 @@ impl GraphStore {
             Self::fence_step(&uid),
         ];
         match self.transaction("ensure workspace library", true, steps).await? {
-            Txn::Committed => Ok(Some((uid, created.load(Ordering::Relaxed)))),
+            Txn::Committed => {
+                self.known.insert(key, uid.clone()).await;
+                Ok(Some((uid, created.load(Ordering::Relaxed))))
+            }
             Txn::Stopped(()) => Ok(None),
         }
     }
@@ -250,15 +263,33 @@ impl GraphStore {
     /// Gives an existing library its fences if it has none (libraries from
     /// before fences); false if the library does not exist.
     pub async fn ensure_library_fenced(&self, uid: &str) -> Result<bool, GraphError> {
-        match self.library_state(uid).await? {
-            None => Ok(false),
-            Some((_, true)) => Ok(true),
+        let key = format!("lib:{uid}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(true);
+        }
+        let exists = match self.library_state(uid).await? {
+            None => false,
+            Some((_, true)) => true,
             Some((_, false)) => {
                 self.transaction::<()>("fence library", true, vec![Self::fence_step(uid)])
                     .await?;
-                Ok(self.library_state(uid).await?.is_some())
+                self.library_state(uid).await?.is_some()
             }
+        };
+        if exists {
+            self.known.insert(key, uid.to_owned()).await;
         }
+        Ok(exists)
+    }
+
+    /// Forgets what `known` says about a library, its workspace and its
+    /// collections (an item write found it gone).
+    pub async fn forget_library(&self, uid: &str) {
+        let uid = uid.to_owned();
+        let _ = self
+            .known
+            .invalidate_entries_if(move |k, v| *v == uid || k.ends_with(&format!(":{uid}")));
+        self.known.run_pending_tasks().await;
     }
 
     /// Creates a user-managed Library (with its fences); false if the uid is taken.
@@ -294,10 +325,15 @@ impl GraphStore {
     /// does not exist (any more).
     pub async fn collection_in(&self, library_uid: &str, name: &str) -> Result<Option<String>, GraphError> {
         let uid = derived_uid("col", &[library_uid, name]);
+        let key = format!("col:{uid}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(Some(uid));
+        }
         let rows = self
             .rows(query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()))
             .await?;
         if !rows.is_empty() {
+            self.known.insert(key, library_uid.to_owned()).await;
             return Ok(Some(uid));
         }
         let steps = vec![Step::check(
@@ -308,7 +344,10 @@ impl GraphStore {
             |rows| Ok(rows.is_empty().then_some(())),
         )];
         match self.transaction("ensure collection", true, steps).await? {
-            Txn::Committed => Ok(Some(uid)),
+            Txn::Committed => {
+                self.known.insert(key, library_uid.to_owned()).await;
+                Ok(Some(uid))
+            }
             Txn::Stopped(()) => Ok(None),
         }
     }
@@ -365,14 +404,6 @@ impl GraphStore {
         );
         let steps = vec![
             Step::check(
-                query(include_str!("../../../cypher/ingest_touch_fence.cypher"))
-                    .param("fence_uid", fence_of(w.library_uid, w.uid)),
-                |rows| {
-                    let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
-                    Ok((n == 0).then_some(ItemOutcome::LibraryGone))
-                },
-            ),
-            Step::check(
                 query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", w.uid),
                 move |rows| {
                     let Some(r) = rows.first() else {
@@ -387,6 +418,7 @@ impl GraphStore {
                     let same = ItemWrite {
                         uid: "",
                         library_uid: &library_uid,
+                        workspace_id: None,
                         collection_uid: &collection_uid,
                         title: &title,
                         source_uri: source_uri.as_deref(),
@@ -397,6 +429,16 @@ impl GraphStore {
                     Ok(e.unchanged_by(&same).then_some(ItemOutcome::Unchanged {
                         chunk_count: e.chunk_count,
                     }))
+                },
+            ),
+            Step::check(
+                query(include_str!("../../../cypher/ingest_touch_fence.cypher"))
+                    .param("fence_uid", fence_of(w.library_uid, w.uid))
+                    .param("collection_uid", w.collection_uid)
+                    .param("workspace_id", w.workspace_id.unwrap_or_default()),
+                |rows| {
+                    let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
+                    Ok((n == 0).then_some(ItemOutcome::LibraryGone))
                 },
             ),
             Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid)),
@@ -512,6 +554,9 @@ impl GraphStore {
                     break;
                 }
             }
+        }
+        for lib in libs {
+            self.forget_library(lib).await;
         }
         let fences: Vec<String> = libs.iter().flat_map(|lib| fence_uids(lib)).collect();
         self.write_txn(

@@ -227,6 +227,10 @@ pub struct GraphStore {
     timeout: Duration,
     retry: RetryPolicy,
     stats: Arc<TxnStats>,
+    /// Libraries and collections known to exist (ingest's find-or-create
+    /// skips its reads). Only a hint: every item write re-checks them inside
+    /// its transaction, and forgets them when they are gone.
+    pub(crate) known: moka::future::Cache<String, String>,
 }
 
 impl GraphStore {
@@ -248,6 +252,11 @@ impl GraphStore {
             timeout: settings.store_timeout(),
             retry: RetryPolicy::default(),
             stats: Arc::default(),
+            known: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(300))
+                .support_invalidation_closures()
+                .build(),
         })
     }
 
