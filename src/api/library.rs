@@ -186,7 +186,11 @@ pub async fn ingest_document(
     // writing the item (the write then finds no fence and writes nothing):
     // resolve again, which re-creates a workspace library, so the item lands
     // whole in it. A library given by uid is not re-created: 404.
-    for _ in 0..MAX_LIBRARY_ROUNDS {
+    for round in 0..MAX_LIBRARY_ROUNDS {
+        if round > 0 {
+            // Give the racing delete time to finish.
+            tokio::time::sleep(std::time::Duration::from_millis(100 << round)).await;
+        }
         let library_uid = match (&body.workspace_id, &body.library_uid) {
             (Some(ws), _) => {
                 let (uid, created) = graph.ensure_workspace_library(ws).await?.ok_or_else(|| {
@@ -268,7 +272,8 @@ pub async fn ingest_document(
         };
     }
     Err(ApiError::Conflict(
-        "the library was deleted while this ingest ran; nothing was written, retry the request".into(),
+        "the library is being deleted (or was deleted while this ingest ran); nothing was written, retry the request"
+            .into(),
     ))
 }
 

@@ -88,8 +88,8 @@ pub enum ItemOutcome {
     Unchanged { chunk_count: i64 },
     /// The item uid belongs to another library: nothing was written.
     OtherLibrary,
-    /// The library (its fence) is gone — deleted while this ingest ran:
-    /// nothing was written.
+    /// The library (its fence) is gone or being deleted — a delete raced this
+    /// ingest: nothing was written.
     LibraryGone,
 }
 
@@ -506,22 +506,33 @@ impl GraphStore {
             .collect()
     }
 
-    /// Deletes libraries and everything under them. Chunks and items go in
-    /// batches first (one transaction over a large library exhausts the graph
+    /// Deletes libraries and everything under them. The libraries are marked
+    /// as being deleted (item writes then stop), chunks and items go in
+    /// batches (one transaction over a large library exhausts the graph
     /// server); then one transaction removes the fences, whatever children
     /// racing ingests added meanwhile, the collections and the Library. An
     /// ingest racing that transaction has updated a fence it removes, so one
     /// of the two conflicts and runs again: the ingest's children are either
     /// seen and removed, or its next attempt finds no fence and writes
     /// nothing. A re-created library (same uid) therefore inherits nothing.
-    /// An interrupted delete leaves the library in place; running it again
-    /// finishes it.
+    /// An interrupted delete leaves the library in place, refusing ingests
+    /// (409); running it again finishes it.
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
         }
         const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
+        // Close first: a single write to the Library nodes, which item writes
+        // only read, so it commits at once; item writes that start after it
+        // write nothing, and the final transaction is not starved by them.
+        self.write_txn(
+            "close libraries",
+            vec![query(include_str!("../../../cypher/delete_libraries_close.cypher"))
+                .param("libs", l.clone())
+                .param("now", now())],
+        )
+        .await?;
         for (what, file) in [
             (
                 "delete library chunks",
