@@ -99,7 +99,7 @@ pub enum ItemOutcome {
 /// racing the delete then conflicts (ArcadeDB) or waits on the fence's lock
 /// (Neo4j) instead of leaving orphans. Concurrent ingests into one library
 /// conflict with each other only when their items share a fence.
-pub const FENCES: u32 = 64;
+pub const FENCES: u32 = 256;
 
 /// Largest Bolt message (bytes, estimated) the chunk statements are cut to.
 /// neo4rs writes through an 8 KiB buffer without TCP_NODELAY: a larger
