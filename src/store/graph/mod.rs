@@ -268,7 +268,7 @@ impl GraphStore {
     async fn timed<T>(&self, f: impl Future<Output = Result<T, GraphError>>) -> Result<T, GraphError> {
         tokio::time::timeout(self.timeout, f)
             .await
-            .map_err(|_| GraphError::Unavailable("timed out".into()))?
+            .map_err(|_| GraphError::Unavailable(format!("no answer within {} ms", self.timeout.as_millis())))?
     }
 
     /// Runs a read and collects its rows.
