@@ -584,3 +584,27 @@ impl GraphStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_batches_stay_under_the_limit_and_keep_order() {
+        let items: Vec<(usize, BoltType)> = (0..10).map(|i| (3_000, (i as i64).into())).collect();
+        let batches = message_batches(items);
+        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2, 2, 2, 2]);
+        let big = message_batches(vec![(20_000, 1i64.into()), (10, 2i64.into()), (10, 3i64.into())]);
+        assert_eq!(big.iter().map(Vec::len).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(message_batches(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn fences_are_spread_and_stable() {
+        let lib = "lib_x";
+        assert_eq!(fence_of(lib, "item-1"), fence_of(lib, "item-1"));
+        let used: std::collections::HashSet<String> = (0..2_000).map(|i| fence_of(lib, &format!("i{i}"))).collect();
+        assert!(used.len() > (FENCES as usize) * 3 / 4);
+        assert!(used.iter().all(|f| fence_uids(lib).contains(f)));
+    }
+}
