@@ -139,7 +139,7 @@ impl From<neo4rs::DeError> for GraphError {
 }
 
 /// Retry policy of the transaction runner, shaped like the official drivers'
-/// managed transactions: exponential backoff with full jitter, bounded in
+/// managed transactions: exponential backoff with equal jitter, bounded in
 /// total time (and attempts).
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
