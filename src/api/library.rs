@@ -189,7 +189,7 @@ pub async fn ingest_document(
     for round in 0..MAX_LIBRARY_ROUNDS {
         if round > 0 {
             // Give the racing delete time to finish.
-            tokio::time::sleep(std::time::Duration::from_millis(100 << round)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(100 << round.min(3))).await;
         }
         let library_uid = match (&body.workspace_id, &body.library_uid) {
             (Some(ws), _) => {
@@ -279,7 +279,7 @@ pub async fn ingest_document(
 
 /// Rounds of (resolve the library, write the item) when a delete keeps
 /// removing the library in between.
-const MAX_LIBRARY_ROUNDS: usize = 3;
+const MAX_LIBRARY_ROUNDS: usize = 6;
 
 fn other_library(item_uid: &str) -> ApiError {
     ApiError::Conflict(format!("item {item_uid} belongs to another library"))

@@ -591,11 +591,15 @@ async fn ingests_racing_a_workspace_delete_leave_no_orphans() {
             } else {
                 app.uid(&format!("r{round}_{i}"))
             };
-            post_ingest(
-                &app,
-                json!({"workspace_id": ws, "item": {"title": format!("Racing {i}"), "uid": uid},
-                       "content": format!("racing {}", document("racing", i, 1 + i % 3))}),
-            )
+            let body = json!({"workspace_id": ws, "item": {"title": format!("Racing {i}"), "uid": uid},
+                              "content": format!("racing {}", document("racing", i, 1 + i % 3))});
+            let app = &app;
+            async move {
+                // Round 0: all at once with the delete; then spread over it,
+                // so some land before, some during and some after it.
+                tokio::time::sleep(std::time::Duration::from_millis((round * 10 * i) as u64)).await;
+                post_ingest(app, body).await
+            }
         }));
         let delete = async {
             tokio::time::sleep(std::time::Duration::from_millis(5 * round as u64)).await;
