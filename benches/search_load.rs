@@ -87,6 +87,7 @@ async fn fill(graph: &GraphStore, lib: &str, start: usize, n: usize) {
             .write_item(&ItemWrite {
                 uid: &uid,
                 library_uid: lib,
+                workspace_id: None,
                 collection_uid: &col,
                 title: "load document",
                 source_uri: None,

@@ -31,7 +31,9 @@ fn rss_mb(pid: u32) -> f64 {
 }
 
 fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 fn main() {
@@ -114,11 +116,17 @@ impl Soak {
                 )
                 .await
             }
-            1..=9 => self.mcp(bearer, "search", json!({"query": "harbour tide"})).await.is_some(),
+            1..=9 => self
+                .mcp(bearer, "search", json!({"query": "harbour tide"}))
+                .await
+                .is_some(),
             11 | 12 => {
                 let hits = self.mcp(bearer, "search", json!({"query": "pilots", "limit": 1})).await;
                 match hits.and_then(|h| h["results"][0]["chunk_uid"].as_str().map(str::to_owned)) {
-                    Some(c) => self.mcp(bearer, "get_chunk", json!({"chunk_uid": c, "context": 1})).await.is_some(),
+                    Some(c) => self
+                        .mcp(bearer, "get_chunk", json!({"chunk_uid": c, "context": 1}))
+                        .await
+                        .is_some(),
                     None => true, // an empty scope (team between changes) is a fine answer
                 }
             }
@@ -127,8 +135,13 @@ impl Soak {
                 let libs = self.mcp(bearer, "list_libraries", json!({})).await;
                 match libs.and_then(|l| l["libraries"][0]["uid"].as_str().map(str::to_owned)) {
                     Some(l) => {
-                        self.mcp(bearer, "list_collections", json!({"library_uid": l})).await.is_some()
-                            && self.mcp(bearer, "list_items", json!({"library_uid": l, "limit": 20})).await.is_some()
+                        self.mcp(bearer, "list_collections", json!({"library_uid": l}))
+                            .await
+                            .is_some()
+                            && self
+                                .mcp(bearer, "list_items", json!({"library_uid": l, "limit": 20}))
+                                .await
+                                .is_some()
                     }
                     None => true,
                 }
@@ -143,7 +156,9 @@ async fn run() {
     let clients = env("SOAK_CLIENTS", 8) as usize;
     let (settings, pool, admin) = common::fresh_settings("soak").await;
     let hash = mnemosyne::auth::basic::hash_password("correct horse").unwrap();
-    users::create(&pool, "daedalus-service", Some(&hash), true).await.unwrap();
+    users::create(&pool, "daedalus-service", Some(&hash), true)
+        .await
+        .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -167,7 +182,12 @@ async fn run() {
         .build()
         .unwrap();
     for _ in 0..100 {
-        if http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        if http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,7 +1,5 @@
-MATCH (col:Collection {uid: $collection_uid})
 MERGE (i:Item {uid: $uid})
 SET i.library_uid = $library_uid, i.collection_uid = $collection_uid, i.title = $title,
     i.source_uri = $source_uri, i.mime_type = $mime_type, i.content_sha256 = $content_sha256,
     i.chunk_count = $chunk_count, i.updated_at = $now
-MERGE (i)-[:IN_COLLECTION]->(col)
 RETURN i.uid AS uid

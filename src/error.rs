@@ -142,7 +142,15 @@ impl From<sqlx::Error> for ApiError {
 impl From<crate::store::graph::GraphError> for ApiError {
     fn from(e: crate::store::graph::GraphError) -> Self {
         match e {
-            crate::store::graph::GraphError::Unavailable(_) => ApiError::StoreUnavailable("graph"),
+            crate::store::graph::GraphError::Unavailable(cause) => {
+                // The 503 itself names only the store; the cause goes to the log.
+                tracing::warn!(store = "graph", %cause, "graph unavailable");
+                ApiError::StoreUnavailable("graph")
+            }
+            crate::store::graph::GraphError::Conflict(cause) => {
+                tracing::warn!(%cause, "graph write conflict outlasted its retries");
+                ApiError::Conflict("concurrent writes to the same data kept conflicting; retry the request".into())
+            }
             crate::store::graph::GraphError::Query(m) => ApiError::Internal(format!("graph: {m}")),
         }
     }

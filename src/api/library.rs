@@ -17,7 +17,7 @@ use text_splitter::{ChunkConfig, MarkdownSplitter};
 use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
 use crate::startup::AppState;
-use crate::store::graph::ingest::{derived_uid, ItemWrite};
+use crate::store::graph::ingest::{derived_uid, ItemOutcome, ItemWrite};
 use crate::store::graph::GraphStore;
 use crate::store::pg;
 
@@ -183,95 +183,110 @@ pub async fn ingest_document(
     if let Some(m) = &body.item.mime_type {
         check_len("item.mime_type", m, 0, 200)?;
     }
-    let mut created_workspace = None;
-    let library_uid = match (&body.workspace_id, &body.library_uid) {
-        (Some(ws), _) => {
-            let (uid, created) = graph.ensure_workspace_library(ws).await?.ok_or_else(|| {
-                ApiError::Conflict(format!("the library of workspace {ws} is taken by another library"))
-            })?;
-            if created {
-                created_workspace = Some(ws.clone());
-            }
-            uid
-        }
-        (_, Some(l)) => {
-            if graph.find_library(l).await?.is_none() {
-                return Err(ApiError::NotFound(format!("library not found: {l}")));
-            }
-            l.clone()
-        }
-        _ => unreachable!("validated above"),
-    };
-    let collection_uid = graph.ensure_collection(&library_uid, &collection).await?;
-    let identity = body
-        .item
-        .source_uri
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .unwrap_or(&body.item.title);
-    let item_uid = body
-        .item
-        .uid
-        .clone()
-        .unwrap_or_else(|| derived_uid("item", &[&library_uid, &collection_uid, identity]));
     let sha = hex::encode(Sha256::digest(body.content.as_bytes()));
-    let existing = graph.find_item(&item_uid).await?;
-    if let Some(e) = &existing {
-        if e.library_uid != library_uid {
-            return Err(ApiError::Conflict(format!(
-                "item {item_uid} belongs to another library"
-            )));
+    let mut created_workspace = None;
+    let mut chunks: Option<Vec<String>> = None;
+    // A workspace delete may remove the library between resolving it and
+    // writing the item (the write then finds no fence and writes nothing):
+    // resolve again, which re-creates a workspace library, so the item lands
+    // whole in it. A library given by uid is not re-created: 404.
+    for round in 0..MAX_LIBRARY_ROUNDS {
+        if round > 0 {
+            // Give the racing delete time to finish.
+            tokio::time::sleep(std::time::Duration::from_millis(100 << round.min(3))).await;
         }
-        if e.content_sha256.as_deref() == Some(sha.as_str()) && e.collection_uid == collection_uid {
-            if e.title != body.item.title || body.item.source_uri.is_some() || body.item.mime_type.is_some() {
-                graph
-                    .retitle_item(
-                        &item_uid,
-                        &body.item.title,
-                        body.item.source_uri.as_deref(),
-                        body.item.mime_type.as_deref(),
-                    )
-                    .await?;
+        let library_uid = match (&body.workspace_id, &body.library_uid) {
+            (Some(ws), _) => {
+                let (uid, created) = graph.ensure_workspace_library(ws).await?.ok_or_else(|| {
+                    ApiError::Conflict(format!("the library of workspace {ws} is taken by another library"))
+                })?;
+                if created {
+                    created_workspace = Some(ws.clone());
+                }
+                uid
             }
-            return Ok(Ingested {
-                library_uid,
-                collection_uid,
-                item_uid,
-                chunk_count: e.chunk_count,
-                status: "unchanged",
-                created_workspace,
-            });
+            (_, Some(l)) => {
+                if !graph.ensure_library_fenced(l).await? {
+                    return Err(ApiError::NotFound(format!("library not found: {l}")));
+                }
+                l.clone()
+            }
+            _ => unreachable!("validated above"),
+        };
+        let Some(collection_uid) = graph.collection_in(&library_uid, &collection).await? else {
+            graph.forget_library(&library_uid).await;
+            continue;
+        };
+        let identity = body
+            .item
+            .source_uri
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&body.item.title);
+        let item_uid = body
+            .item
+            .uid
+            .clone()
+            .unwrap_or_else(|| derived_uid("item", &[&library_uid, &collection_uid, identity]));
+        let unchanged = |chunk_count| Ingested {
+            library_uid: library_uid.clone(),
+            collection_uid: collection_uid.clone(),
+            item_uid: item_uid.clone(),
+            chunk_count,
+            status: "unchanged",
+            created_workspace: created_workspace.clone(),
+        };
+        if chunks.is_none() {
+            let content = body.content.clone();
+            chunks = Some(
+                tokio::task::spawn_blocking(move || split(&content, chunk_max_chars))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("splitter: {e}")))?,
+            );
         }
-    }
-    let content = body.content;
-    let chunks = tokio::task::spawn_blocking(move || split(&content, chunk_max_chars))
-        .await
-        .map_err(|e| ApiError::Internal(format!("splitter: {e}")))?;
-    let written = graph
-        .write_item(&ItemWrite {
+        let chunks = chunks.as_deref().unwrap_or_default();
+        // One transaction: it reads the item first, and an unchanged
+        // re-ingest (same content and metadata) stops there, writing nothing.
+        let write = ItemWrite {
             uid: &item_uid,
             library_uid: &library_uid,
+            workspace_id: body.workspace_id.as_deref(),
             collection_uid: &collection_uid,
             title: &body.item.title,
             source_uri: body.item.source_uri.as_deref(),
             mime_type: body.item.mime_type.as_deref(),
             content_sha256: &sha,
-            chunks: &chunks,
-        })
-        .await?;
-    if !written {
-        return Err(ApiError::Conflict(format!(
-            "item {item_uid} belongs to another library"
-        )));
+            chunks,
+        };
+        return match graph.write_item(&write).await? {
+            ItemOutcome::Written { replaced } => Ok(Ingested {
+                library_uid: library_uid.clone(),
+                collection_uid: collection_uid.clone(),
+                item_uid: item_uid.clone(),
+                chunk_count: chunks.len() as i64,
+                status: if replaced { "replaced" } else { "created" },
+                created_workspace,
+            }),
+            ItemOutcome::Unchanged { chunk_count } => Ok(unchanged(chunk_count)),
+            ItemOutcome::OtherLibrary => Err(other_library(&item_uid)),
+            ItemOutcome::LibraryGone => {
+                graph.forget_library(&library_uid).await;
+                continue;
+            }
+        };
     }
-    Ok(Ingested {
-        library_uid,
-        collection_uid,
-        item_uid,
-        chunk_count: chunks.len() as i64,
-        status: if existing.is_some() { "replaced" } else { "created" },
-        created_workspace,
-    })
+    Err(ApiError::Conflict(
+        "the library is being deleted (or was deleted while this ingest ran); nothing was written, retry the request"
+            .into(),
+    ))
+}
+
+/// Rounds of (resolve the library, write the item) when a delete keeps
+/// removing the library in between.
+const MAX_LIBRARY_ROUNDS: usize = 6;
+
+fn other_library(item_uid: &str) -> ApiError {
+    ApiError::Conflict(format!("item {item_uid} belongs to another library"))
 }
 
 async fn delete_item(

@@ -3,12 +3,14 @@
 //! Multi-statement writes run in one explicit transaction: all or nothing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 
 use chrono::{SecondsFormat, Utc};
 use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
-use super::{GraphError, GraphStore};
+use super::{GraphError, GraphStore, Step, Txn};
 
 #[derive(Clone, Debug)]
 pub struct LibraryRow {
@@ -34,18 +36,108 @@ pub struct ExistingItem {
     pub content_sha256: Option<String>,
     pub chunk_count: i64,
     pub title: String,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+}
+
+impl ExistingItem {
+    fn from_row(r: &neo4rs::Row) -> Result<Self, GraphError> {
+        Ok(ExistingItem {
+            library_uid: r.get("library_uid")?,
+            collection_uid: r.get("collection_uid")?,
+            content_sha256: r.get("content_sha256")?,
+            chunk_count: r.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
+            title: r.get::<Option<String>>("title")?.unwrap_or_default(),
+            source_uri: r.get("source_uri")?,
+            mime_type: r.get("mime_type")?,
+        })
+    }
+
+    /// True when writing `w` would change nothing.
+    pub fn unchanged_by(&self, w: &ItemWrite<'_>) -> bool {
+        self.library_uid == w.library_uid
+            && self.collection_uid == w.collection_uid
+            && self.content_sha256.as_deref() == Some(w.content_sha256)
+            && self.title == w.title
+            && self.source_uri.as_deref() == w.source_uri
+            && self.mime_type.as_deref() == w.mime_type
+    }
 }
 
 /// What to write for one item.
 pub struct ItemWrite<'a> {
     pub uid: &'a str,
     pub library_uid: &'a str,
+    /// The workspace the library must (still) belong to; None for a
+    /// user-managed library.
+    pub workspace_id: Option<&'a str>,
     pub collection_uid: &'a str,
     pub title: &'a str,
     pub source_uri: Option<&'a str>,
     pub mime_type: Option<&'a str>,
     pub content_sha256: &'a str,
     pub chunks: &'a [String],
+}
+
+/// How an item write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Written; `replaced` when the item existed before.
+    Written { replaced: bool },
+    /// Same content and metadata: nothing was written.
+    Unchanged { chunk_count: i64 },
+    /// The item uid belongs to another library: nothing was written.
+    OtherLibrary,
+    /// The library (its fence) is gone or being deleted — a delete raced this
+    /// ingest: nothing was written.
+    LibraryGone,
+}
+
+/// Fences per library. Every item write updates one of its library's fences
+/// (chosen by the item uid) inside its transaction, and a library delete
+/// removes all of them in the transaction that removes the Library: a write
+/// racing the delete then conflicts (ArcadeDB) or waits on the fence's lock
+/// (Neo4j) instead of leaving orphans. Concurrent ingests into one library
+/// conflict with each other only when their items share a fence.
+pub const FENCES: u32 = 256;
+
+/// Largest Bolt message (bytes, estimated) the chunk statements are cut to.
+/// neo4rs writes through an 8 KiB buffer without TCP_NODELAY: a larger
+/// message goes out as a tiny segment plus the rest, and Nagle's algorithm
+/// holds the rest until the server's delayed ACK (~40 ms on Linux). Several
+/// statements under the buffer size cost a round trip each instead.
+pub const MAX_MESSAGE_BYTES: usize = 7_000;
+
+/// Groups (estimated size, value) pairs into lists of at most
+/// `MAX_MESSAGE_BYTES` (a single larger value gets a list of its own).
+pub fn message_batches(items: Vec<(usize, BoltType)>) -> Vec<Vec<BoltType>> {
+    let mut out: Vec<Vec<BoltType>> = Vec::new();
+    let mut size = 0;
+    for (n, v) in items {
+        match out.last_mut() {
+            Some(last) if size + n <= MAX_MESSAGE_BYTES => {
+                last.push(v);
+                size += n;
+            }
+            _ => {
+                out.push(vec![v]);
+                size = n;
+            }
+        }
+    }
+    out
+}
+
+/// The fence uids of a library.
+pub fn fence_uids(library_uid: &str) -> Vec<String> {
+    (0..FENCES).map(|k| format!("{library_uid}#{k}")).collect()
+}
+
+/// The fence an item's writes go through.
+pub fn fence_of(library_uid: &str, item_uid: &str) -> String {
+    let h = Sha256::digest(item_uid.as_bytes());
+    let k = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % FENCES;
+    format!("{library_uid}#{k}")
 }
 
 /// `prefix_` + 24 hex chars of SHA-256 over the parts: deterministic uids, so
@@ -87,49 +179,138 @@ impl GraphStore {
 
     /// The library's workspace id, or None if the library does not exist.
     pub async fn find_library(&self, uid: &str) -> Result<Option<Option<String>>, GraphError> {
+        Ok(self.library_state(uid).await?.map(|(ws, _)| ws))
+    }
+
+    /// (workspace id, fenced) of a library, or None if it does not exist.
+    async fn library_state(&self, uid: &str) -> Result<Option<(Option<String>, bool)>, GraphError> {
         let rows = self
             .rows(query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid))
             .await?;
         match rows.first() {
-            Some(r) => Ok(Some(r.get::<Option<String>>("workspace_id")?)),
+            Some(r) => Ok(Some((
+                r.get::<Option<String>>("workspace_id")?,
+                r.get::<Option<i64>>("fences")?.is_some(),
+            ))),
             None => Ok(None),
         }
     }
 
-    /// Finds or creates the workspace's Library; returns (uid, created), or
-    /// None when a Library with that uid exists but is not this workspace's.
-    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
-        let uid = derived_uid("lib", &["workspace", workspace_id]);
-        let existing = self.find_library(&uid).await?;
-        if let Some(ws) = &existing {
-            if ws.as_deref() != Some(workspace_id) {
-                return Ok(None);
-            }
-        }
-        self.rows(
-            query(include_str!("../../../cypher/ingest_merge_workspace_library.cypher"))
-                .param("uid", uid.as_str())
-                .param("workspace_id", workspace_id)
-                .param("name", format!("Workspace {workspace_id}"))
-                .param("description", format!("Files of Daedalus workspace {workspace_id}"))
-                .param("now", now()),
+    fn fence_step<A>(uid: &str) -> Step<A> {
+        Step::run(
+            query(include_str!("../../../cypher/ingest_fence_library.cypher"))
+                .param("uid", uid)
+                .param("fences", fence_uids(uid)),
         )
-        .await?;
-        Ok(Some((uid, existing.is_none())))
     }
 
-    /// Creates a user-managed Library; false if the uid is taken.
+    /// Finds or creates the workspace's Library; returns (uid, created), or
+    /// None when a Library with that uid exists but is not this workspace's.
+    /// The common case (it exists, fenced) is one read and no write; creating
+    /// it (with its fences) is one find-or-create transaction, retried when
+    /// concurrent first ingests race on it.
+    pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
+        let uid = derived_uid("lib", &["workspace", workspace_id]);
+        let key = format!("ws:{workspace_id}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(Some((uid, false)));
+        }
+        match self.library_state(&uid).await? {
+            Some((ws, _)) if ws.as_deref() != Some(workspace_id) => return Ok(None),
+            Some((_, true)) => {
+                self.known.insert(key, uid.clone()).await;
+                return Ok(Some((uid, false)));
+            }
+            _ => {}
+        }
+        let ts = now();
+        let created = Arc::new(AtomicBool::new(false));
+        let flag = created.clone();
+        let (ws, stamp) = (workspace_id.to_owned(), ts.clone());
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_merge_workspace_library.cypher"))
+                    .param("uid", uid.as_str())
+                    .param("workspace_id", workspace_id)
+                    .param("name", format!("Workspace {workspace_id}"))
+                    .param("description", format!("Files of Daedalus workspace {workspace_id}"))
+                    .param("now", ts.as_str()),
+                move |rows| {
+                    let r = rows
+                        .first()
+                        .ok_or_else(|| GraphError::Query("MERGE returned no row".into()))?;
+                    if r.get::<Option<String>>("workspace_id")?.as_deref() != Some(ws.as_str()) {
+                        return Ok(Some(()));
+                    }
+                    flag.store(
+                        r.get::<Option<String>>("created_at")?.as_deref() == Some(stamp.as_str()),
+                        Ordering::Relaxed,
+                    );
+                    Ok(None)
+                },
+            ),
+            Self::fence_step(&uid),
+        ];
+        match self.transaction("ensure workspace library", true, steps).await? {
+            Txn::Committed => {
+                self.known.insert(key, uid.clone()).await;
+                Ok(Some((uid, created.load(Ordering::Relaxed))))
+            }
+            Txn::Stopped(()) => Ok(None),
+        }
+    }
+
+    /// Gives an existing library its fences if it has none (libraries from
+    /// before fences); false if the library does not exist.
+    pub async fn ensure_library_fenced(&self, uid: &str) -> Result<bool, GraphError> {
+        let key = format!("lib:{uid}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(true);
+        }
+        let exists = match self.library_state(uid).await? {
+            None => false,
+            Some((_, true)) => true,
+            Some((_, false)) => {
+                self.transaction::<()>("fence library", true, vec![Self::fence_step(uid)])
+                    .await?;
+                self.library_state(uid).await?.is_some()
+            }
+        };
+        if exists {
+            self.known.insert(key, uid.to_owned()).await;
+        }
+        Ok(exists)
+    }
+
+    /// Forgets what `known` says about a library, its workspace and its
+    /// collections (an item write found it gone).
+    pub async fn forget_library(&self, uid: &str) {
+        let uid = uid.to_owned();
+        let _ = self
+            .known
+            .invalidate_entries_if(move |k, v| *v == uid || k.ends_with(&format!(":{uid}")));
+        self.known.run_pending_tasks().await;
+    }
+
+    /// Creates a user-managed Library (with its fences); false if the uid is taken.
     pub async fn create_library(&self, uid: &str, name: &str, description: &str) -> Result<bool, GraphError> {
         if self.find_library(uid).await?.is_some() {
             return Ok(false);
         }
         match self
-            .rows(
-                query(include_str!("../../../cypher/create_library.cypher"))
-                    .param("uid", uid)
-                    .param("name", name)
-                    .param("description", description)
-                    .param("now", now()),
+            .transaction::<()>(
+                "create library",
+                false,
+                vec![
+                    Step::run(
+                        query(include_str!("../../../cypher/create_library.cypher"))
+                            .param("uid", uid)
+                            .param("name", name)
+                            .param("description", description)
+                            .param("now", now()),
+                    ),
+                    Self::fence_step(uid),
+                ],
             )
             .await
         {
@@ -140,65 +321,128 @@ impl GraphStore {
         }
     }
 
-    pub async fn ensure_collection(&self, library_uid: &str, name: &str) -> Result<String, GraphError> {
+    /// Finds or creates a collection of the library; None when the library
+    /// does not exist (any more).
+    pub async fn collection_in(&self, library_uid: &str, name: &str) -> Result<Option<String>, GraphError> {
         let uid = derived_uid("col", &[library_uid, name]);
-        self.rows(
+        let key = format!("col:{uid}");
+        if self.known.get(&key).await.is_some() {
+            return Ok(Some(uid));
+        }
+        let rows = self
+            .rows(query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()))
+            .await?;
+        if !rows.is_empty() {
+            self.known.insert(key, library_uid.to_owned()).await;
+            return Ok(Some(uid));
+        }
+        let steps = vec![Step::check(
             query(include_str!("../../../cypher/ingest_merge_collection.cypher"))
                 .param("uid", uid.as_str())
                 .param("library_uid", library_uid)
                 .param("name", name),
-        )
-        .await?;
-        Ok(uid)
+            |rows| Ok(rows.is_empty().then_some(())),
+        )];
+        match self.transaction("ensure collection", true, steps).await? {
+            Txn::Committed => {
+                self.known.insert(key, library_uid.to_owned()).await;
+                Ok(Some(uid))
+            }
+            Txn::Stopped(()) => Ok(None),
+        }
+    }
+
+    /// `collection_in` for callers that know the library exists.
+    pub async fn ensure_collection(&self, library_uid: &str, name: &str) -> Result<String, GraphError> {
+        self.collection_in(library_uid, name)
+            .await?
+            .ok_or_else(|| GraphError::Query(format!("library not found: {library_uid}")))
     }
 
     pub async fn find_item(&self, uid: &str) -> Result<Option<ExistingItem>, GraphError> {
         let rows = self
             .rows(query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid))
             .await?;
-        match rows.first() {
-            Some(r) => Ok(Some(ExistingItem {
-                library_uid: r.get("library_uid")?,
-                collection_uid: r.get("collection_uid")?,
-                content_sha256: r.get("content_sha256")?,
-                chunk_count: r.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
-                title: r.get::<Option<String>>("title")?.unwrap_or_default(),
-            })),
-            None => Ok(None),
-        }
+        rows.first().map(ExistingItem::from_row).transpose()
     }
 
-    /// Upserts the item and replaces its chunks, in one transaction. Ok(false)
-    /// when the item uid belongs to another library (checked inside the
-    /// transaction, so two racing ingests cannot mix libraries).
-    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<bool, GraphError> {
-        let chunks: Vec<BoltType> = w
+    /// Upserts the item and replaces its chunks, in one transaction that
+    /// first updates the item's library fence (no fence: the library is gone,
+    /// nothing is written) and reads the item (another library's, or the same
+    /// content and metadata: nothing is written). Only the item, its chunks
+    /// and one fence are written: no shared vertex, so concurrent ingests into
+    /// one library rarely conflict, and a conflict is retried by the runner.
+    pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
+        let chunks: Vec<(usize, BoltType)> = w
             .chunks
             .iter()
             .enumerate()
             .map(|(i, text)| {
+                let uid = derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]);
+                let scoped = super::scoped::scoped_text(w.library_uid, text);
+                let size = uid.len() + text.len() + scoped.len() + 64;
                 let mut m: HashMap<String, BoltType> = HashMap::new();
-                m.insert(
-                    "uid".into(),
-                    derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]).into(),
-                );
+                m.insert("uid".into(), uid.into());
                 m.insert("ordinal".into(), (i as i64).into());
                 m.insert("text".into(), text.as_str().into());
-                m.insert("scoped".into(), super::scoped::scoped_text(w.library_uid, text).into());
-                m.into()
+                m.insert("scoped".into(), scoped.into());
+                (size, m.into())
             })
             .collect();
         let ts = now();
-        let guard = query(include_str!("../../../cypher/ingest_item_owner_guard.cypher"))
-            .param("uid", w.uid)
-            .param("library_uid", w.library_uid);
-        self.write_txn_unless(
-            guard,
-            vec![
-                query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid),
-                query(include_str!("../../../cypher/ingest_unlink_old_collection.cypher"))
-                    .param("uid", w.uid)
-                    .param("collection_uid", w.collection_uid),
+        let existed = Arc::new(AtomicBool::new(false));
+        let seen = existed.clone();
+        let (library_uid, collection_uid, sha) = (
+            w.library_uid.to_owned(),
+            w.collection_uid.to_owned(),
+            w.content_sha256.to_owned(),
+        );
+        let (title, source_uri, mime_type) = (
+            w.title.to_owned(),
+            w.source_uri.map(str::to_owned),
+            w.mime_type.map(str::to_owned),
+        );
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", w.uid),
+                move |rows| {
+                    let Some(r) = rows.first() else {
+                        seen.store(false, Ordering::Relaxed);
+                        return Ok(None);
+                    };
+                    seen.store(true, Ordering::Relaxed);
+                    let e = ExistingItem::from_row(r)?;
+                    if e.library_uid != library_uid {
+                        return Ok(Some(ItemOutcome::OtherLibrary));
+                    }
+                    let same = ItemWrite {
+                        uid: "",
+                        library_uid: &library_uid,
+                        workspace_id: None,
+                        collection_uid: &collection_uid,
+                        title: &title,
+                        source_uri: source_uri.as_deref(),
+                        mime_type: mime_type.as_deref(),
+                        content_sha256: &sha,
+                        chunks: &[],
+                    };
+                    Ok(e.unchanged_by(&same).then_some(ItemOutcome::Unchanged {
+                        chunk_count: e.chunk_count,
+                    }))
+                },
+            ),
+            Step::check(
+                query(include_str!("../../../cypher/ingest_touch_fence.cypher"))
+                    .param("fence_uid", fence_of(w.library_uid, w.uid))
+                    .param("collection_uid", w.collection_uid)
+                    .param("workspace_id", w.workspace_id.unwrap_or_default()),
+                |rows| {
+                    let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
+                    Ok((n == 0).then_some(ItemOutcome::LibraryGone))
+                },
+            ),
+            Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", w.uid)),
+            Step::run(
                 query(include_str!("../../../cypher/ingest_upsert_item.cypher"))
                     .param("uid", w.uid)
                     .param("library_uid", w.library_uid)
@@ -209,45 +453,40 @@ impl GraphStore {
                     .param("content_sha256", w.content_sha256)
                     .param("chunk_count", w.chunks.len() as i64)
                     .param("now", ts.as_str()),
+            ),
+        ];
+        let mut steps = steps;
+        for batch in message_batches(chunks) {
+            steps.push(Step::run(
                 query(include_str!("../../../cypher/ingest_create_chunks.cypher"))
                     .param("item_uid", w.uid)
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
-                    .param("chunks", chunks),
-            ],
-        )
-        .await
-    }
-
-    /// Updates an item's descriptive fields when its content is unchanged.
-    pub async fn retitle_item(
-        &self,
-        uid: &str,
-        title: &str,
-        source_uri: Option<&str>,
-        mime_type: Option<&str>,
-    ) -> Result<(), GraphError> {
-        self.write_txn(vec![query(include_str!("../../../cypher/ingest_retitle.cypher"))
-            .param("uid", uid)
-            .param("title", title)
-            .param("source_uri", opt(source_uri))
-            .param("mime_type", opt(mime_type))
-            .param("now", now())])
-            .await
-    }
-
-    /// Deletes an item and its chunks; false if it did not exist.
-    pub async fn delete_item(&self, uid: &str) -> Result<bool, GraphError> {
-        if self.find_item(uid).await?.is_none() {
-            return Ok(false);
+                    .param("chunks", batch),
+            ));
         }
-        self.write_txn(vec![
-            query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid),
-            query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid),
-        ])
-        .await?;
-        Ok(true)
+        // Find-or-create: two first ingests of one uid race on the Item's
+        // uniqueness; the loser's next attempt finds the winner's item.
+        Ok(match self.transaction("write item", true, steps).await? {
+            Txn::Committed => ItemOutcome::Written {
+                replaced: existed.load(Ordering::Relaxed),
+            },
+            Txn::Stopped(outcome) => outcome,
+        })
+    }
+
+    /// Deletes an item and its chunks in one transaction; false if it did not exist.
+    pub async fn delete_item(&self, uid: &str) -> Result<bool, GraphError> {
+        let steps = vec![
+            Step::check(
+                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
+                |rows| Ok(rows.is_empty().then_some(())),
+            ),
+            Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid)),
+            Step::run(query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid)),
+        ];
+        Ok(self.transaction("delete item", false, steps).await? == Txn::Committed)
     }
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
@@ -267,34 +506,105 @@ impl GraphStore {
             .collect()
     }
 
-    /// Deletes libraries and everything under them. Chunks and items go in
+    /// Deletes libraries and everything under them. The libraries are marked
+    /// as being deleted (item writes then stop), chunks and items go in
     /// batches (one transaction over a large library exhausts the graph
-    /// server), the Library node last: an interrupted delete leaves the library
-    /// in place, and running it again finishes it.
+    /// server); then one transaction removes the fences, whatever children
+    /// racing ingests added meanwhile, the collections and the Library. An
+    /// ingest racing that transaction has updated a fence it removes, so one
+    /// of the two conflicts and runs again: the ingest's children are either
+    /// seen and removed, or its next attempt finds no fence and writes
+    /// nothing. A re-created library (same uid) therefore inherits nothing.
+    /// An interrupted delete leaves the library in place, refusing ingests
+    /// (409); running it again finishes it.
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
         }
         const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
-        for file in [
-            include_str!("../../../cypher/delete_libraries_chunks.cypher"),
-            include_str!("../../../cypher/delete_libraries_items.cypher"),
+        // Close first: a single write to the Library nodes, which item writes
+        // only read, so it commits at once; item writes that start after it
+        // write nothing, and the final transaction is not starved by them.
+        self.write_txn(
+            "close libraries",
+            vec![query(include_str!("../../../cypher/delete_libraries_close.cypher"))
+                .param("libs", l.clone())
+                .param("now", now())],
+        )
+        .await?;
+        for (what, file) in [
+            (
+                "delete library chunks",
+                include_str!("../../../cypher/delete_libraries_chunks.cypher"),
+            ),
+            (
+                "delete library items",
+                include_str!("../../../cypher/delete_libraries_items.cypher"),
+            ),
         ] {
             loop {
-                let rows = self
-                    .rows(query(file).param("libs", l.clone()).param("batch", BATCH))
-                    .await?;
-                let n: i64 = rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0);
-                if n < BATCH {
+                let done = Arc::new(AtomicI64::new(0));
+                let n = done.clone();
+                self.transaction::<()>(
+                    what,
+                    false,
+                    vec![Step::check(
+                        query(file).param("libs", l.clone()).param("batch", BATCH),
+                        move |rows| {
+                            n.store(
+                                rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0),
+                                Ordering::Relaxed,
+                            );
+                            Ok(None)
+                        },
+                    )],
+                )
+                .await?;
+                if done.load(Ordering::Relaxed) < BATCH {
                     break;
                 }
             }
         }
-        self.write_txn(vec![
-            query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
-            query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
-        ])
+        for lib in libs {
+            self.forget_library(lib).await;
+        }
+        let fences: Vec<String> = libs.iter().flat_map(|lib| fence_uids(lib)).collect();
+        self.write_txn(
+            "delete libraries",
+            vec![
+                query(include_str!("../../../cypher/delete_libraries_fences.cypher")).param("fences", fences),
+                query(include_str!("../../../cypher/delete_libraries_remaining_chunks.cypher"))
+                    .param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries_remaining_items.cypher")).param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
+                query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
+            ],
+        )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_batches_stay_under_the_limit_and_keep_order() {
+        let items: Vec<(usize, BoltType)> = (0..10).map(|i| (3_000, (i as i64).into())).collect();
+        let batches = message_batches(items);
+        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2, 2, 2, 2]);
+        let big = message_batches(vec![(20_000, 1i64.into()), (10, 2i64.into()), (10, 3i64.into())]);
+        assert_eq!(big.iter().map(Vec::len).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(message_batches(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn fences_are_spread_and_stable() {
+        let lib = "lib_x";
+        assert_eq!(fence_of(lib, "item-1"), fence_of(lib, "item-1"));
+        let used: std::collections::HashSet<String> = (0..2_000).map(|i| fence_of(lib, &format!("i{i}"))).collect();
+        assert!(used.len() > (FENCES as usize) * 3 / 4);
+        assert!(used.iter().all(|f| fence_uids(lib).contains(f)));
     }
 }

@@ -8,8 +8,9 @@ pub mod scoped;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
 
@@ -22,17 +23,111 @@ pub enum GraphError {
     /// Connection refused, timed out, or the pool could not hand out a connection.
     #[error("graph unavailable: {0}")]
     Unavailable(String),
+    /// A write kept conflicting with concurrent writes after every retry.
+    #[error("graph write conflict persisted: {0}")]
+    Conflict(String),
     /// The server answered with an error.
     #[error("graph query failed: {0}")]
     Query(String),
 }
 
+/// How a failed graph call is handled; `classify` is the one place that decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// A write-write conflict, deadlock or leader switch: the transaction may
+    /// simply run again (ArcadeDB reports its concurrent-modification errors
+    /// over Bolt as `Neo.TransientError.Transaction.DeadlockDetected`; Neo4j
+    /// uses the `Neo.TransientError.*` class).
+    Transient,
+    /// A uniqueness constraint refused a create. Retried only by find-or-create
+    /// work (MERGE), whose next attempt finds the racing winner's node:
+    /// ArcadeDB lets two concurrent MERGEs both try to create the node.
+    Duplicate,
+    /// No usable connection: refused, reset, timed out, pool exhausted → 503.
+    Unavailable,
+    /// Anything else (a bad statement, a type error): not retried.
+    Failed,
+}
+
+/// Codes Neo4j files under TransientError that are not worth retrying
+/// (the official drivers treat them as client errors).
+const NOT_RETRYABLE: &[&str] = &[
+    "Neo.TransientError.Transaction.Terminated",
+    "Neo.TransientError.Transaction.LockClientStopped",
+];
+
+/// Codes outside the TransientError class that mean "run it again".
+const RETRYABLE: &[&str] = &[
+    "Neo.ClientError.Cluster.NotALeader",
+    "Neo.ClientError.General.ForbiddenOnReadOnlyDatabase",
+    // Neo4j: a node this transaction matched was deleted by one that committed
+    // first (workspace delete vs ingest); the next attempt no longer matches it.
+    "Neo.ClientError.Statement.EntityNotFound",
+];
+
+/// ArcadeDB's own words for a concurrent modification, in case one arrives
+/// under a generic code.
+const ARCADEDB_CONFLICT: &[&str] = &[
+    "ConcurrentModificationException",
+    "NeedRetryException",
+    "Please retry the operation",
+    "changed by a concurrent transaction",
+    "concurrent change to the same record",
+];
+
+/// Classifies a code/message pair from the server.
+fn classify_code(code: &str, message: &str) -> ErrorClass {
+    if RETRYABLE.contains(&code)
+        || (code.starts_with("Neo.TransientError.") && !NOT_RETRYABLE.contains(&code))
+        || ARCADEDB_CONFLICT.iter().any(|m| message.contains(m))
+    {
+        ErrorClass::Transient
+    } else if code == "Neo.ClientError.Schema.ConstraintValidationFailed" {
+        ErrorClass::Duplicate
+    } else {
+        ErrorClass::Failed
+    }
+}
+
+/// The class of a neo4rs error and a cause fit for logs (server codes and
+/// messages, I/O errors; never credentials, which neo4rs errors do not carry).
+pub fn classify(e: &neo4rs::Error) -> (ErrorClass, String) {
+    match e {
+        neo4rs::Error::Neo4j(n) => (
+            classify_code(n.code(), n.message()),
+            format!("{}: {}", n.code(), n.message()),
+        ),
+        // neo4rs reports a FAILURE answering BEGIN or COMMIT as an unexpected
+        // message with the failure's metadata in its text.
+        neo4rs::Error::UnexpectedMessage(text) if text.contains("Failure") => {
+            let code = text
+                .find("Neo.")
+                .map(|i| {
+                    text[i..]
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+                        .next()
+                        .unwrap_or("")
+                })
+                .unwrap_or("");
+            (classify_code(code, text), text.clone())
+        }
+        neo4rs::Error::IOError { .. }
+        | neo4rs::Error::ConnectionError
+        | neo4rs::Error::UnexpectedMessage(_)
+        | neo4rs::Error::UnsupportedVersion(_)
+        | neo4rs::Error::AuthenticationError(_)
+        | neo4rs::Error::InvalidDnsName(_)
+        | neo4rs::Error::UnknownMessage(_) => (ErrorClass::Unavailable, e.to_string()),
+        other => (ErrorClass::Failed, other.to_string()),
+    }
+}
+
 impl From<neo4rs::Error> for GraphError {
     fn from(e: neo4rs::Error) -> Self {
-        match e {
-            neo4rs::Error::Neo4j(n) => GraphError::Query(format!("{}: {}", n.code(), n.message())),
-            neo4rs::Error::DeserializationError(d) => GraphError::Query(d.to_string()),
-            other => GraphError::Unavailable(other.to_string()),
+        match classify(&e) {
+            (ErrorClass::Unavailable, cause) => GraphError::Unavailable(cause),
+            (ErrorClass::Transient, cause) => GraphError::Conflict(cause),
+            (_, cause) => GraphError::Query(cause),
         }
     }
 }
@@ -43,6 +138,87 @@ impl From<neo4rs::DeError> for GraphError {
     }
 }
 
+/// Retry policy of the transaction runner, shaped like the official drivers'
+/// managed transactions: exponential backoff with equal jitter, bounded in
+/// total time (and attempts).
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub initial: Duration,
+    pub max_delay: Duration,
+    pub max_attempts: u32,
+    pub budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial: Duration::from_millis(5),
+            max_delay: Duration::from_millis(400),
+            max_attempts: 30,
+            budget: Duration::from_secs(15),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn delay(&self, attempt: u32) -> Duration {
+        let cap = self.initial.saturating_mul(1u32 << attempt.min(16)).min(self.max_delay);
+        // Equal jitter: uniformly in [cap/2, cap].
+        let ms = cap.as_micros() as u64;
+        Duration::from_micros(rand::random::<u64>() % (ms / 2 + 1) + ms / 2)
+    }
+}
+
+/// Counters of the transaction runner (conflict rate, for tests and benches).
+#[derive(Debug, Default)]
+pub struct TxnStats {
+    pub transactions: AtomicU64,
+    pub retries: AtomicU64,
+    pub gave_up: AtomicU64,
+}
+
+/// One step of a transaction: a statement and, optionally, a check of its rows
+/// that may stop the transaction (rolled back) with a value.
+pub struct Step<A> {
+    query: Query,
+    check: Option<Check<A>>,
+}
+
+type Check<A> = Arc<dyn Fn(&[Row]) -> Result<Option<A>, GraphError> + Send + Sync>;
+
+impl<A> Step<A> {
+    pub fn run(query: Query) -> Self {
+        Step { query, check: None }
+    }
+
+    pub fn check(
+        query: Query,
+        check: impl Fn(&[Row]) -> Result<Option<A>, GraphError> + Send + Sync + 'static,
+    ) -> Self {
+        Step {
+            query,
+            check: Some(Arc::new(check)),
+        }
+    }
+}
+
+impl<A> Clone for Step<A> {
+    fn clone(&self) -> Self {
+        Step {
+            query: self.query.clone(),
+            check: self.check.clone(),
+        }
+    }
+}
+
+/// How a transaction ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Txn<A> {
+    Committed,
+    /// A check stopped it; nothing was written.
+    Stopped(A),
+}
+
 /// The graph store: a neo4rs pool, the flavor seam, and a per-call timeout.
 #[derive(Clone)]
 pub struct GraphStore {
@@ -51,6 +227,12 @@ pub struct GraphStore {
     timeout: Duration,
     /// Bolt exchanges running on tasks of their own (see `detached`).
     in_flight: Arc<tokio::sync::Semaphore>,
+    retry: RetryPolicy,
+    stats: Arc<TxnStats>,
+    /// Libraries and collections known to exist (ingest's find-or-create
+    /// skips its reads). Only a hint: every item write re-checks them inside
+    /// its transaction, and forgets them when they are gone.
+    pub(crate) known: moka::future::Cache<String, String>,
 }
 
 /// Most Bolt exchanges a replica keeps running at once, abandoned ones
@@ -75,6 +257,13 @@ impl GraphStore {
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            retry: RetryPolicy::default(),
+            stats: Arc::default(),
+            known: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(Duration::from_secs(300))
+                .support_invalidation_closures()
+                .build(),
         })
     }
 
@@ -112,7 +301,10 @@ impl GraphStore {
         match tokio::time::timeout(self.timeout, task).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => Err(GraphError::Unavailable(format!("query task failed: {e}"))),
-            Err(_) => Err(GraphError::Unavailable("timed out".into())),
+            Err(_) => Err(GraphError::Unavailable(format!(
+                "no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
         }
     }
 
@@ -129,41 +321,73 @@ impl GraphStore {
         .await
     }
 
-    /// Runs statements in one explicit transaction: all or nothing.
-    pub async fn write_txn(&self, queries: Vec<Query>) -> Result<(), GraphError> {
-        self.write_txn_guarded(None, queries).await.map(|_| ())
+    /// Runs statements in one explicit transaction: all or nothing; retried on
+    /// a transient conflict.
+    pub async fn write_txn(&self, what: &'static str, queries: Vec<Query>) -> Result<(), GraphError> {
+        self.transaction::<()>(what, false, queries.into_iter().map(Step::run).collect())
+            .await
+            .map(|_| ())
     }
 
-    /// Like `write_txn`, but first runs `guard` (returning a count `n`) inside
-    /// the transaction and writes nothing when `n > 0`. Ok(false) = refused.
-    pub async fn write_txn_unless(&self, guard: Query, queries: Vec<Query>) -> Result<bool, GraphError> {
-        self.write_txn_guarded(Some(guard), queries).await
+    /// The runner counters (transactions, retries, gave up).
+    pub fn txn_stats(&self) -> (u64, u64, u64) {
+        (
+            self.stats.transactions.load(Ordering::Relaxed),
+            self.stats.retries.load(Ordering::Relaxed),
+            self.stats.gave_up.load(Ordering::Relaxed),
+        )
     }
 
-    async fn write_txn_guarded(&self, guard: Option<Query>, queries: Vec<Query>) -> Result<bool, GraphError> {
-        self.detached(|graph| async move {
-            let mut txn = graph.start_txn().await?;
-            if let Some(guard) = guard {
-                let mut stream = txn.execute(guard).await?;
-                let mut n: i64 = 0;
-                while let Some(row) = stream.next(txn.handle()).await? {
-                    n += row.get::<i64>("n")?;
+    /// The one graph transaction runner. Runs `steps` in one explicit
+    /// transaction (all or nothing); a check may stop it (rolled back). A
+    /// transaction that fails on a transient conflict — and, when
+    /// `find_or_create`, on a uniqueness race — runs again from the start after
+    /// a jittered exponential backoff, within the policy's attempts and total
+    /// time. Each attempt has the store timeout; running out of it, or losing
+    /// the connection, is `Unavailable` and not retried.
+    pub async fn transaction<A: Send + 'static>(
+        &self,
+        what: &'static str,
+        find_or_create: bool,
+        steps: Vec<Step<A>>,
+    ) -> Result<Txn<A>, GraphError> {
+        let started = Instant::now();
+        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        let mut attempt: u32 = 0;
+        loop {
+            // Each attempt runs detached: a timeout abandons the wait, not the
+            // exchange (see `detached`).
+            let steps = steps.clone();
+            let err = match self
+                .detached(|graph| async move { Ok(attempt_on(graph, steps).await) })
+                .await
+            {
+                Ok(Ok(done)) => return Ok(done),
+                Ok(Err(Attempt::Check(e))) => return Err(e),
+                Ok(Err(Attempt::Graph(e))) => e,
+                Err(GraphError::Unavailable(cause)) => return Err(GraphError::Unavailable(format!("{what}: {cause}"))),
+                Err(e) => return Err(e),
+            };
+            let (class, cause) = classify(&err);
+            let retryable = class == ErrorClass::Transient || (find_or_create && class == ErrorClass::Duplicate);
+            attempt += 1;
+            if retryable {
+                let delay = self.retry.delay(attempt - 1);
+                if attempt < self.retry.max_attempts && started.elapsed() + delay < self.retry.budget {
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(what, attempt, %cause, "graph write conflict, retrying");
+                    tokio::time::sleep(delay).await;
+                    continue;
                 }
-                if n > 0 {
-                    let _ = txn.rollback().await;
-                    return Ok(false);
-                }
+                self.stats.gave_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(what, attempts = attempt, %cause, "graph write conflict persisted after retries");
+                return Err(GraphError::Conflict(format!("{what}: {cause}")));
             }
-            for q in queries {
-                if let Err(e) = txn.run(q).await {
-                    let _ = txn.rollback().await;
-                    return Err(e.into());
-                }
-            }
-            txn.commit().await?;
-            Ok(true)
-        })
-        .await
+            return Err(match class {
+                ErrorClass::Unavailable => GraphError::Unavailable(format!("{what}: {cause}")),
+                _ => GraphError::Query(format!("{what}: {cause}")),
+            });
+        }
     }
 
     pub async fn ping(&self) -> Result<(), GraphError> {
@@ -209,6 +433,44 @@ impl GraphStore {
     }
 }
 
+/// One attempt of a transaction on a connection of `graph`'s pool.
+async fn attempt_on<A: Send + 'static>(graph: Graph, steps: Vec<Step<A>>) -> Result<Txn<A>, Attempt> {
+    // On an error the transaction is dropped: its connection goes back to
+    // the pool, which resets it (rolling the transaction back) before reuse.
+    let mut txn = graph.start_txn().await?;
+    for step in &steps {
+        match &step.check {
+            None => txn.run(step.query.clone()).await?,
+            Some(check) => {
+                let mut stream = txn.execute(step.query.clone()).await?;
+                let mut rows = Vec::new();
+                while let Some(row) = stream.next(txn.handle()).await? {
+                    rows.push(row);
+                }
+                if let Some(stop) = check(&rows).map_err(Attempt::Check)? {
+                    let _ = txn.rollback().await;
+                    return Ok(Txn::Stopped(stop));
+                }
+            }
+        }
+    }
+    txn.commit().await?;
+    Ok(Txn::Committed)
+}
+
+/// Why an attempt failed: the graph said no (classified and maybe retried),
+/// or a check could not read its rows (never retried).
+enum Attempt {
+    Graph(neo4rs::Error),
+    Check(GraphError),
+}
+
+impl From<neo4rs::Error> for Attempt {
+    fn from(e: neo4rs::Error) -> Self {
+        Attempt::Graph(e)
+    }
+}
+
 /// Splits a file of `;`-separated statements.
 pub(crate) fn statements(file: &str) -> impl Iterator<Item = &str> {
     file.split(';').map(str::trim).filter(|s| !s.is_empty())
@@ -217,5 +479,74 @@ pub(crate) fn statements(file: &str) -> impl Iterator<Item = &str> {
 impl GraphFlavor {
     pub fn is_arcadedb(self) -> bool {
         self == GraphFlavor::Arcadedb
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arcadedb_and_neo4j_conflicts_are_transient() {
+        // What ArcadeDB 26.10 answers over Bolt to concurrent writers (provoked here).
+        for (code, msg) in [
+            (
+                "Neo.TransientError.Transaction.DeadlockDetected",
+                "Slot rebase not possible on page PageId(mnemosyne/4/11) slot 0 (concurrent change to the same record). Please retry the operation",
+            ),
+            (
+                "Neo.TransientError.Transaction.DeadlockDetected",
+                "Edge list IN head of vertex #1:12288 changed by a concurrent transaction",
+            ),
+            ("Neo.TransientError.Transaction.DeadlockDetected", "Edge-append rebase not possible"),
+            ("Neo.TransientError.Transaction.LockAcquisitionTimeout", ""),
+            ("Neo.TransientError.General.DatabaseUnavailable", ""),
+            ("Neo.ClientError.Cluster.NotALeader", ""),
+            ("Neo.DatabaseError.General.UnknownError", "com.arcadedb.exception.ConcurrentModificationException: x"),
+            ("Neo.DatabaseError.General.UnknownError", "NeedRetryException"),
+        ] {
+            assert_eq!(classify_code(code, msg), ErrorClass::Transient, "{code} {msg}");
+        }
+        for code in [
+            "Neo.TransientError.Transaction.Terminated",
+            "Neo.TransientError.Transaction.LockClientStopped",
+            "Neo.ClientError.Statement.SyntaxError",
+            "Neo.DatabaseError.General.UnknownError",
+        ] {
+            assert_eq!(classify_code(code, "boom"), ErrorClass::Failed, "{code}");
+        }
+        assert_eq!(
+            classify_code(
+                "Neo.ClientError.Schema.ConstraintValidationFailed",
+                "Duplicated key [x] found on index 'Library[uid]'"
+            ),
+            ErrorClass::Duplicate
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_is_classified_by_its_code() {
+        // neo4rs reports a FAILURE answering COMMIT as an unexpected message.
+        let e = neo4rs::Error::UnexpectedMessage(
+            "unexpected response for COMMIT: Failure(Failure { metadata: BoltMap { value: {BoltString { value: \"code\" }: \
+             String(BoltString { value: \"Neo.ClientError.Schema.ConstraintValidationFailed\" })} } })"
+                .into(),
+        );
+        assert_eq!(classify(&e).0, ErrorClass::Duplicate);
+        let io = neo4rs::Error::IOError {
+            detail: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert_eq!(classify(&io).0, ErrorClass::Unavailable);
+        assert!(matches!(GraphError::from(io), GraphError::Unavailable(_)));
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        let p = RetryPolicy::default();
+        for attempt in 0..40 {
+            let cap = p.initial.saturating_mul(1 << attempt.min(16)).min(p.max_delay);
+            let d = p.delay(attempt);
+            assert!(d <= cap && d >= cap / 2, "attempt {attempt}: {d:?} vs {cap:?}");
+        }
     }
 }

@@ -1,0 +1,2 @@
+MATCH (l:Library) WHERE l.uid IN $libs
+SET l.deleting = $now

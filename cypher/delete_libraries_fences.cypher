@@ -1,0 +1,2 @@
+MATCH (f:LibraryFence) WHERE f.uid IN $fences
+DETACH DELETE f

@@ -1,0 +1,2 @@
+MATCH (c:Chunk) WHERE c.library_uid IN $libs
+DETACH DELETE c

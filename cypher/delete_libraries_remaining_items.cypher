@@ -1,0 +1,2 @@
+MATCH (i:Item) WHERE i.library_uid IN $libs
+DETACH DELETE i

@@ -1,3 +1,0 @@
-MATCH (i:Item {uid: $uid})
-WHERE i.library_uid <> $library_uid
-RETURN count(i) AS n
