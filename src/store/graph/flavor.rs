@@ -38,11 +38,14 @@ impl Flavor {
     pub(super) async fn create_fulltext_index(&self, store: &GraphStore) -> Result<(), GraphError> {
         match self.kind {
             GraphFlavor::Neo4j => {
-                store
-                    .run(neo4rs::query(include_str!(
-                        "../../../cypher/schema_fulltext_neo4j.cypher"
-                    )))
-                    .await
+                // The keyed `scoped` words are made by `scoped::words` and need no
+                // analysis: the whitespace analyzer keeps each one a single term, as
+                // ArcadeDB's does. The index is kept in step with each commit (not
+                // eventually consistent), and migrate waits until it is online.
+                for stmt in statements(include_str!("../../../cypher/schema_fulltext_neo4j.cypher")) {
+                    store.run(neo4rs::query(stmt)).await?;
+                }
+                Ok(())
             }
             GraphFlavor::Arcadedb => {
                 let client = reqwest::Client::new();
