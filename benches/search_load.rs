@@ -421,7 +421,13 @@ async fn run() {
         let t0 = Instant::now();
         let extra = want - have;
         for (i, l) in others.iter().enumerate() {
-            fill(&graph, l, 1_000_000 * (i + 1) + have / others.len(), extra / others.len()).await;
+            fill(
+                &graph,
+                l,
+                1_000_000 * (i + 1) + have / others.len(),
+                extra / others.len(),
+            )
+            .await;
         }
         have = want;
         println!(
