@@ -618,11 +618,14 @@ impl std::io::Write for Capture {
 async fn logs_show_principal_kind_and_count_but_no_token_material() {
     let cap = Capture::default();
     let writer = cap.clone();
-    let _ = tracing_subscriber::fmt()
+    // Scoped to this test's thread (its current-thread runtime also runs the
+    // app): under `cargo test` another test may own the global subscriber.
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter("trace")
         .with_writer(move || writer.clone())
         .with_ansi(false)
-        .try_init();
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     let app = TestApp::spawn().await;
     let s = seed(&app).await;
     let token = app.opaque_token(&[s.lib_a.clone()]).await;
