@@ -77,8 +77,12 @@ impl Flavor {
 /// - Neo4j: `Neo.TransientError.*` (deadlocks, lock timeouts, outdated
 ///   reads), except a transaction that was terminated or whose lock client
 ///   stopped — the official drivers do not retry those either.
-/// - ArcadeDB: its Bolt plugin reports a lost optimistic-concurrency race as
-///   the engine's `ConcurrentModificationException` (a `NeedRetryException`).
+/// - ArcadeDB: its Bolt plugin reports a lost optimistic-concurrency race
+///   (two transactions changing the same record) with the same Neo4j code,
+///   `Neo.TransientError.Transaction.DeadlockDetected` ("Slot rebase not
+///   possible … Please retry the operation", checked on 26.10.2); the engine's
+///   `ConcurrentModificationException` / `NeedRetryException` names are
+///   matched too in case another path reports them under a generic code.
 ///
 /// Unavailability (connection refused, pool, timeouts) is not a conflict and
 /// is left to the caller.
@@ -119,6 +123,10 @@ mod tests {
 
     #[test]
     fn arcadedb_concurrent_modification_is_retried() {
+        assert!(is_transient(&q(
+            "Neo.TransientError.Transaction.DeadlockDetected: Slot rebase not possible on page \
+             PageId(mnemosyne/1/0) slot 1 (concurrent change to the same record). Please retry the operation"
+        )));
         assert!(is_transient(&q(
             "Neo.DatabaseError.General.UnknownError: com.arcadedb.exception.ConcurrentModificationException: \
              Concurrent modification on page PageId(Chunk_0/1) in file 'Chunk_0.1.65536.v0.bucket'"
