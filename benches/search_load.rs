@@ -9,7 +9,8 @@
 //!    corpus grows by each factor of `LOAD_GROWTH` (default "10,100": 10× then 100×).
 //!
 //! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH ("10,100"),
-//! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32).
+//! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32),
+//! LOAD_WARMUP (20 untimed requests before each concurrency-1 measurement).
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
 //! The graph is the one the environment names: `.dev/env` (ArcadeDB), or export
 //! `.dev/env.neo4j` for Neo4j (`set -a; . .dev/env.neo4j; set +a`).
@@ -207,8 +208,8 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..20 {
-        f().await; // warm-up
+    for _ in 0..env("LOAD_WARMUP", 20) {
+        f().await; // warm-up (a JVM graph server's JIT needs more than the default)
     }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
