@@ -6,11 +6,14 @@
 //!    auth + rmcp + graph) vs the same Cypher run directly over Bolt;
 //! 2. concurrency 32: throughput of both;
 //! 3. tenant isolation: the tenant's p50 before and after the other tenants'
-//!    corpus grows `LOAD_GROWTH`× (default 100×).
+//!    corpus grows by each factor of `LOAD_GROWTH` (default "10,100": 10× then 100×).
 //!
-//! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH (100),
-//! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32).
+//! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH ("10,100"),
+//! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32),
+//! LOAD_WARMUP (20 untimed requests before each concurrency-1 measurement).
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
+//! The graph is the one the environment names: `.dev/env` (ArcadeDB), or export
+//! `.dev/env.neo4j` for Neo4j (`set -a; . .dev/env.neo4j; set +a`).
 
 mod common;
 
@@ -206,8 +209,8 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..20 {
-        f().await; // warm-up
+    for _ in 0..env("LOAD_WARMUP", 20) {
+        f().await; // warm-up (a JVM graph server's JIT needs more than the default)
     }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
@@ -273,7 +276,11 @@ fn main() {
 async fn run() {
     let tenant_chunks = env("LOAD_TENANT_CHUNKS", 200);
     let other_chunks = env("LOAD_OTHER_CHUNKS", 2000);
-    let growth = env("LOAD_GROWTH", 100);
+    let growth: Vec<usize> = std::env::var("LOAD_GROWTH")
+        .unwrap_or_else(|_| "10,100".into())
+        .split(',')
+        .filter_map(|f| f.trim().parse().ok())
+        .collect();
     let requests = env("LOAD_REQUESTS", 300);
     let seconds = env("LOAD_SECONDS", 8) as u64;
 
@@ -404,34 +411,49 @@ async fn run() {
         100.0 * sl_rps / raw_rps
     );
 
-    let t0 = Instant::now();
-    let extra = other_chunks * (growth - 1);
-    for (i, l) in others.iter().enumerate() {
-        fill(&graph, l, 1_000_000 * (i + 1) + other_chunks, extra / others.len()).await;
-    }
-    println!(
-        "\ngrew other tenants to {} chunks ({growth}×) in {:.1} s",
-        other_chunks * growth,
-        t0.elapsed().as_secs_f64()
-    );
-    // Let the graph server finish indexing the bulk load before measuring.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let t = target.clone();
-    let mcp_big = sequential(requests, || t.mcp_search(Some(&sid))).await;
-    let raw_big = sequential(requests, || t.raw_search()).await;
+    // Grow the other tenants step by step (LOAD_GROWTH: comma-separated
+    // factors, e.g. "10,100"), measuring the tenant after each step.
     println!("\n== tenant isolation (concurrency 1) ==");
-    println!(
-        "MCP p50 : {:7.2} ms → {:7.2} ms  ({:.2}×, goal ≤ 1.5×)",
-        ms(mcp1.p50),
-        ms(mcp_big.p50),
-        ms(mcp_big.p50) / ms(mcp1.p50)
-    );
-    println!(
-        "raw p50 : {:7.2} ms → {:7.2} ms  ({:.2}×)",
-        ms(raw1.p50),
-        ms(raw_big.p50),
-        ms(raw_big.p50) / ms(raw1.p50)
-    );
+    let mut have = other_chunks;
+    for factor in &growth {
+        let want = other_chunks * factor;
+        if want <= have {
+            continue;
+        }
+        let t0 = Instant::now();
+        let extra = want - have;
+        for (i, l) in others.iter().enumerate() {
+            fill(
+                &graph,
+                l,
+                1_000_000 * (i + 1) + have / others.len(),
+                extra / others.len(),
+            )
+            .await;
+        }
+        have = want;
+        println!(
+            "grew other tenants to {want} chunks ({factor}×) in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        // Let the graph server finish indexing the bulk load before measuring.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let t = target.clone();
+        let mcp_big = sequential(requests, || t.mcp_search(Some(&sid))).await;
+        let raw_big = sequential(requests, || t.raw_search()).await;
+        println!(
+            "  MCP p50 : {:7.2} ms → {:7.2} ms  ({:.2}×, goal ≤ 1.5×)",
+            ms(mcp1.p50),
+            ms(mcp_big.p50),
+            ms(mcp_big.p50) / ms(mcp1.p50)
+        );
+        println!(
+            "  raw p50 : {:7.2} ms → {:7.2} ms  ({:.2}×)",
+            ms(raw1.p50),
+            ms(raw_big.p50),
+            ms(raw_big.p50) / ms(raw1.p50)
+        );
+    }
 
     if let Some(mut c) = child {
         let _ = c.kill();
