@@ -47,8 +47,8 @@ impl Application {
         let listener = TcpListener::bind(settings.listen).await?;
         let addr = listener.local_addr()?;
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
-        let graph = GraphStore::connect(&settings).await?;
         let metrics = Metrics::new();
+        let graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])

@@ -7,6 +7,9 @@
 //! `isError`); every request started ≥ 1 s after the store returned succeeds;
 //! nothing hangs past the store timeout plus a margin; the server lives on.
 
+// `&[x.clone()]` reads better than `slice::from_ref(&x)` in test arrangements.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 #[allow(dead_code)]
 #[path = "api/helpers.rs"]
 mod helpers;

@@ -398,7 +398,7 @@ async fn rows_of(g: &GraphStore, cypher: &str, params: &[(&str, &str)]) -> Vec<n
     for (k, v) in params {
         q = q.param(k, *v);
     }
-    g.rows(q).await.expect("graph inspection query")
+    g.rows("test inspection", q).await.expect("graph inspection query")
 }
 
 async fn graph_count(app: &TestApp, cypher: &str, params: &[(&str, &str)]) -> i64 {

@@ -43,7 +43,7 @@ impl Flavor {
                 // ArcadeDB's does. The index is kept in step with each commit (not
                 // eventually consistent), and migrate waits until it is online.
                 for stmt in statements(include_str!("../../../cypher/schema_fulltext_neo4j.cypher")) {
-                    store.run(neo4rs::query(stmt)).await?;
+                    store.run("schema_fulltext_neo4j.cypher", neo4rs::query(stmt)).await?;
                 }
                 Ok(())
             }

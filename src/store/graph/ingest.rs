@@ -163,7 +163,10 @@ impl GraphStore {
     /// Every library (operator listing).
     pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
         let rows = self
-            .rows(query(include_str!("../../../cypher/all_libraries.cypher")))
+            .rows(
+                "all_libraries.cypher",
+                query(include_str!("../../../cypher/all_libraries.cypher")),
+            )
             .await?;
         rows.iter()
             .map(|r| {
@@ -185,7 +188,10 @@ impl GraphStore {
     /// (workspace id, fenced) of a library, or None if it does not exist.
     async fn library_state(&self, uid: &str) -> Result<Option<(Option<String>, bool)>, GraphError> {
         let rows = self
-            .rows(query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid))
+            .rows(
+                "ingest_find_library.cypher",
+                query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid),
+            )
             .await?;
         match rows.first() {
             Some(r) => Ok(Some((
@@ -330,7 +336,10 @@ impl GraphStore {
             return Ok(Some(uid));
         }
         let rows = self
-            .rows(query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()))
+            .rows(
+                "ingest_find_collection.cypher",
+                query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()),
+            )
             .await?;
         if !rows.is_empty() {
             self.known.insert(key, library_uid.to_owned()).await;
@@ -361,7 +370,10 @@ impl GraphStore {
 
     pub async fn find_item(&self, uid: &str) -> Result<Option<ExistingItem>, GraphError> {
         let rows = self
-            .rows(query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid))
+            .rows(
+                "ingest_find_item.cypher",
+                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
+            )
             .await?;
         rows.first().map(ExistingItem::from_row).transpose()
     }
@@ -491,7 +503,10 @@ impl GraphStore {
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
         let rows = self
-            .rows(query(include_str!("../../../cypher/workspace_libraries.cypher")).param("workspace_id", workspace_id))
+            .rows(
+                "workspace_libraries.cypher",
+                query(include_str!("../../../cypher/workspace_libraries.cypher")).param("workspace_id", workspace_id),
+            )
             .await?;
         rows.iter()
             .map(|r| {

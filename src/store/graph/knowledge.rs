@@ -90,7 +90,7 @@ impl GraphStore {
                 .param("libs", libs_param(batch))
                 .param("collection_uid", opt(collection_uid))
                 .param("limit", fetch);
-            for row in self.rows(q).await? {
+            for row in self.rows("search.cypher", q).await? {
                 hits.push(row.to::<SearchHit>()?);
             }
         }
@@ -121,7 +121,7 @@ impl GraphStore {
             .param("context", context);
         let mut focal = None;
         let mut neighbors = Vec::new();
-        for row in self.rows(q).await? {
+        for row in self.rows("get_chunk.cypher", q).await? {
             let c = row.to::<ChunkView>()?;
             if c.uid == uid {
                 focal = Some(c);
@@ -139,7 +139,7 @@ impl GraphStore {
         }
         let q = query(include_str!("../../../cypher/list_libraries.cypher")).param("libs", libs_param(scope.uids()));
         let mut libs = Vec::new();
-        for row in self.rows(q).await? {
+        for row in self.rows("list_libraries.cypher", q).await? {
             libs.push(LibraryView {
                 uid: row.get("uid")?,
                 name: row.get::<Option<String>>("name")?.unwrap_or_default(),
@@ -166,7 +166,7 @@ impl GraphStore {
             .param("libs", libs_param(scope.uids()))
             .param("after", after)
             .param("limit", limit as i64);
-        self.rows(q)
+        self.rows("list_collections.cypher", q)
             .await?
             .iter()
             .map(|r| Ok(r.to::<CollectionView>()?))
@@ -181,7 +181,7 @@ impl GraphStore {
         let q = query(include_str!("../../../cypher/scoped_collection.cypher"))
             .param("uid", uid)
             .param("libs", libs_param(scope.uids()));
-        Ok(!self.rows(q).await?.is_empty())
+        Ok(!self.rows("scoped_collection.cypher", q).await?.is_empty())
     }
 
     /// One page of items (uid order) after `after`, optionally in one collection.
@@ -200,6 +200,10 @@ impl GraphStore {
             .param("collection_uid", opt(collection_uid))
             .param("after", after)
             .param("limit", limit as i64);
-        self.rows(q).await?.iter().map(|r| Ok(r.to::<ItemView>()?)).collect()
+        self.rows("list_items.cypher", q)
+            .await?
+            .iter()
+            .map(|r| Ok(r.to::<ItemView>()?))
+            .collect()
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
+use tracing::Instrument;
 
 use crate::config::{GraphFlavor, Settings};
 
@@ -227,12 +228,20 @@ pub struct GraphStore {
     timeout: Duration,
     /// Bolt exchanges running on tasks of their own (see `detached`).
     in_flight: Arc<tokio::sync::Semaphore>,
+    metrics: Option<GraphMetrics>,
     retry: RetryPolicy,
     stats: Arc<TxnStats>,
     /// Libraries and collections known to exist (ingest's find-or-create
     /// skips its reads). Only a hint: every item write re-checks them inside
     /// its transaction, and forgets them when they are gone.
     pub(crate) known: moka::future::Cache<String, String>,
+}
+
+/// The graph's metric handles (from `Metrics`).
+#[derive(Clone)]
+struct GraphMetrics {
+    duration: prometheus::HistogramVec,
+    errors: prometheus::IntCounterVec,
 }
 
 /// Most Bolt exchanges a replica keeps running at once, abandoned ones
@@ -257,6 +266,7 @@ impl GraphStore {
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            metrics: None,
             retry: RetryPolicy::default(),
             stats: Arc::default(),
             known: moka::future::Cache::builder()
@@ -308,17 +318,57 @@ impl GraphStore {
         }
     }
 
-    /// Runs a read and collects its rows.
-    pub async fn rows(&self, q: Query) -> Result<Vec<Row>, GraphError> {
-        self.detached(|graph| async move {
-            let mut stream = graph.execute(q).await?;
-            let mut rows = Vec::new();
-            while let Some(row) = stream.next().await? {
-                rows.push(row);
-            }
-            Ok(rows)
-        })
+    /// Runs a read (`name`: its Cypher file, for metrics and traces) and
+    /// collects its rows.
+    pub async fn rows(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
+        self.observed(
+            name,
+            self.detached(|graph| async move {
+                let mut stream = graph.execute(q).await?;
+                let mut rows = Vec::new();
+                while let Some(row) = stream.next().await? {
+                    rows.push(row);
+                }
+                Ok(rows)
+            }),
+        )
         .await
+    }
+
+    /// Times `work` into `graph_query_duration_seconds{query=name}` inside a
+    /// `graph.query` span, and counts its failure by kind. Never the query text.
+    async fn observed<T>(
+        &self,
+        name: &'static str,
+        work: impl Future<Output = Result<T, GraphError>>,
+    ) -> Result<T, GraphError> {
+        let started = Instant::now();
+        let out = work.instrument(tracing::info_span!("graph.query", query = name)).await;
+        if let Some(m) = &self.metrics {
+            m.duration
+                .with_label_values(&[name])
+                .observe(started.elapsed().as_secs_f64());
+            if let Err(e) = &out {
+                let kind = match e {
+                    GraphError::Unavailable(cause) => {
+                        tracing::warn!(query = name, %cause, "graph unavailable");
+                        "unavailable"
+                    }
+                    _ => "query",
+                };
+                m.errors.with_label_values(&[kind]).inc();
+            }
+        }
+        out
+    }
+
+    /// Reports to these metrics (the app's registry owns them).
+    pub fn with_metrics(mut self, metrics: &crate::metrics::Metrics) -> Self {
+        self.metrics = Some(GraphMetrics {
+            duration: metrics.graph_query_duration.clone(),
+            errors: metrics.graph_errors.clone(),
+        });
+        self
     }
 
     /// Runs statements in one explicit transaction: all or nothing; retried on
@@ -351,6 +401,15 @@ impl GraphStore {
         find_or_create: bool,
         steps: Vec<Step<A>>,
     ) -> Result<Txn<A>, GraphError> {
+        self.observed(what, self.retrying(what, find_or_create, steps)).await
+    }
+
+    async fn retrying<A: Send + 'static>(
+        &self,
+        what: &'static str,
+        find_or_create: bool,
+        steps: Vec<Step<A>>,
+    ) -> Result<Txn<A>, GraphError> {
         let started = Instant::now();
         self.stats.transactions.fetch_add(1, Ordering::Relaxed);
         let mut attempt: u32 = 0;
@@ -375,6 +434,9 @@ impl GraphStore {
                 let delay = self.retry.delay(attempt - 1);
                 if attempt < self.retry.max_attempts && started.elapsed() + delay < self.retry.budget {
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    if let Some(m) = &self.metrics {
+                        m.errors.with_label_values(&["conflict_retried"]).inc();
+                    }
                     tracing::debug!(what, attempt, %cause, "graph write conflict, retrying");
                     tokio::time::sleep(delay).await;
                     continue;
@@ -391,7 +453,7 @@ impl GraphStore {
     }
 
     pub async fn ping(&self) -> Result<(), GraphError> {
-        self.rows(query(include_str!("../../../cypher/ping.cypher")))
+        self.rows("ping.cypher", query(include_str!("../../../cypher/ping.cypher")))
             .await
             .map(|_| ())
     }
@@ -399,13 +461,14 @@ impl GraphStore {
     /// Creates constraints, scoping indexes and the full-text index; idempotent.
     pub async fn bootstrap_schema(&self) -> Result<(), GraphError> {
         for stmt in statements(include_str!("../../../cypher/schema_constraints.cypher")) {
-            self.run(query(stmt)).await?;
+            self.run("schema_constraints.cypher", query(stmt)).await?;
         }
         self.flavor.create_fulltext_index(self).await
     }
 
-    pub(crate) async fn run(&self, q: Query) -> Result<(), GraphError> {
-        self.detached(|graph| async move { Ok(graph.run(q).await?) }).await
+    pub(crate) async fn run(&self, name: &'static str, q: Query) -> Result<(), GraphError> {
+        self.observed(name, self.detached(|graph| async move { Ok(graph.run(q).await?) }))
+            .await
     }
 
     /// Library uids of each workspace, in uid order: the team path's one graph
@@ -420,6 +483,7 @@ impl GraphStore {
         }
         let rows = self
             .rows(
+                "libraries_for_workspaces.cypher",
                 query(include_str!("../../../cypher/libraries_for_workspaces.cypher"))
                     .param("workspace_ids", workspace_ids.to_vec()),
             )
