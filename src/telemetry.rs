@@ -34,6 +34,9 @@ pub fn install(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result
 
     let filter = EnvFilter::try_from_env("MNEMOSYNE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,neo4rs=warn,rmcp=warn"));
+    // The log filter applies to the log lines only: spans are exported
+    // whatever MNEMOSYNE_LOG says, and only ours (never the exporter's own
+    // HTTP client, which would feed itself).
     let logs = match format {
         LogFormat::Json => fmt::layer()
             .json()
@@ -41,8 +44,9 @@ pub fn install(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result
             .with_current_span(true)
             .with_span_list(true)
             .with_writer(std::io::stderr)
+            .with_filter(filter)
             .boxed(),
-        LogFormat::Text => fmt::layer().with_writer(std::io::stderr).boxed(),
+        LogFormat::Text => fmt::layer().with_writer(std::io::stderr).with_filter(filter).boxed(),
     };
     let (provider, traces) = match otlp_endpoint.filter(|e| !e.is_empty()) {
         Some(endpoint) => {
@@ -64,16 +68,14 @@ pub fn install(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result
                         .build(),
                 )
                 .build();
-            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("mnemosyne"));
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("mnemosyne"))
+                .with_filter(tracing_subscriber::filter::Targets::new().with_target("mnemosyne", tracing::Level::INFO));
             (Some(provider), Some(layer))
         }
         None => (None, None),
     };
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(logs)
-        .with(traces)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
     Ok(Telemetry { provider })
 }
 

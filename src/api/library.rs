@@ -112,7 +112,12 @@ async fn ingest(
     sa: ServiceAccount,
     ApiJson(body): ApiJson<IngestBody>,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let out = ingest_document(&state.graph, state.settings.chunk_max_chars, body).await?;
+    state.metrics.ingest_duration.observe(started.elapsed().as_secs_f64());
+    if out.status != "unchanged" {
+        state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
+    }
     if let Some(ws) = &out.created_workspace {
         announce_workspace(&state, ws).await;
     }
