@@ -286,6 +286,9 @@ async fn run() {
 
     let (mut settings, pool, admin) = common::fresh_settings("load").await;
     settings.public_url = "http://127.0.0.1:0".into();
+    // A load generator is one principal far above any per-principal limit.
+    settings.rate_limit_per_minute = 0;
+    settings.tool_rate_limit_per_minute = 0;
     // Bulk loads and the final cleanup take longer than a request may.
     let graph = GraphStore::connect(&settings)
         .await
@@ -330,6 +333,8 @@ async fn run() {
                     .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
                     .env("MNEMOSYNE_PUBLIC_URL", format!("http://127.0.0.1:{port}"))
                     .env("MNEMOSYNE_LOG", "warn")
+                    .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
+                    .env("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0")
                     .spawn()
                     .unwrap(),
             );
