@@ -559,3 +559,28 @@ fn url_parts(url: &str) -> UrlParts {
         db: db.to_owned(),
     }
 }
+
+#[tokio::test]
+async fn the_replay_sweep_keeps_a_jti_until_no_replica_could_accept_it() {
+    let app = TestApp::spawn().await;
+    use mnemosyne::store::pg::auth::{sweep_jtis, CLOCK_SKEW_ALLOWANCE_SECS};
+    // expires_at = exp + leeway. One just past it (a replica whose clock runs
+    // behind could still accept the token), one past the skew allowance too.
+    for (jti, ago) in [("recent", 60), ("old", CLOCK_SKEW_ALLOWANCE_SECS + 60)] {
+        sqlx::query(
+            "INSERT INTO per_turn_jti_uses (jti, session_id, expires_at)
+             VALUES ($1, NULL, now() - make_interval(secs => $2))",
+        )
+        .bind(jti)
+        .bind(ago as f64)
+        .execute(&app.pg)
+        .await
+        .unwrap();
+    }
+    assert_eq!(sweep_jtis(&app.pg).await.unwrap(), 1);
+    let left: Vec<String> = sqlx::query_scalar("SELECT jti FROM per_turn_jti_uses")
+        .fetch_all(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(left, ["recent"]);
+}
