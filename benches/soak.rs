@@ -102,7 +102,8 @@ impl Soak {
                 self.service(
                     reqwest::Method::POST,
                     "/library/api/ingest/",
-                    Some(json!({"workspace_id": w, "item": {"uid": format!("soak-{client}-{}", n % 200), "title": "Soak"},
+                    // An item uid belongs to one library: keep each uid in one workspace.
+                    Some(json!({"workspace_id": w, "item": {"uid": format!("soak-{w}-{client}-{}", n % 50), "title": "Soak"},
                                 "content": format!("# Soak {n}\n\nTide tables and harbour pilots, revision {n}.")})),
                 )
                 .await

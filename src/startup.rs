@@ -184,7 +184,7 @@ async fn serve(
             _ = &mut shutdown => break,
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "connection refused: at MNEMOSYNE_MAX_CONNECTIONS");
+            tracing::debug!(%peer, "connection refused: at MNEMOSYNE_MAX_CONNECTIONS");
             drop(stream);
             continue;
         };
@@ -205,6 +205,8 @@ async fn serve(
             drop(permit);
         });
     }
+    // Stop accepting (new connections are refused, not left in the backlog).
+    drop(listener);
     tracing::info!("shutdown signal received; draining");
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
         .await

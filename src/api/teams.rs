@@ -43,12 +43,14 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The answer to a committed write, once every live replica acknowledged it
-/// (the cross-replica fence). When that cannot be confirmed in time the change
-/// is still committed — and the silent replicas have stopped trusting their
-/// caches — but the caller is told: 503 `propagation_unconfirmed` with
-/// `committed: true` and the normal answer under `result` (a new JWT included:
-/// it is shown only here).
+/// The answer to a committed write. Its normal status (200/201/204) means
+/// every live replica acknowledged it (the cross-replica fence). When that
+/// could not be confirmed in time the write is still committed — and the
+/// silent replicas have stopped trusting their caches — and the answer says
+/// so: `202 Accepted` with the normal body's fields (a new JWT included: it is
+/// shown only here) plus `"propagation": {"confirmed": false, …}` and a
+/// `Mnemosyne-Propagation: unconfirmed` header. Never a 5xx, so no client
+/// drops a one-time JWT as a failure.
 async fn fenced(state: &AppState, status: StatusCode, body: Option<serde_json::Value>) -> Response {
     match state.auth.caches.fence(&state.pg).await {
         Ok(()) => match body {
@@ -56,21 +58,19 @@ async fn fenced(state: &AppState, status: StatusCode, body: Option<serde_json::V
             None => status.into_response(),
         },
         Err(u) => {
-            let mut r = (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({
-                    "error": "propagation_unconfirmed",
-                    "committed": true,
-                    "replicas_unconfirmed": u.replicas,
-                    "message": "The change is committed, but not every replica confirmed it in time; \
-                                those replicas no longer use cached credentials.",
-                    "status": status.as_u16(),
-                    "result": body,
-                })),
-            )
-                .into_response();
-            r.headers_mut()
-                .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            let mut b = body.unwrap_or_else(|| json!({}));
+            b["propagation"] = json!({
+                "confirmed": false,
+                "replicas_unconfirmed": u.replicas,
+                "status": status.as_u16(),
+                "message": "The change is committed, but not every replica confirmed it in time; \
+                            those replicas no longer use cached credentials.",
+            });
+            let mut r = (StatusCode::ACCEPTED, Json(b)).into_response();
+            r.headers_mut().insert(
+                http::HeaderName::from_static("mnemosyne-propagation"),
+                http::HeaderValue::from_static("unconfirmed"),
+            );
             r
         }
     }

@@ -198,7 +198,10 @@ async fn verify_service_account(
     let guard = &state.basic;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
-    let throttle_keys = [format!("u:{username}"), format!("a:{address}")];
+    // Per username *from this address* and per address: a flood of wrong
+    // passwords for the service account from elsewhere cannot lock out the
+    // service account's own address (argon2's permits already bound the cost).
+    let throttle_keys = [format!("u:{username}|a:{address}"), format!("a:{address}")];
     if !known {
         if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
             state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();

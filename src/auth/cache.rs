@@ -248,19 +248,22 @@ impl AuthCaches {
         self.now_ms().saturating_sub(self.last_echo_ms.load(Ordering::SeqCst)) <= LISTENER_TRUST.as_millis() as u64
     }
 
-    /// Our own heartbeat came back through the listener: it is alive. If it
-    /// had gone quiet for longer than the trust window, whatever is cached may
-    /// have missed a notification: start from empty.
-    fn heard_echo(&self) {
+    /// Our own heartbeat, sent at `sent_ms`, came back through the listener:
+    /// everything committed before it has been applied. Freshness is counted
+    /// from when it was *sent*, so a listener that runs behind (a backlog, a
+    /// starved CPU) is not trusted either. If it had gone quiet for longer
+    /// than the trust window, whatever is cached may have missed a
+    /// notification: start from empty.
+    fn heard_echo(&self, sent_ms: u64) {
         if !self.echo_fresh() {
             self.invalidate_all();
         }
-        self.last_echo_ms.store(self.now_ms(), Ordering::SeqCst);
+        self.last_echo_ms.fetch_max(sent_ms, Ordering::SeqCst);
     }
 
-    /// The heartbeat payload of this instance.
+    /// The heartbeat payload of this instance, stamped with its send time.
     fn ping(&self) -> String {
-        format!("ping:{}", self.instance)
+        format!("ping:{}:{}", self.instance, self.now_ms())
     }
 
     pub fn invalidate_all(&self) {
@@ -278,8 +281,12 @@ impl AuthCaches {
         match table {
             // Heartbeats: ours proves the listener alive; nothing to invalidate.
             "ping" => {
-                if key == self.instance.to_string() {
-                    self.heard_echo();
+                if let Some((instance, sent)) = key.split_once(':') {
+                    if instance == self.instance.to_string() {
+                        if let Ok(sent_ms) = sent.parse() {
+                            self.heard_echo(sent_ms);
+                        }
+                    }
                 }
                 return;
             }
@@ -404,14 +411,13 @@ impl AuthCaches {
 pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
     let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let ping = caches.ping();
     loop {
         tick.tick().await;
         if pool.is_closed() {
             return;
         }
         if caches.listener_up() {
-            if let Err(e) = crate::store::pg::notify(&pool, &ping).await {
+            if let Err(e) = crate::store::pg::notify(&pool, &caches.ping()).await {
                 tracing::debug!(error = %e, "auth heartbeat not sent");
             }
         }

@@ -50,14 +50,14 @@ fn forbidden(msg: &str) -> Response {
     )
 }
 
-/// Byte for byte what rmcp answers for a session it does not know, so another
-/// principal's session is indistinguishable from a missing one. The body is
-/// read first (bounded), as rmcp does, so the connection stays usable.
-async fn session_not_found(req: Request, limit: usize) -> Response {
-    let _ = axum::body::to_bytes(req.into_body(), limit).await;
+/// The one answer for a session that does not exist or belongs to another
+/// credential (rmcp's own text), so the two are indistinguishable. Sent
+/// without reading the body — a client must not hold a connection open by
+/// never sending one — so the connection is closed.
+fn session_not_found() -> Response {
     let mut r = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     r.headers_mut().remove(header::CONTENT_TYPE);
-    r
+    closing(r)
 }
 
 /// A header that is present but not visible ASCII cannot be compared with an
@@ -194,14 +194,14 @@ pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -
         Header::Value(s) if !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()) => {
             Some(s.to_owned())
         }
-        _ => return session_not_found(req, limit).await,
+        _ => return session_not_found(),
     };
     // A session exists exactly while it has an owner: an unknown one is
     // refused here, before the bearer is resolved or a jti consumed.
     let owner = match &session {
         Some(sid) => match state.sessions.owner(sid) {
             Some(owner) => Some(owner),
-            None => return session_not_found(req, limit).await,
+            None => return session_not_found(),
         },
         None => None,
     };
@@ -222,8 +222,16 @@ pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -
     let (principal, pending) = match state.auth.authenticate(token, ctx).await {
         Ok(r) => r,
         // Another credential's session looks exactly like a missing one.
-        Err(AuthError::ForeignSession) => return session_not_found(req, limit).await,
+        Err(AuthError::ForeignSession) => return session_not_found(),
         Err(e) => return e.into_response_with(resource_metadata.as_deref()),
+    };
+    // A refusal from here on served nothing: a per-turn jti consumed by this
+    // request is given back, so the turn may retry with the same token.
+    let refuse = |resp: Response| async {
+        if let Some(p) = &pending {
+            let _ = state.auth.release(p).await;
+        }
+        resp
     };
     if let Err(l) = state.limits.request(&principal.subject) {
         state
@@ -231,24 +239,41 @@ pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -
             .rate_limited
             .with_label_values(&[principal.kind.as_str(), "-"])
             .inc();
-        return crate::error::ApiError::RateLimited {
-            retry_after_secs: l.retry_after_secs(),
-            message: "Too many requests for this credential; retry later.".into(),
-        }
-        .into_response();
+        return refuse(
+            crate::error::ApiError::RateLimited {
+                retry_after_secs: l.retry_after_secs(),
+                message: "Too many requests for this credential; retry later.".into(),
+            }
+            .into_response(),
+        )
+        .await;
     }
     let mut req = req;
     if state.limits.per_tool() && req.method() == http::Method::POST {
         let (parts, body) = req.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-            return crate::error::ApiError::PayloadTooLarge.into_response();
+        // Bounded in size and in time: a body that never arrives holds nothing.
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1)),
+            axum::body::to_bytes(body, limit),
+        )
+        .await;
+        let bytes = match read {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => return refuse(crate::error::ApiError::PayloadTooLarge.into_response()).await,
+            Err(_) => {
+                return refuse(
+                    crate::error::ApiError::bad_field("body", "the request body did not arrive in time")
+                        .into_response(),
+                )
+                .await
+            }
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
             if let Err(l) = state.limits.tool_call(&principal.subject, tool) {
                 let m = &state.metrics;
                 m.rate_limited.with_label_values(&[principal.kind.as_str(), tool]).inc();
                 m.tool_calls.with_label_values(&[tool, "refused"]).inc();
-                return tool_rate_limited(id, tool, l.retry_after_secs());
+                return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
             }
             if tool == "other" {
                 // rmcp answers it with a JSON-RPC error: no tool of ours ran.

@@ -163,7 +163,8 @@ impl OwnedSessions {
         let Ok(mut owners) = self.owners.lock() else {
             return Err(Refusal::GlobalCap);
         };
-        if owners.by_session.len() >= self.limits.global {
+        // Reservations in flight count too (per_credential holds both).
+        if owners.per_credential.values().sum::<usize>() >= self.limits.global {
             return Err(Refusal::GlobalCap);
         }
         let n = owners.per_credential.entry(credential.clone()).or_insert(0);
@@ -186,6 +187,22 @@ impl OwnedSessions {
     }
 }
 
+/// A place reserved under the caps; released on drop unless the session was
+/// registered.
+struct Reservation<'a> {
+    sessions: &'a OwnedSessions,
+    credential: Arc<str>,
+    kept: bool,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.sessions.release(&self.credential);
+        }
+    }
+}
+
 impl SessionManager for OwnedSessions {
     type Error = SessionsError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
@@ -198,21 +215,22 @@ impl SessionManager for OwnedSessions {
             }
             return Err(SessionsError::Refused(refusal));
         }
-        match self.inner.create_session().await {
-            Ok((id, transport)) => {
-                match self.owners.lock() {
-                    Ok(mut owners) => {
-                        owners.by_session.insert(id.clone(), opener.credential.clone());
-                    }
-                    Err(_) => return Err(SessionsError::NoOwner),
-                }
-                Ok((id, transport))
+        // Given back on every path that does not register the session —
+        // including this future being dropped (a client gone mid-initialize).
+        let mut reservation = Reservation {
+            sessions: self,
+            credential: opener.credential.clone(),
+            kept: false,
+        };
+        let (id, transport) = self.inner.create_session().await?;
+        match self.owners.lock() {
+            Ok(mut owners) => {
+                owners.by_session.insert(id.clone(), opener.credential.clone());
             }
-            Err(e) => {
-                self.release(&opener.credential);
-                Err(e.into())
-            }
+            Err(_) => return Err(SessionsError::NoOwner),
         }
+        reservation.kept = true;
+        Ok((id, transport))
     }
 
     async fn initialize_session(

@@ -519,12 +519,12 @@ async fn a_replica_whose_listener_is_blocked_stops_trusting_its_caches_within_th
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_eq!(r.headers()["mnemosyne-propagation"], "unconfirmed");
     let body: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(body["error"], "propagation_unconfirmed");
-    assert_eq!(body["committed"], true);
-    assert_eq!(body["result"]["workspace_ids"], json!([s.ws_a.clone()]));
+    assert_eq!(body["propagation"]["confirmed"], false);
+    assert_eq!(body["propagation"]["status"], 200);
+    assert_eq!(body["workspace_ids"], json!([s.ws_a.clone()]));
     assert_eq!(b.mcp(&team_jwt).connect().await.library_uids().await, [s.lib_a.clone()]);
 
     // Unfrozen, B hears its heartbeat again and trusts (fresh) caches.
