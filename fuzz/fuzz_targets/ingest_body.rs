@@ -73,13 +73,19 @@ fn str_or_null(v: Option<&Value>) -> bool {
 /// What the extractor should accept, decided on the parsed JSON.
 fn acceptable(v: &Value) -> bool {
     let Some(o) = v.as_object() else { return false };
-    let Some(item) = o.get("item").and_then(Value::as_object) else { return false };
+    let Some(item) = o.get("item").and_then(Value::as_object) else {
+        return false;
+    };
     o.keys().all(|k| BODY.contains(&k.as_str()))
         && item.keys().all(|k| ITEM.contains(&k.as_str()))
         && o.get("content").is_some_and(Value::is_string)
         && item.get("title").is_some_and(Value::is_string)
-        && ["workspace_id", "library_uid", "collection"].iter().all(|k| str_or_null(o.get(*k)))
-        && ["uid", "source_uri", "mime_type"].iter().all(|k| str_or_null(item.get(*k)))
+        && ["workspace_id", "library_uid", "collection"]
+            .iter()
+            .all(|k| str_or_null(o.get(*k)))
+        && ["uid", "source_uri", "mime_type"]
+            .iter()
+            .all(|k| str_or_null(item.get(*k)))
 }
 
 fn field_str<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
@@ -96,7 +102,10 @@ fuzz_target!(|data: &[u8]| {
     let body = match parsed {
         Ok(ApiJson(body)) => body,
         Err(e) => {
-            assert!(json.as_ref().is_none_or(|v| !acceptable(v)), "refused an acceptable body: {e}");
+            assert!(
+                json.as_ref().is_none_or(|v| !acceptable(v)),
+                "refused an acceptable body: {e}"
+            );
             match &e {
                 ApiError::BadRequest { field: Some(f), .. } => assert!(!f.is_empty()),
                 other => panic!("refusal is not a 400 naming a field: {other:?}"),
@@ -132,12 +141,23 @@ fuzz_target!(|data: &[u8]| {
             assert!(chars_in(&body.item.title, 1, 500));
             assert!(body.item.source_uri.as_deref().is_none_or(|s| chars_in(s, 0, 2000)));
             assert!(body.item.mime_type.as_deref().is_none_or(|s| chars_in(s, 0, 200)));
-            let identity = body.item.source_uri.as_deref().filter(|s| !s.is_empty()).unwrap_or(&body.item.title);
-            let item_uid = body.item.uid.clone().unwrap_or_else(|| derived_uid("item", &[lib, "col_x", identity]));
+            let identity = body
+                .item
+                .source_uri
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(&body.item.title);
+            let item_uid = body
+                .item
+                .uid
+                .clone()
+                .unwrap_or_else(|| derived_uid("item", &[lib, "col_x", identity]));
             assert!(uid_chars(&item_uid), "item uid {item_uid:?}");
         }
         Err(e) => {
-            let ApiError::BadRequest { field: Some(f), .. } = &e else { panic!("{e:?}") };
+            let ApiError::BadRequest { field: Some(f), .. } = &e else {
+                panic!("{e:?}")
+            };
             assert!(!f.is_empty());
         }
     }

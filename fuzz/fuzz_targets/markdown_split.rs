@@ -24,11 +24,16 @@ fuzz_target!(|data: &[u8]| {
     let mut pos = 0;
     for c in &chunks {
         assert!(!c.trim().is_empty(), "blank chunk");
-        assert!(!c.starts_with(['\n', '\r']) && c.trim_end() == c, "untrimmed chunk {c:?}");
+        assert!(
+            !c.starts_with(['\n', '\r']) && c.trim_end() == c,
+            "untrimmed chunk {c:?}"
+        );
         let n = c.chars().count();
         assert!(n <= cap, "chunk of {n} chars > {cap}");
         // Each chunk is a slice of the document after the previous one.
-        let at = content[pos..].find(c.as_str()).expect("chunk is not a piece of the document, in order");
+        let at = content[pos..]
+            .find(c.as_str())
+            .expect("chunk is not a piece of the document, in order");
         assert!(content[pos..pos + at].trim().is_empty(), "text skipped before {c:?}");
         pos += at + c.len();
     }

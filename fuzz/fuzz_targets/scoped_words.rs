@@ -24,7 +24,9 @@ fn plain(w: &str) -> bool {
 }
 
 fn token(t: &str) -> bool {
-    !t.is_empty() && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -65,7 +67,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(toks.len(), ws.len(), "one token per word");
         for (t, w) in toks.iter().zip(&ws) {
             assert!(token(t), "token {t:?}");
-            assert_eq!(t.strip_prefix(key.as_str()).and_then(|r| r.strip_prefix('_')), Some(w.as_str()));
+            assert_eq!(
+                t.strip_prefix(key.as_str()).and_then(|r| r.strip_prefix('_')),
+                Some(w.as_str())
+            );
         }
         for q in &qs {
             assert!(toks.contains(&format!("{key}_{q}").as_str()));
@@ -80,7 +85,10 @@ fuzz_target!(|data: &[u8]| {
     let covered: Vec<&String> = batches.iter().flat_map(|(b, _)| b.iter()).collect();
     assert_eq!(covered, libs.iter().collect::<Vec<_>>());
     for (batch, query) in &batches {
-        let inner = query.strip_prefix("+scoped:(").and_then(|q| q.strip_suffix(')')).expect("query shape");
+        let inner = query
+            .strip_prefix("+scoped:(")
+            .and_then(|q| q.strip_suffix(')'))
+            .expect("query shape");
         let terms: Vec<&str> = inner.split(' ').collect();
         assert_eq!(terms.len(), batch.len() * qs.len());
         assert!(terms.len() <= MAX_CLAUSES);

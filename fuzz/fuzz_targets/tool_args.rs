@@ -12,7 +12,7 @@
 //!   issued for one listing and filter never decodes for another listing or
 //!   filter (filters as the list tools build them, from the same arguments).
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::mcp::args::{decode_cursor, encode_cursor, ArgError, Args};
+use mnemosyne::mcp::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
 use serde_json::{Map, Value};
 
 /// Each tool's declared arguments (src/mcp/server.rs).
@@ -67,17 +67,23 @@ const LISTINGS: [&str; 2] = ["collections", "items"];
 fn filter(listing: &str, lib: Option<&str>, col: Option<&str>) -> String {
     match listing {
         "collections" => lib.unwrap_or("").to_owned(),
-        _ => format!("{}|{}", lib.unwrap_or(""), col.unwrap_or("")),
+        _ => items_filter(lib, col),
     }
 }
 
 /// What a filter stands for: list_collections takes no collection.
-fn meaning<'a>(listing: &'a str, lib: Option<&'a str>, col: Option<&'a str>) -> (&'a str, Option<&'a str>, Option<&'a str>) {
+fn meaning<'a>(
+    listing: &'a str,
+    lib: Option<&'a str>,
+    col: Option<&'a str>,
+) -> (&'a str, Option<&'a str>, Option<&'a str>) {
     (listing, lib, if listing == "collections" { None } else { col })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(o) = serde_json::from_slice::<Map<String, Value>>(data) else { return };
+    let Ok(o) = serde_json::from_slice::<Map<String, Value>>(data) else {
+        return;
+    };
     let a = Args(&o);
 
     for allowed in TOOLS {
@@ -125,7 +131,13 @@ fuzz_target!(|data: &[u8]| {
     // Cursors issued for these arguments' listings never decode for another
     // listing or another (library, collection) pair made of the strings given.
     let strings: Vec<Option<&str>> = std::iter::once(None)
-        .chain(o.values().filter_map(Value::as_str).filter(|s| !s.is_empty()).take(4).map(Some))
+        .chain(
+            o.values()
+                .filter_map(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .take(4)
+                .map(Some),
+        )
         .collect();
     let after = cursor.as_deref().unwrap_or("item_1");
     for listing in LISTINGS {
