@@ -228,7 +228,8 @@ mod tests {
             .unwrap();
         match ApiJson::<Body>::from_request(req, &()).await {
             Err(ApiError::BadRequest { field, .. }) => field,
-            other => panic!("{other:?}"),
+            Err(e) => panic!("{e:?}"),
+            Ok(ApiJson(b)) => panic!("accepted {b:?}"),
         }
     }
 
