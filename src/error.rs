@@ -174,13 +174,19 @@ where
         let v: T = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
-            let field = if path == "." {
-                // "missing field `name`" names the field only in the message.
-                inner
-                    .split('`')
-                    .nth(1)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| "body".to_owned())
+            // An empty key is the empty path.
+            let field = if path == "." || path.is_empty() {
+                // "missing field `name`" / "unknown field `name`, …" name the
+                // field only in the message. Any other top-level error is the
+                // body's: a JSON string holding backticks once chose the field
+                // (`"a``b"` named an empty one; fuzz/fuzz_targets/ingest_body.rs).
+                ["missing field `", "unknown field `"]
+                    .iter()
+                    .find_map(|p| inner.strip_prefix(p))
+                    .and_then(|rest| rest.split('`').next())
+                    .filter(|f| !f.is_empty())
+                    .unwrap_or("body")
+                    .to_owned()
             } else {
                 path
             };
@@ -210,4 +216,39 @@ fn json_rejection(r: JsonRejection) -> ApiError {
 /// Fallback for unknown paths: a JSON 404 like every other error.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such endpoint".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+    }
+
+    async fn field_of(body: &'static str) -> Option<String> {
+        let req = axum::http::Request::post("/")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        match ApiJson::<Body>::from_request(req, &()).await {
+            Err(ApiError::BadRequest { field, .. }) => field,
+            Err(e) => panic!("{e:?}"),
+            Ok(ApiJson(b)) => panic!("accepted {b:?}"),
+        }
+    }
+
+    /// Regression found by fuzz/fuzz_targets/ingest_body.rs.
+    #[tokio::test]
+    async fn a_refused_body_names_a_field_never_taken_from_its_values() {
+        assert_eq!(field_of(r#""a``b""#).await.as_deref(), Some("body"));
+        assert_eq!(field_of(r#""x`name`""#).await.as_deref(), Some("body"));
+        assert_eq!(field_of("{}").await.as_deref(), Some("name"));
+        assert_eq!(field_of(r#"{"name": "n", "other": 1}"#).await.as_deref(), Some("other"));
+        assert_eq!(field_of(r#"{"name": "n", "": 1}"#).await.as_deref(), Some("body"));
+        assert_eq!(field_of(r#"{"name": 1}"#).await.as_deref(), Some("name"));
+    }
 }

@@ -38,7 +38,8 @@ pub fn valid_uid(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
 }
 
-fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), ApiError> {
+#[doc(hidden)] // pub for fuzz/fuzz_targets/ingest_body.rs
+pub fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), ApiError> {
     let n = v.chars().count();
     if n < min || n > max || (min > 0 && v.trim().is_empty()) {
         return Err(ApiError::bad_field(
@@ -49,7 +50,8 @@ fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), ApiErro
     Ok(())
 }
 
-fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
+#[doc(hidden)] // pub for fuzz/fuzz_targets/ingest_body.rs
+pub fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
     if !valid_uid(v) {
         return Err(ApiError::bad_field(
             field,

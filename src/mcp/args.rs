@@ -5,6 +5,7 @@
 use base64::Engine;
 use rmcp::model::JsonObject;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// A bad argument: its name and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +99,28 @@ impl<'a> Args<'a> {
 /// Opaque pagination cursors: the last uid of a page, tied to the listing and
 /// filter that produced it. A cursor cannot widen anything: every page query
 /// applies the caller's scope; a cursor from another listing is refused.
+///
+/// The listing and filter are bound by a hash (`v2`), never written out: `v1`
+/// wrote the filter raw between newlines, so a filter holding a newline (a
+/// `library_uid` argument may) shifted the fields, and such a cursor decoded for
+/// another filter, or not at all for its own (found by fuzz/fuzz_targets/tool_args.rs).
 pub fn encode_cursor(listing: &str, filter: &str, after: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("v1\n{listing}\n{filter}\n{after}"))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("v2\n{}\n{after}", binding(listing, filter)))
+}
+
+/// 128 bits of SHA-256 of `listing NUL filter` (listings are constants without NUL).
+fn binding(listing: &str, filter: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(listing.as_bytes());
+    h.update([0u8]);
+    h.update(filter.as_bytes());
+    hex::encode(&h.finalize()[..16])
+}
+
+/// The filter of `list_items`: distinct for every (library, collection) pair,
+/// unlike a joined `lib|col` (`a|b` + none and `a` + `b|` were one filter).
+pub fn items_filter(library_uid: Option<&str>, collection_uid: Option<&str>) -> String {
+    serde_json::json!([library_uid, collection_uid]).to_string()
 }
 
 pub fn decode_cursor(cursor: Option<&str>, listing: &str, filter: &str) -> Result<String, ArgError> {
@@ -109,9 +130,9 @@ pub fn decode_cursor(cursor: Option<&str>, listing: &str, filter: &str) -> Resul
         .decode(c)
         .map_err(|_| bad())?;
     let text = String::from_utf8(raw).map_err(|_| bad())?;
-    let mut parts = text.splitn(4, '\n');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("v1"), Some(l), Some(f), Some(after)) if l == listing && f == filter && !after.is_empty() => {
+    let mut parts = text.splitn(3, '\n');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("v2"), Some(b), Some(after)) if b == binding(listing, filter) && !after.is_empty() => {
             Ok(after.to_owned())
         }
         _ => Err(bad()),
@@ -147,5 +168,27 @@ mod tests {
             "cursor"
         );
         assert_eq!(decode_cursor(None, "items", "x").unwrap(), "");
+    }
+
+    /// Regressions found by fuzz/fuzz_targets/tool_args.rs.
+    #[test]
+    fn cursor_is_bound_to_exactly_one_listing_and_filter() {
+        // A newline in a filter (library_uid is any 1-64 characters).
+        let c = encode_cursor("collections", "lib\nx", "col_1");
+        assert_eq!(decode_cursor(Some(&c), "collections", "lib\nx").unwrap(), "col_1");
+        assert!(decode_cursor(Some(&c), "collections", "lib").is_err());
+        let c = encode_cursor("collections", "lib", "x\ncol_1");
+        assert!(decode_cursor(Some(&c), "collections", "lib\nx").is_err());
+        // `a|b` + no collection and `a` + `b|` are different list_items filters.
+        let (f1, f2) = (
+            items_filter(Some("a|b"), Some("c")),
+            items_filter(Some("a"), Some("b|c")),
+        );
+        assert_ne!(f1, f2);
+        assert_ne!(items_filter(Some("a"), None), items_filter(None, Some("a")));
+        let c = encode_cursor("items", &f1, "item_9");
+        assert_eq!(decode_cursor(Some(&c), "items", &f1).unwrap(), "item_9");
+        assert!(decode_cursor(Some(&c), "items", &f2).is_err());
+        assert!(decode_cursor(Some(&c), "collections", &f1).is_err());
     }
 }

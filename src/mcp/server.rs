@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::Instrument;
 
-use super::args::{decode_cursor, encode_cursor, ArgError, Args};
+use super::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
 use crate::auth::{Principal, Scope};
 use crate::startup::AppState;
 use crate::store::graph::knowledge::{ChunkView, CollectionView, ItemView, LibraryView, SearchHit};
@@ -620,7 +620,7 @@ impl KnowledgeServer {
             }
             let limit = a.int("limit", 1, 200, 50)?;
             let cursor = a.string("cursor", 1, 1000)?;
-            let filter = format!("{}|{}", lib.as_deref().unwrap_or(""), col.as_deref().unwrap_or(""));
+            let filter = items_filter(lib.as_deref(), col.as_deref());
             let after = decode_cursor(cursor.as_deref(), "items", &filter)?;
             Ok::<_, ArgError>((lib, col, limit, after, filter))
         })();
