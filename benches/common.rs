@@ -1,4 +1,5 @@
 //! Shared set-up for benchmarks: a fresh database on the dev services.
+#![allow(dead_code)] // each benchmark uses part of it
 
 use mnemosyne::config::Settings;
 use mnemosyne::store::pg;
@@ -36,3 +37,120 @@ pub async fn drop_db(admin: &str, url: &str) {
             .await;
     }
 }
+
+/// A numeric setting of a benchmark from the environment, or its default.
+pub fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Runs the benchmark on two workers (the machines have two cores); `--list`
+/// (cargo's bench discovery) prints its name and runs nothing.
+pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {
+    if std::env::args().any(|a| a == "--list") {
+        println!("{name}: bench");
+        return None;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    Some(rt.block_on(f))
+}
+
+/// Resident memory of a process, in MB (from /proc).
+pub fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// `mnemosyne serve` as its own process on a free loopback port, over the
+/// benchmark's database; killed on drop.
+pub struct ServerProcess {
+    child: std::process::Child,
+    pub pid: u32,
+    pub base: String,
+}
+
+impl ServerProcess {
+    /// Starts `bin` with `env` on top of the database and address settings
+    /// and waits (bounded) until `/readyz` answers.
+    pub async fn start(bin: &str, database_url: &str, env: &[(&str, &str)]) -> ServerProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut cmd = std::process::Command::new(bin);
+        cmd.arg("serve")
+            .env("MNEMOSYNE_DATABASE_URL", database_url)
+            .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
+            .env("MNEMOSYNE_PUBLIC_URL", &base)
+            .env("MNEMOSYNE_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        for _ in 0..100 {
+            if reqwest::get(format!("{base}/readyz"))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        ServerProcess {
+            pid: child.id(),
+            child,
+            base,
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Words of the synthetic corpora (search_load, ingest_load).
+pub const WORDS: &[&str] = &[
+    "harbour",
+    "tidal",
+    "turbine",
+    "kelp",
+    "carbon",
+    "sediment",
+    "glacier",
+    "current",
+    "salinity",
+    "plankton",
+    "estuary",
+    "reef",
+    "delta",
+    "monsoon",
+    "aquifer",
+    "basalt",
+    "lagoon",
+    "fjord",
+    "dune",
+    "marsh",
+    "trench",
+    "upwelling",
+    "gyre",
+    "shoal",
+    "brine",
+    "cobble",
+    "silt",
+    "tundra",
+    "permafrost",
+    "mangrove",
+];

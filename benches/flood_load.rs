@@ -19,36 +19,12 @@ use std::time::{Duration, Instant};
 use mnemosyne::store::pg::users;
 use serde_json::json;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
-        println!("flood_load: bench");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Some(i) = args.iter().position(|a| a == "--flood") {
-        rt.block_on(flood(args[i + 1].clone(), args[i + 2].parse().unwrap()));
-    } else {
-        rt.block_on(run());
-    }
+    match args.iter().position(|a| a == "--flood") {
+        Some(i) => common::block_on("flood_load", flood(args[i + 1].clone(), args[i + 2].parse().unwrap())),
+        None => common::block_on("flood_load", run()),
+    };
 }
 
 /// The flooding process: 200 wrong Basic passwords and 200 unknown bearers a
@@ -149,38 +125,23 @@ async fn measure(load: Arc<Load>, conc: usize, secs: u64) -> (f64, f64, f64, usi
 }
 
 async fn run() {
-    let secs = env("FLOOD_SECONDS", 8);
+    let secs: u64 = common::setting("FLOOD_SECONDS", 8);
     let (settings, pool, admin) = common::fresh_settings("flood").await;
     let hash = mnemosyne::auth::basic::hash_password("correct horse").unwrap();
     users::create(&pool, "daedalus-service", Some(&hash), true)
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .arg("serve")
-        .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
-        .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("MNEMOSYNE_PUBLIC_URL", &base)
-        .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
-        .env("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0")
-        .env("MNEMOSYNE_LOG", "error")
-        .spawn()
-        .unwrap();
-    let pid = server.id();
-    for _ in 0..100 {
-        if reqwest::get(format!("{base}/readyz"))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let server = common::ServerProcess::start(
+        env!("CARGO_BIN_EXE_mnemosyne"),
+        &settings.database_url,
+        &[
+            ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+            ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+            ("MNEMOSYNE_LOG", "error"),
+        ],
+    )
+    .await;
+    let (pid, base) = (server.pid, server.base.clone());
     // A small tenant: 40 items ingested through the API.
     let http = reqwest::Client::new();
     let ws = format!("flood_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -216,7 +177,7 @@ async fn run() {
     assert!(load.search().await);
     measure(load.clone(), 16, 2).await; // warm-up
 
-    let rss0 = rss_mb(pid);
+    let rss0 = common::rss_mb(pid);
     let (rps, p50, p99, failed) = measure(load.clone(), 16, secs).await;
     println!("\n== valid search, concurrency 16, {secs} s ==");
     println!("alone        : {rps:8.1} req/s  p50 {p50:6.2} ms  p99 {p99:6.2} ms  failed {failed}  RSS {rss0:.1} MB");
@@ -227,7 +188,7 @@ async fn run() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (frps, fp50, fp99, ffailed) = measure(load.clone(), 16, secs).await;
-    let rss1 = rss_mb(pid);
+    let rss1 = common::rss_mb(pid);
     let _ = flooder.wait();
     println!(
         "while flooded: {frps:8.1} req/s  p50 {fp50:6.2} ms  p99 {fp99:6.2} ms  failed {ffailed}  RSS {rss1:.1} MB"
@@ -238,8 +199,7 @@ async fn run() {
         fp99 / p99,
         rss1 - rss0
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
     let _ = graph.delete_libraries(&[library]).await;
     common::drop_db(&admin, &settings.database_url).await;

@@ -29,43 +29,6 @@ use serde_json::json;
 const USER: &str = "bench-service";
 const PASSWORD: &str = "bench password, not a secret";
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-const WORDS: &[&str] = &[
-    "harbour",
-    "tidal",
-    "turbine",
-    "kelp",
-    "carbon",
-    "sediment",
-    "glacier",
-    "current",
-    "salinity",
-    "plankton",
-    "estuary",
-    "reef",
-    "delta",
-    "monsoon",
-    "aquifer",
-    "basalt",
-    "lagoon",
-    "fjord",
-    "dune",
-    "marsh",
-    "trench",
-    "upwelling",
-    "gyre",
-    "shoal",
-    "brine",
-    "cobble",
-    "silt",
-    "tundra",
-    "permafrost",
-    "mangrove",
-];
-
 /// About 800 characters of deterministic pseudo-random words.
 fn paragraph(seed: usize) -> String {
     let mut x = (seed as u64)
@@ -77,7 +40,7 @@ fn paragraph(seed: usize) -> String {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(WORDS[(x >> 33) as usize % WORDS.len()]);
+        out.push_str(common::WORDS[(x >> 33) as usize % common::WORDS.len()]);
     }
     out
 }
@@ -179,18 +142,13 @@ where
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    common::block_on("ingest_load", run());
 }
 
 async fn run() {
-    let total = env("INGEST_CHUNKS", 20_000);
-    let per_item = env("INGEST_ITEM_CHUNKS", 10);
-    let workspaces = env("INGEST_WORKSPACES", 20);
+    let total = common::setting::<usize>("INGEST_CHUNKS", 20_000);
+    let per_item = common::setting::<usize>("INGEST_ITEM_CHUNKS", 10);
+    let workspaces = common::setting::<usize>("INGEST_WORKSPACES", 20);
     let docs = Arc::new(corpus(total, per_item, workspaces));
     let chunks: usize = docs.iter().map(|d| d.chunks.len()).sum();
 

@@ -27,50 +27,13 @@ use mnemosyne::store::graph::GraphStore;
 use mnemosyne::store::pg::users;
 use serde_json::json;
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-const WORDS: &[&str] = &[
-    "harbour",
-    "tidal",
-    "turbine",
-    "kelp",
-    "carbon",
-    "sediment",
-    "glacier",
-    "current",
-    "salinity",
-    "plankton",
-    "estuary",
-    "reef",
-    "delta",
-    "monsoon",
-    "aquifer",
-    "basalt",
-    "lagoon",
-    "fjord",
-    "dune",
-    "marsh",
-    "trench",
-    "upwelling",
-    "gyre",
-    "shoal",
-    "brine",
-    "cobble",
-    "silt",
-    "tundra",
-    "permafrost",
-    "mangrove",
-];
-
 /// Deterministic pseudo-random text; about one chunk in ten mentions "quasar".
 fn chunk_text(seed: usize) -> String {
     let mut x = seed as u64 * 6364136223846793005 + 1442695040888963407;
     let mut words = Vec::with_capacity(60);
     for _ in 0..60 {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        words.push(WORDS[(x >> 33) as usize % WORDS.len()]);
+        words.push(common::WORDS[(x >> 33) as usize % common::WORDS.len()]);
     }
     if seed.is_multiple_of(10) {
         words.push("quasar");
@@ -209,7 +172,7 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..env("LOAD_WARMUP", 20) {
+    for _ in 0..common::setting::<usize>("LOAD_WARMUP", 20) {
         f().await; // warm-up (a JVM graph server's JIT needs more than the default)
     }
     let mut v = Vec::with_capacity(n);
@@ -265,24 +228,19 @@ async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mode: Mode) -> (f64,
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    common::block_on("search_load", run());
 }
 
 async fn run() {
-    let tenant_chunks = env("LOAD_TENANT_CHUNKS", 200);
-    let other_chunks = env("LOAD_OTHER_CHUNKS", 2000);
+    let tenant_chunks = common::setting::<usize>("LOAD_TENANT_CHUNKS", 200);
+    let other_chunks = common::setting::<usize>("LOAD_OTHER_CHUNKS", 2000);
     let growth: Vec<usize> = std::env::var("LOAD_GROWTH")
         .unwrap_or_else(|_| "10,100".into())
         .split(',')
         .filter_map(|f| f.trim().parse().ok())
         .collect();
-    let requests = env("LOAD_REQUESTS", 300);
-    let seconds = env("LOAD_SECONDS", 8) as u64;
+    let requests = common::setting::<usize>("LOAD_REQUESTS", 300);
+    let seconds = common::setting::<usize>("LOAD_SECONDS", 8) as u64;
 
     let (mut settings, pool, admin) = common::fresh_settings("load").await;
     settings.public_url = "http://127.0.0.1:0".into();
@@ -318,35 +276,22 @@ async fn run() {
         .unwrap();
     // In process by default; with LOAD_SERVER_BIN=path/to/mnemosyne the server
     // runs as its own process (as deployed), the load generator here.
-    let mut child = None;
+    let mut server = None;
     let url = match std::env::var("LOAD_SERVER_BIN") {
         Ok(bin) => {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            child = Some(
-                std::process::Command::new(bin)
-                    .arg("serve")
-                    .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
-                    .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
-                    .env("MNEMOSYNE_PUBLIC_URL", format!("http://127.0.0.1:{port}"))
-                    .env("MNEMOSYNE_LOG", "warn")
-                    .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
-                    .env("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0")
-                    .spawn()
-                    .unwrap(),
-            );
-            let ready = format!("http://127.0.0.1:{port}/readyz");
-            for _ in 0..100 {
-                if reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            println!("server: separate process on port {port}");
-            format!("http://127.0.0.1:{port}/mcp/")
+            let s = common::ServerProcess::start(
+                &bin,
+                &settings.database_url,
+                &[
+                    ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+                    ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+                ],
+            )
+            .await;
+            println!("server: separate process at {}", s.base);
+            let url = format!("{}/mcp/", s.base);
+            server = Some(s);
+            url
         }
         Err(_) => {
             let app = Application::build(settings.clone()).await.unwrap();
@@ -460,10 +405,7 @@ async fn run() {
         );
     }
 
-    if let Some(mut c) = child {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(server);
     let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
     graph.delete_libraries(&all).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;

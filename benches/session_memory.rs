@@ -14,70 +14,33 @@ use std::time::{Duration, Instant};
 use mnemosyne::store::pg::users;
 use serde_json::json;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        println!("session_memory: bench");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    common::block_on("session_memory", run());
 }
 
 async fn run() {
-    let sessions = env("SESSIONS", 20_000);
-    let idle = env("IDLE_SECS", 10);
-    let conc = env("CONCURRENCY", 16) as usize;
+    let sessions: u64 = common::setting("SESSIONS", 20_000);
+    let idle: u64 = common::setting("IDLE_SECS", 10);
+    let conc: usize = common::setting("CONCURRENCY", 16);
     let (settings, pool, admin) = common::fresh_settings("sessions").await;
     users::create(&pool, "mem", None, false).await.unwrap();
     let (_, token) = mnemosyne::cli::create_token(&pool, "mem", "mem", &[], None)
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .arg("serve")
-        .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
-        .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("MNEMOSYNE_PUBLIC_URL", format!("http://127.0.0.1:{port}"))
-        .env("MNEMOSYNE_SESSION_IDLE_SECS", idle.to_string())
-        .env("MNEMOSYNE_SESSIONS_PER_CREDENTIAL", (sessions + 1).to_string())
-        .env("MNEMOSYNE_SESSIONS_MAX", (sessions + 1).to_string())
-        .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
-        .env("MNEMOSYNE_LOG", "warn")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if reqwest::get(format!("{base}/readyz"))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let caps = (sessions + 1).to_string();
+    let idle_s = idle.to_string();
+    let server = common::ServerProcess::start(
+        env!("CARGO_BIN_EXE_mnemosyne"),
+        &settings.database_url,
+        &[
+            ("MNEMOSYNE_SESSION_IDLE_SECS", &idle_s),
+            ("MNEMOSYNE_SESSIONS_PER_CREDENTIAL", &caps),
+            ("MNEMOSYNE_SESSIONS_MAX", &caps),
+            ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+        ],
+    )
+    .await;
+    let (pid, base) = (server.pid, server.base.clone());
     let http = reqwest::Client::new();
     let url = format!("{base}/mcp/");
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -126,12 +89,12 @@ async fn run() {
     open(500).await;
     tokio::time::sleep(Duration::from_secs(idle + 3)).await;
     gauge().await;
-    let baseline = rss_mb(pid);
+    let baseline = common::rss_mb(pid);
     println!("server RSS baseline after warm-up: {baseline:.1} MB");
     for wave in 1..=2 {
         let t0 = Instant::now();
         let (ok, failed) = open(sessions).await;
-        let peak = rss_mb(pid);
+        let peak = common::rss_mb(pid);
         println!(
             "wave {wave}: {ok} sessions opened ({failed} failed) in {:.1} s; RSS {peak:.1} MB (+{:.1})",
             t0.elapsed().as_secs_f64(),
@@ -141,7 +104,7 @@ async fn run() {
         let mut after = peak;
         for s in 0..(idle + 30) {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            after = rss_mb(pid);
+            after = common::rss_mb(pid);
             if s % 5 == 4 {
                 println!("  t+{:>3} s: RSS {after:.1} MB", s + 1);
             }
@@ -151,7 +114,6 @@ async fn run() {
             after - baseline
         );
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     common::drop_db(&admin, &settings.database_url).await;
 }

@@ -16,20 +16,6 @@ use std::time::{Duration, Instant};
 use mnemosyne::store::pg::users;
 use serde_json::{json, Value};
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
@@ -37,16 +23,7 @@ fn fds(pid: u32) -> usize {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        println!("soak: bench");
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
+    common::block_on("soak", run());
 }
 
 struct Soak {
@@ -153,46 +130,29 @@ impl Soak {
 }
 
 async fn run() {
-    let minutes = env("SOAK_MINUTES", 30);
-    let clients = env("SOAK_CLIENTS", 8) as usize;
+    let minutes: u64 = common::setting("SOAK_MINUTES", 30);
+    let clients: usize = common::setting("SOAK_CLIENTS", 8);
     let (settings, pool, admin) = common::fresh_settings("soak").await;
     let hash = mnemosyne::auth::basic::hash_password("correct horse").unwrap();
     users::create(&pool, "daedalus-service", Some(&hash), true)
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .arg("serve")
-        .env("MNEMOSYNE_DATABASE_URL", &settings.database_url)
-        .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("MNEMOSYNE_PUBLIC_URL", &base)
-        .env("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0")
-        .env("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0")
-        .env("MNEMOSYNE_LOG", "error")
-        .spawn()
-        .unwrap();
-    let pid = server.id();
+    let server = common::ServerProcess::start(
+        env!("CARGO_BIN_EXE_mnemosyne"),
+        &settings.database_url,
+        &[
+            ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+            ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+            ("MNEMOSYNE_LOG", "error"),
+        ],
+    )
+    .await;
+    let (pid, base) = (server.pid, server.base.clone());
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    for _ in 0..100 {
-        if http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let ws: Vec<String> = (0..4).map(|i| format!("soak_{tag}_{i}")).collect();
     let mut soak = Soak {
@@ -267,7 +227,7 @@ async fn run() {
             .get(((lat.len() as f64) * 0.99) as usize)
             .or(lat.last())
             .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-        let rss = rss_mb(pid);
+        let rss = common::rss_mb(pid);
         if m == 2 {
             first_rss = Some(rss);
         }
@@ -282,14 +242,13 @@ async fn run() {
         let _ = w.await;
     }
     if let Some(base_rss) = first_rss {
-        let last = rss_mb(pid);
+        let last = common::rss_mb(pid);
         println!(
             "RSS after warm-up (minute 2) {base_rss:.1} MB → end {last:.1} MB ({:+.1} %; goal ≤ +10 %)",
             100.0 * (last - base_rss) / base_rss
         );
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
     let _ = graph.delete_libraries(&libraries).await;
     common::drop_db(&admin, &settings.database_url).await;

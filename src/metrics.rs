@@ -186,14 +186,7 @@ impl Metrics {
         for kind in ["unavailable", "conflict_retried", "query"] {
             graph_errors.with_label_values(&[kind]);
         }
-        for tool in [
-            "search",
-            "get_chunk",
-            "list_libraries",
-            "list_collections",
-            "list_items",
-            "get_health",
-        ] {
+        for tool in crate::mcp::TOOLS {
             for outcome in ["ok", "tool_error", "refused"] {
                 tool_calls.with_label_values(&[tool, outcome]);
             }

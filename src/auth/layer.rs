@@ -115,15 +115,6 @@ fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
     closing(r)
 }
 
-const TOOLS: [&str; 6] = [
-    "search",
-    "get_chunk",
-    "list_libraries",
-    "list_collections",
-    "list_items",
-    "get_health",
-];
-
 /// The JSON-RPC id and tool of a `tools/call` body (unknown tools are
 /// `other`, so no caller-chosen string becomes a bucket or a label).
 fn tool_call_of(body: &[u8]) -> Option<(serde_json::Value, &'static str)> {
@@ -143,7 +134,11 @@ fn tool_call_of(body: &[u8]) -> Option<(serde_json::Value, &'static str)> {
         return None;
     }
     let name = call.params.and_then(|p| p.name).unwrap_or_default();
-    let tool = TOOLS.iter().find(|t| **t == name).copied().unwrap_or("other");
+    let tool = crate::mcp::TOOLS
+        .iter()
+        .find(|t| **t == name)
+        .copied()
+        .unwrap_or("other");
     Some((call.id, tool))
 }
 

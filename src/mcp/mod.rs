@@ -15,6 +15,17 @@ use crate::startup::AppState;
 
 pub use server::KnowledgeServer;
 
+/// The tools this server has (metric labels and rate-limit buckets use only
+/// these names; anything else is `other`).
+pub const TOOLS: [&str; 6] = [
+    "search",
+    "get_chunk",
+    "list_libraries",
+    "list_collections",
+    "list_items",
+    "get_health",
+];
+
 pub fn routes(state: AppState) -> Router<AppState> {
     // Host and Origin are checked by our layer first (so a foreign Origin is 403
     // before any auth work); rmcp checks them again.

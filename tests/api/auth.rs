@@ -1,12 +1,12 @@
 //! Bearer resolution: DESIGN §3 and spec §6.4 / §14.1, end to end over /mcp.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::helpers::Capture;
 use crate::helpers::{McpClient, TestApp};
 use crate::mcp::seed;
 
@@ -600,19 +600,6 @@ async fn postgres_down_during_resolution_is_503() {
 }
 
 // ---- logs ----
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn logs_show_principal_kind_and_count_but_no_token_material() {

@@ -525,3 +525,17 @@ pub async fn json_of(r: reqwest::Response) -> (StatusCode, Value) {
     let s = r.status();
     (s, r.json().await.unwrap_or(Value::Null))
 }
+
+/// A log writer that keeps what it is given (log-capture tests).
+#[derive(Clone, Default)]
+pub struct Capture(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

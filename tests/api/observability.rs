@@ -1,11 +1,10 @@
 //! Observability (issue 15): the metric families move as a scripted session
 //! says they should; every log line of a request carries its request id.
 
-use std::sync::{Arc, Mutex};
-
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::helpers::Capture;
 use crate::helpers::TestApp;
 use crate::mcp::seed;
 
@@ -85,19 +84,6 @@ async fn a_scripted_session_moves_every_family() {
     // No label holds a token, a uid or a query text.
     for secret in [token.as_str(), other.as_str(), s.lib_a.as_str(), "pelican"] {
         assert!(!after.contains(secret), "{secret} in /metrics");
-    }
-}
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
