@@ -84,18 +84,41 @@ pub enum SessionsError {
 #[derive(Default)]
 struct Owners {
     by_session: HashMap<SessionId, Arc<str>>,
+    /// Places held per credential: open sessions and reservations in flight.
     per_credential: HashMap<Arc<str>, usize>,
+    /// The sum of `per_credential` (the global cap's count).
+    held: usize,
 }
 
 impl Owners {
+    /// Takes a place for `credential` under both caps.
+    fn reserve(&mut self, credential: &Arc<str>, limits: &SessionLimits) -> Result<(), Refusal> {
+        if self.held >= limits.global {
+            return Err(Refusal::GlobalCap);
+        }
+        let n = self.per_credential.get(credential).copied().unwrap_or(0);
+        if n >= limits.per_credential {
+            return Err(Refusal::CredentialCap);
+        }
+        self.per_credential.insert(credential.clone(), n + 1);
+        self.held += 1;
+        Ok(())
+    }
+
+    /// Gives a place of `credential` back.
+    fn release(&mut self, credential: &Arc<str>) {
+        if let Some(n) = self.per_credential.get_mut(credential) {
+            *n -= 1;
+            self.held -= 1;
+            if *n == 0 {
+                self.per_credential.remove(credential);
+            }
+        }
+    }
+
     fn remove(&mut self, id: &SessionId) {
         if let Some(cred) = self.by_session.remove(id) {
-            if let Some(n) = self.per_credential.get_mut(&cred) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_credential.remove(&cred);
-                }
-            }
+            self.release(&cred);
         }
         // Give the memory of a burst of sessions back once it is over.
         if self.by_session.capacity() > 64 && self.by_session.len() < self.by_session.capacity() / 4 {
@@ -160,29 +183,15 @@ impl OwnedSessions {
     /// Reserves a place for a new session of `credential`, or says which cap
     /// refuses it.
     fn reserve(&self, credential: &Arc<str>) -> Result<(), Refusal> {
-        let Ok(mut owners) = self.owners.lock() else {
-            return Err(Refusal::GlobalCap);
-        };
-        // Reservations in flight count too (per_credential holds both).
-        if owners.per_credential.values().sum::<usize>() >= self.limits.global {
-            return Err(Refusal::GlobalCap);
+        match self.owners.lock() {
+            Ok(mut owners) => owners.reserve(credential, &self.limits),
+            Err(_) => Err(Refusal::GlobalCap),
         }
-        let n = owners.per_credential.entry(credential.clone()).or_insert(0);
-        if *n >= self.limits.per_credential {
-            return Err(Refusal::CredentialCap);
-        }
-        *n += 1;
-        Ok(())
     }
 
     fn release(&self, credential: &Arc<str>) {
         if let Ok(mut owners) = self.owners.lock() {
-            if let Some(n) = owners.per_credential.get_mut(credential) {
-                *n -= 1;
-                if *n == 0 {
-                    owners.per_credential.remove(credential);
-                }
-            }
+            owners.release(credential);
         }
     }
 }
