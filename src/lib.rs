@@ -1,6 +1,7 @@
 //! Mnemosyne: the authenticated knowledge MCP server of the Daedalus ↔ Pallas ↔
 //! Mnemosyne stack. See `README.md` for the architecture.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod cli;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;
+pub mod service;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

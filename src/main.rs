@@ -20,7 +20,7 @@ async fn main() -> std::process::ExitCode {
             Ok(app) => app.run().await,
             Err(e) => Err(e),
         },
-        other => mnemosyne::cli::run(cli.settings, other).await,
+        other => mnemosyne::cli::run_with(cli.settings, other, cli.json).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

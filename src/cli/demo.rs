@@ -107,6 +107,21 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
     {
         users::set_password(pool, "daedalus-service", &hash).await?;
     }
+    // A staff user for the admin console (password refreshed on every run,
+    // printed once).
+    let admin_password = random_password();
+    match users::by_username(pool, "demo-admin").await? {
+        None => {
+            crate::service::accounts::create(pool, "demo", "demo-admin", Some(&admin_password), false, true).await?;
+        }
+        Some(_) => {
+            crate::service::accounts::set_password(pool, "demo", "demo-admin", &admin_password).await?;
+            crate::service::accounts::set_active(pool, "demo", "demo-admin", true).await?;
+            crate::service::accounts::set_staff(pool, "demo", "demo-admin", true).await?;
+        }
+    }
+    let console = format!("{}/admin/", args.url.as_deref().unwrap_or(&settings.public_url).trim_end_matches('/'));
+
     // A person with an opaque token over the handbook and the research library.
     if users::by_username(pool, "demo-user").await?.is_none() {
         users::create(pool, "demo-user", None, false).await?;
@@ -162,6 +177,8 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
 libraries: {research} (workspace {WS_RESEARCH}), {ops} (workspace {WS_OPS}), {HANDBOOK} (user-managed)
 
 == Credentials (shown once) ==
+admin console ({console}), staff user:
+  demo-admin : {admin_password}
 service account (Basic, for /mcp_server/api/ and /library/api/):
   daedalus-service : {service_password}
 opaque MCP token (demo-user; {HANDBOOK} + research):

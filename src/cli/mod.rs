@@ -2,15 +2,16 @@
 
 use std::io::Read;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use rand::RngCore;
 
-use crate::auth::{basic::hash_password, resolver::token_hash};
+use crate::auth::resolver::token_hash;
 use crate::config::Settings;
 use crate::store::graph::GraphStore;
+use crate::service::{self, accounts, memberships};
 use crate::store::pg::{self, keys, tokens, users, users::Role};
 
 #[derive(Parser, Debug)]
@@ -23,6 +24,9 @@ use crate::store::pg::{self, keys, tokens, users, users::Role};
 pub struct Cli {
     #[command(flatten)]
     pub settings: Settings,
+    /// Print data as JSON (one document) instead of the human format.
+    #[arg(long, global = true)]
+    pub json: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -64,6 +68,15 @@ pub enum UserCmd {
         /// Read the password from standard input (one line).
         #[arg(long)]
         password_stdin: bool,
+        /// May sign in to the admin console's staff pages (needs a password).
+        #[arg(long, conflicts_with = "service")]
+        staff: bool,
+    },
+    /// Mark a user as staff (admin console), or with --off not.
+    SetStaff {
+        username: String,
+        #[arg(long)]
+        off: bool,
     },
     /// Disable a user: their tokens stop working on the next request.
     Disable { username: String },
@@ -107,8 +120,9 @@ pub enum TokenCmd {
         #[arg(long)]
         user: String,
         /// A library the token may read (repeat; order is kept). The user must
-        /// be owner or manager of each.
-        #[arg(long = "library", required = true)]
+        /// be owner or manager of each. None: a token that reads nothing
+        /// (fail-closed, spec §14.1) until it is replaced.
+        #[arg(long = "library")]
         libraries: Vec<String>,
         #[arg(long, default_value = "")]
         name: String,
@@ -162,8 +176,25 @@ pub fn new_token_plaintext() -> String {
     format!("mnm_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
 }
 
-/// Runs a CLI command other than `serve`.
+/// Prints `value` as JSON when `--json` was given, else `human()`.
+fn emit(json: bool, value: serde_json::Value, human: impl FnOnce()) {
+    if json {
+        println!("{value:#}");
+    } else {
+        human();
+    }
+}
+
+/// The actor of audit events written by the CLI.
+const CLI_ACTOR: &str = "cli";
+
+/// Runs a CLI command other than `serve` (human output).
 pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
+    run_with(settings, command, false).await
+}
+
+/// Runs a CLI command other than `serve`; `json` selects `--json` output.
+pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyhow::Result<()> {
     let pool = pg::pool(&settings.database_url, settings.store_timeout())?;
     match command {
         Command::Serve => unreachable!("serve is handled by main"),
@@ -186,149 +217,262 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
                 .context("bootstrapping the graph schema")?;
             println!("graph ({}): schema ready", settings.graph_flavor);
         }
-        Command::User(c) => user(&pool, c).await?,
-        Command::Membership(c) => membership(&pool, c).await?,
-        Command::Token(c) => token(&pool, c).await?,
-        Command::SigningKey(c) => signing_key(&pool, c).await?,
+        Command::User(c) => user(&pool, c, json).await?,
+        Command::Membership(c) => membership(&pool, c, json).await?,
+        Command::Token(c) => token(&pool, c, json).await?,
+        Command::SigningKey(c) => signing_key(&pool, c, json).await?,
         Command::Library(LibraryCmd::List) => {
             let graph = GraphStore::connect(&settings).await?;
             let libs = graph.all_libraries().await?;
-            println!("{:<40} {:<24} {:<30} NAME", "UID", "WORKSPACE", "ITEMS");
-            for l in libs {
-                println!(
-                    "{:<40} {:<24} {:<30} {}",
-                    l.uid,
-                    l.workspace_id.unwrap_or_default(),
-                    l.item_count,
-                    l.name
-                );
-            }
+            let value = serde_json::Value::Array(
+                libs.iter()
+                    .map(|l| {
+                        serde_json::json!({"uid": l.uid, "name": l.name, "workspace_id": l.workspace_id,
+                                           "item_count": l.item_count})
+                    })
+                    .collect(),
+            );
+            emit(json, value, || {
+                println!("{:<40} {:<24} {:<30} NAME", "UID", "WORKSPACE", "ITEMS");
+                for l in &libs {
+                    println!(
+                        "{:<40} {:<24} {:<30} {}",
+                        l.uid,
+                        l.workspace_id.as_deref().unwrap_or_default(),
+                        l.item_count,
+                        l.name
+                    );
+                }
+            });
         }
         Command::Demo(args) => demo::run(&settings, &pool, args).await?,
     }
     Ok(())
 }
 
-async fn user(pool: &sqlx::PgPool, c: UserCmd) -> anyhow::Result<()> {
+fn user_json(u: &users::User) -> serde_json::Value {
+    serde_json::json!({"id": u.id, "username": u.username, "service": u.is_service, "staff": u.is_staff,
+                       "active": u.active, "created_at": u.created_at})
+}
+
+async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()> {
     match c {
         UserCmd::Create {
             username,
             service,
             password_stdin,
+            staff,
         } => {
-            if username.is_empty() || username.len() > 150 || username.contains(':') {
-                bail!("username must be 1-150 characters without ':'");
+            accounts::check_username(&username)?;
+            if staff && !password_stdin {
+                bail!("a staff user signs in with a password: add --password-stdin");
             }
-            let hash = if password_stdin {
-                Some(hash_password(&read_password_stdin()?).map_err(|e| anyhow!("hashing password: {e}"))?)
-            } else {
-                None
-            };
-            match users::create(pool, &username, hash.as_deref(), service).await? {
-                Some(u) => println!(
-                    "user created: {} (id {}{})",
+            let password = if password_stdin { Some(read_password_stdin()?) } else { None };
+            let u = accounts::create(pool, CLI_ACTOR, &username, password.as_deref(), service, staff).await?;
+            emit(json, user_json(&u), || {
+                println!(
+                    "user created: {} (id {}{}{})",
                     u.username,
                     u.id,
-                    if service { ", service account" } else { "" }
-                ),
-                None => bail!("user {username} already exists"),
-            }
+                    if service { ", service account" } else { "" },
+                    if staff { ", staff" } else { "" }
+                )
+            });
         }
-        UserCmd::Disable { username } => {
-            if !users::set_active(pool, &username, false).await? {
-                bail!("no such user: {username}");
-            }
-            println!("user disabled: {username}");
-        }
-        UserCmd::Enable { username } => {
-            if !users::set_active(pool, &username, true).await? {
-                bail!("no such user: {username}");
-            }
-            println!("user enabled: {username}");
+        UserCmd::Disable { username } => set_active(pool, &username, false, json).await?,
+        UserCmd::Enable { username } => set_active(pool, &username, true, json).await?,
+        UserCmd::SetStaff { username, off } => {
+            accounts::set_staff(pool, CLI_ACTOR, &username, !off).await?;
+            emit(json, serde_json::json!({"username": username, "staff": !off}), || {
+                println!("{username}: staff {}", if off { "off" } else { "on" })
+            });
         }
         UserCmd::SetPassword { username } => {
-            let hash = hash_password(&read_password_stdin()?).map_err(|e| anyhow!("hashing password: {e}"))?;
-            if !users::set_password(pool, &username, &hash).await? {
-                bail!("no such user: {username}");
-            }
+            accounts::set_password(pool, CLI_ACTOR, &username, &read_password_stdin()?).await?;
             println!("password set: {username}");
         }
         UserCmd::List => {
-            println!("{:<6} {:<30} {:<8} {:<7}", "ID", "USERNAME", "SERVICE", "ACTIVE");
-            for u in users::list(pool).await? {
-                println!("{:<6} {:<30} {:<8} {:<7}", u.id, u.username, u.is_service, u.active);
-            }
+            let list = users::list(pool).await?;
+            emit(json, list.iter().map(user_json).collect(), || {
+                println!(
+                    "{:<6} {:<30} {:<8} {:<6} {:<7}",
+                    "ID", "USERNAME", "SERVICE", "STAFF", "ACTIVE"
+                );
+                for u in &list {
+                    println!(
+                        "{:<6} {:<30} {:<8} {:<6} {:<7}",
+                        u.id, u.username, u.is_service, u.is_staff, u.active
+                    );
+                }
+            });
         }
     }
     Ok(())
 }
 
-async fn membership(pool: &sqlx::PgPool, c: MembershipCmd) -> anyhow::Result<()> {
+async fn set_active(pool: &sqlx::PgPool, username: &str, active: bool, json: bool) -> anyhow::Result<()> {
+    accounts::set_active(pool, CLI_ACTOR, username, active).await?;
+    emit(json, serde_json::json!({"username": username, "active": active}), || {
+        println!("user {}: {username}", if active { "enabled" } else { "disabled" })
+    });
+    Ok(())
+}
+
+async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow::Result<()> {
     match c {
         MembershipCmd::Grant {
             username,
             library_uid,
             role,
-        } => {
-            if !users::grant(pool, &username, &library_uid, role).await? {
-                bail!("no such user: {username}");
-            }
-            println!("granted {} on {library_uid} to {username}", role.as_str());
-        }
+        } => match memberships::grant(pool, CLI_ACTOR, &username, &library_uid, role).await? {
+            Ok(()) => emit(
+                json,
+                serde_json::json!({"username": username, "library_uid": library_uid, "role": role}),
+                || println!("granted {} on {library_uid} to {username}", role.as_str()),
+            ),
+            Err(refusal) => bail!("{refusal}"),
+        },
         MembershipCmd::Revoke {
             username,
             library_uid,
             role,
-        } => {
-            if !users::revoke(pool, &username, &library_uid, role).await? {
-                bail!("{username} has no {} role on {library_uid}", role.as_str());
-            }
-            println!("revoked {} on {library_uid} from {username}", role.as_str());
-        }
+        } => match memberships::revoke(pool, CLI_ACTOR, &username, &library_uid, role).await? {
+            Ok(()) => emit(
+                json,
+                serde_json::json!({"username": username, "library_uid": library_uid, "role": role, "revoked": true}),
+                || println!("revoked {} on {library_uid} from {username}", role.as_str()),
+            ),
+            Err(refusal) => bail!("{refusal}"),
+        },
         MembershipCmd::List { user, library } => {
-            println!("{:<30} {:<40} ROLE", "USER", "LIBRARY");
-            for m in users::memberships(pool, user.as_deref(), library.as_deref()).await? {
-                println!("{:<30} {:<40} {}", m.username, m.library_uid, m.role);
-            }
+            let list = users::memberships(pool, user.as_deref(), library.as_deref()).await?;
+            let value = list
+                .iter()
+                .map(|m| serde_json::json!({"username": m.username, "library_uid": m.library_uid, "role": m.role}))
+                .collect();
+            emit(json, value, || {
+                println!("{:<30} {:<40} ROLE", "USER", "LIBRARY");
+                for m in &list {
+                    println!("{:<30} {:<40} {}", m.username, m.library_uid, m.role);
+                }
+            });
         }
     }
     Ok(())
 }
 
+/// Why a token was not minted; each names the form field it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    #[error("no such user: {0}")]
+    NoSuchUser(String),
+    #[error("{user} is not owner or manager of: {} (grant a role with `mnemosyne membership grant`)", libraries.join(", "))]
+    NotScopable { user: String, libraries: Vec<String> },
+    #[error("the expiry is in the past")]
+    ExpiryInPast,
+    #[error("the name is at most 200 characters")]
+    NameTooLong,
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+}
+
+impl MintError {
+    /// The form field the refusal is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            MintError::NoSuchUser(_) => "user",
+            MintError::NotScopable { .. } => "libraries",
+            MintError::ExpiryInPast => "expires_at",
+            MintError::NameTooLong => "name",
+            MintError::Store(_) => "",
+        }
+    }
+}
+
 /// Mints a token after checking the membership rule (spec §4.1); returns
-/// (id, plaintext). Shared by the CLI and the demo.
+/// (id, plaintext). Shared by the CLI, the demo and tests (actor `cli`).
 pub async fn create_token(
     pool: &sqlx::PgPool,
     username: &str,
     name: &str,
     libraries: &[String],
     expires_at: Option<DateTime<Utc>>,
-) -> anyhow::Result<(i64, String)> {
-    let user = users::by_username(pool, username)
-        .await?
-        .ok_or_else(|| anyhow!("no such user: {username}"))?;
+) -> Result<(i64, String), MintError> {
+    create_token_as(pool, CLI_ACTOR, username, name, libraries, expires_at).await
+}
+
+/// Mints a token for `username` on behalf of `actor`: libraries de-duplicated
+/// in order, each one the user owns or manages (none at all is allowed: it
+/// reads nothing, spec §14.1), the row and its audit event in one transaction.
+pub async fn create_token_as(
+    pool: &sqlx::PgPool,
+    actor: &str,
+    username: &str,
+    name: &str,
+    libraries: &[String],
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(i64, String), MintError> {
+    if name.chars().count() > 200 {
+        return Err(MintError::NameTooLong);
+    }
+    if expires_at.is_some_and(|e| e <= Utc::now()) {
+        return Err(MintError::ExpiryInPast);
+    }
     let mut libs = Vec::new();
     for l in libraries {
         if !libs.contains(l) {
             libs.push(l.clone());
         }
     }
-    let refused = users::unscopable_libraries(pool, user.id, &libs).await?;
+    let mut tx = pool.begin().await?;
+    let user = users::by_username(&mut *tx, username)
+        .await?
+        .ok_or_else(|| MintError::NoSuchUser(username.to_owned()))?;
+    let refused = users::unscopable_libraries(&mut *tx, user.id, &libs).await?;
     if !refused.is_empty() {
-        bail!(
-            "{username} is not owner or manager of: {} (grant a role with `mnemosyne membership grant`)",
-            refused.join(", ")
-        );
-    }
-    if expires_at.is_some_and(|e| e <= Utc::now()) {
-        bail!("--expires-at is in the past");
+        return Err(MintError::NotScopable {
+            user: username.to_owned(),
+            libraries: refused,
+        });
     }
     let plaintext = new_token_plaintext();
-    let id = tokens::create(pool, user.id, name, &token_hash(&plaintext), &libs, expires_at).await?;
+    let id = tokens::create(&mut *tx, user.id, name, &token_hash(&plaintext), &libs, expires_at).await?;
+    pg::audit(
+        &mut tx,
+        actor,
+        "token_created",
+        &id.to_string(),
+        serde_json::json!({"user": username, "name": name, "libraries": libs, "expires_at": expires_at}),
+    )
+    .await?;
+    tx.commit().await?;
     Ok((id, plaintext))
 }
 
-async fn token(pool: &sqlx::PgPool, c: TokenCmd) -> anyhow::Result<()> {
+/// Revokes a token (only one `owner` owns, when given) with its audit event;
+/// false when unknown, not theirs or already revoked.
+pub async fn revoke_token_as(
+    pool: &sqlx::PgPool,
+    actor: &str,
+    id: i64,
+    owner: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let done = tokens::revoke_owned(&mut *tx, id, owner).await?;
+    if done {
+        pg::audit(&mut tx, actor, "token_revoked", &id.to_string(), serde_json::json!({})).await?;
+    }
+    tx.commit().await?;
+    Ok(done)
+}
+
+fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
+    serde_json::json!({"id": t.id, "name": t.name, "user": t.username, "libraries": t.allowed_libraries.0,
+                       "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
+                       "created_at": t.created_at})
+}
+
+async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<()> {
     match c {
         TokenCmd::Create {
             user,
@@ -337,61 +481,87 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd) -> anyhow::Result<()> {
             expires_at,
         } => {
             let (id, plaintext) = create_token(pool, &user, &name, &libraries, expires_at).await?;
-            println!("token {id} created for {user}. Copy it now; it is not shown again:\n{plaintext}");
+            emit(
+                json,
+                serde_json::json!({"id": id, "user": user, "name": name, "libraries": libraries,
+                                   "expires_at": expires_at, "token": plaintext}),
+                || {
+                    if libraries.is_empty() {
+                        eprintln!("note: a token with no library reads nothing (fail-closed)");
+                    }
+                    println!("token {id} created for {user}. Copy it now; it is not shown again:\n{plaintext}")
+                },
+            );
         }
         TokenCmd::List { user } => {
-            println!(
-                "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} LIBRARIES",
-                "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED"
-            );
-            for t in tokens::list(pool, user.as_deref()).await? {
+            let list = tokens::list(pool, user.as_deref()).await?;
+            emit(json, list.iter().map(token_json).collect(), || {
                 println!(
-                    "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {}",
-                    t.id,
-                    t.name,
-                    t.username,
-                    t.active,
-                    t.expires_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
-                    t.last_used_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
-                    t.allowed_libraries.0.join(",")
+                    "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} LIBRARIES",
+                    "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED"
                 );
-            }
+                for t in &list {
+                    println!(
+                        "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {}",
+                        t.id,
+                        t.name,
+                        t.username,
+                        t.active,
+                        t.expires_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
+                        t.last_used_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
+                        t.allowed_libraries.0.join(",")
+                    );
+                }
+            });
         }
         TokenCmd::Revoke { id } => {
-            if !tokens::revoke(pool, id).await? {
+            if !revoke_token_as(pool, CLI_ACTOR, id, None).await? {
                 bail!("no active token with id {id}");
             }
-            println!("token {id} revoked");
+            emit(json, serde_json::json!({"id": id, "revoked": true}), || {
+                println!("token {id} revoked")
+            });
         }
     }
     Ok(())
 }
 
-async fn signing_key(pool: &sqlx::PgPool, c: KeyCmd) -> anyhow::Result<()> {
+async fn signing_key(pool: &sqlx::PgPool, c: KeyCmd, json: bool) -> anyhow::Result<()> {
     match c {
         KeyCmd::Create => {
-            let k = keys::create(pool).await?;
-            println!(
-                "kid:    {}\nsecret: {}\n(the secret is shown once)",
-                k.kid, k.secret_hex
-            );
+            let k = service::keys::create(pool, CLI_ACTOR).await?;
+            emit(json, serde_json::json!({"kid": k.kid, "secret": k.secret_hex}), || {
+                println!(
+                    "kid:    {}\nsecret: {}\n(the secret is shown once)",
+                    k.kid, k.secret_hex
+                )
+            });
         }
         KeyCmd::List => {
-            println!("{:<24} {:<27} RETIRED", "KID", "CREATED");
-            for k in keys::list(pool).await? {
-                println!(
-                    "{:<24} {:<27} {}",
-                    k.kid,
-                    k.created_at.to_rfc3339(),
-                    k.retired_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "-".into())
-                );
-            }
+            let list = keys::list(pool).await?;
+            let value = list
+                .iter()
+                .map(|k| serde_json::json!({"kid": k.kid, "created_at": k.created_at, "retired_at": k.retired_at}))
+                .collect();
+            emit(json, value, || {
+                println!("{:<24} {:<27} RETIRED", "KID", "CREATED");
+                for k in &list {
+                    println!(
+                        "{:<24} {:<27} {}",
+                        k.kid,
+                        k.created_at.to_rfc3339(),
+                        k.retired_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "-".into())
+                    );
+                }
+            });
         }
         KeyCmd::Retire { kid } => {
-            if !keys::retire(pool, &kid).await? {
+            if !service::keys::retire(pool, CLI_ACTOR, &kid).await? {
                 bail!("no active key with kid {kid}");
             }
-            println!("key {kid} retired; JWTs signed with it are refused from the next request");
+            emit(json, serde_json::json!({"kid": kid, "retired": true}), || {
+                println!("key {kid} retired; JWTs signed with it are refused from the next request")
+            });
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use rand::RngCore;
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct KeyInfo {
@@ -28,12 +28,12 @@ fn generate() -> NewKey {
     }
 }
 
-pub async fn create(pool: &PgPool) -> Result<NewKey, sqlx::Error> {
+pub async fn create<'e>(ex: impl PgExecutor<'e>) -> Result<NewKey, sqlx::Error> {
     let key = generate();
     sqlx::query("INSERT INTO mcp_signing_keys (kid, secret_hex) VALUES ($1, $2)")
         .bind(&key.kid)
         .bind(&key.secret_hex)
-        .execute(pool)
+        .execute(ex)
         .await?;
     Ok(key)
 }
@@ -89,11 +89,11 @@ pub async fn list(pool: &PgPool) -> Result<Vec<KeyInfo>, sqlx::Error> {
 
 /// Retires a key; every JWT signed with it stops validating. False if unknown
 /// or already retired.
-pub async fn retire(pool: &PgPool, kid: &str) -> Result<bool, sqlx::Error> {
+pub async fn retire<'e>(ex: impl PgExecutor<'e>, kid: &str) -> Result<bool, sqlx::Error> {
     Ok(
         sqlx::query("UPDATE mcp_signing_keys SET retired_at = now() WHERE kid = $1 AND retired_at IS NULL")
             .bind(kid)
-            .execute(pool)
+            .execute(ex)
             .await?
             .rows_affected()
             == 1,

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TokenInfo {
@@ -16,8 +16,8 @@ pub struct TokenInfo {
     pub created_at: DateTime<Utc>,
 }
 
-pub async fn create(
-    pool: &PgPool,
+pub async fn create<'e>(
+    ex: impl PgExecutor<'e>,
     user_id: i64,
     name: &str,
     token_hash: &str,
@@ -33,7 +33,7 @@ pub async fn create(
     .bind(token_hash)
     .bind(Json(libraries))
     .bind(expires_at)
-    .fetch_one(pool)
+    .fetch_one(ex)
     .await
 }
 
@@ -51,13 +51,42 @@ pub async fn list(pool: &PgPool, username: Option<&str>) -> Result<Vec<TokenInfo
 }
 
 /// Deactivates a token; false when unknown or already revoked.
-pub async fn revoke(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
-    Ok(
-        sqlx::query("UPDATE mcp_tokens SET active = FALSE WHERE id = $1 AND active")
-            .bind(id)
-            .execute(pool)
-            .await?
-            .rows_affected()
-            == 1,
+pub async fn revoke<'e>(ex: impl PgExecutor<'e>, id: i64) -> Result<bool, sqlx::Error> {
+    revoke_owned(ex, id, None).await
+}
+
+/// Deactivates a token, only if `owner` (a username) owns it when given;
+/// false when unknown, not theirs, or already revoked.
+pub async fn revoke_owned<'e>(ex: impl PgExecutor<'e>, id: i64, owner: Option<&str>) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE mcp_tokens t SET active = FALSE FROM users u
+          WHERE t.id = $1 AND t.active AND u.id = t.user_id AND ($2::text IS NULL OR u.username = $2)",
     )
+    .bind(id)
+    .bind(owner)
+    .execute(ex)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// One token's listing row.
+pub async fn get(pool: &PgPool, id: i64) -> Result<Option<TokenInfo>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.active, t.expires_at,
+                t.last_used_at, t.created_at
+           FROM mcp_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// The stored hash of a token (the console's "search as" resolves it with the
+/// server's own resolver; the plaintext is never stored).
+pub async fn hash_of(pool: &PgPool, id: i64) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT token_hash FROM mcp_tokens WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
 }

@@ -1,7 +1,7 @@
 //! Users (people and service accounts) and their library memberships.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 
 #[derive(Clone, sqlx::FromRow)]
 pub struct User {
@@ -10,6 +10,8 @@ pub struct User {
     pub password_hash: Option<String>,
     pub is_service: bool,
     pub active: bool,
+    /// May sign in to the admin console's staff pages.
+    pub is_staff: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -22,35 +24,48 @@ impl std::fmt::Debug for User {
             .field("password_hash", &self.password_hash.as_ref().map(|_| "****"))
             .field("is_service", &self.is_service)
             .field("active", &self.active)
+            .field("is_staff", &self.is_staff)
             .field("created_at", &self.created_at)
             .finish()
     }
 }
 
-const USER_COLS: &str = "id, username, password_hash, is_service, active, created_at";
+const USER_COLS: &str = "id, username, password_hash, is_service, active, is_staff, created_at";
 
 /// Creates a user; `Ok(None)` when the name is taken.
-pub async fn create(
-    pool: &PgPool,
+pub async fn create<'e>(
+    ex: impl PgExecutor<'e>,
     username: &str,
     password_hash: Option<&str>,
     is_service: bool,
 ) -> Result<Option<User>, sqlx::Error> {
+    create_with(ex, username, password_hash, is_service, false).await
+}
+
+/// Creates a user, staff or not; `Ok(None)` when the name is taken.
+pub async fn create_with<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    password_hash: Option<&str>,
+    is_service: bool,
+    is_staff: bool,
+) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "INSERT INTO users (username, password_hash, is_service) VALUES ($1, $2, $3)
+        "INSERT INTO users (username, password_hash, is_service, is_staff) VALUES ($1, $2, $3, $4)
          ON CONFLICT (username) DO NOTHING RETURNING {USER_COLS}"
     ))
     .bind(username)
     .bind(password_hash)
     .bind(is_service)
-    .fetch_optional(pool)
+    .bind(is_staff)
+    .fetch_optional(ex)
     .await
 }
 
-pub async fn by_username(pool: &PgPool, username: &str) -> Result<Option<User>, sqlx::Error> {
+pub async fn by_username<'e>(ex: impl PgExecutor<'e>, username: &str) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {USER_COLS} FROM users WHERE username = $1"))
         .bind(username)
-        .fetch_optional(pool)
+        .fetch_optional(ex)
         .await
 }
 
@@ -60,25 +75,46 @@ pub async fn list(pool: &PgPool) -> Result<Vec<User>, sqlx::Error> {
         .await
 }
 
-/// Sets `active`; false when no such user.
-pub async fn set_active(pool: &PgPool, username: &str, active: bool) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query("UPDATE users SET active = $2 WHERE username = $1")
-        .bind(username)
-        .bind(active)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        == 1)
+/// Sets `active`; false when no such user. Disabling also ends the user's
+/// console sessions (their tokens stop through the auth NOTIFY).
+pub async fn set_active<'e>(ex: impl PgExecutor<'e>, username: &str, active: bool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH u AS (UPDATE users SET active = $2 WHERE username = $1 RETURNING id),
+              s AS (DELETE FROM admin_sessions WHERE NOT $2 AND user_id IN (SELECT id FROM u))
+         SELECT EXISTS (SELECT 1 FROM u)",
+    )
+    .bind(username)
+    .bind(active)
+    .fetch_one(ex)
+    .await
 }
 
-pub async fn set_password(pool: &PgPool, username: &str, hash: &str) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query("UPDATE users SET password_hash = $2 WHERE username = $1")
-        .bind(username)
-        .bind(hash)
-        .execute(pool)
-        .await?
-        .rows_affected()
-        == 1)
+/// Sets the password hash and ends the user's console sessions; false when no
+/// such user.
+pub async fn set_password<'e>(ex: impl PgExecutor<'e>, username: &str, hash: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH u AS (UPDATE users SET password_hash = $2 WHERE username = $1 RETURNING id),
+              s AS (DELETE FROM admin_sessions WHERE user_id IN (SELECT id FROM u))
+         SELECT EXISTS (SELECT 1 FROM u)",
+    )
+    .bind(username)
+    .bind(hash)
+    .fetch_one(ex)
+    .await
+}
+
+/// Sets the staff flag; false when no such user or a service account (which
+/// never signs in to the console).
+pub async fn set_staff<'e>(ex: impl PgExecutor<'e>, username: &str, staff: bool) -> Result<bool, sqlx::Error> {
+    Ok(
+        sqlx::query("UPDATE users SET is_staff = $2 WHERE username = $1 AND NOT is_service")
+            .bind(username)
+            .bind(staff)
+            .execute(ex)
+            .await?
+            .rows_affected()
+            == 1,
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -90,6 +126,12 @@ pub enum Role {
 }
 
 impl Role {
+    pub const ALL: [Role; 3] = [Role::Owner, Role::Manager, Role::Reader];
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Owner => "owner",
@@ -108,26 +150,33 @@ pub struct Membership {
 }
 
 /// Grants a role; idempotent. False when no such user.
-pub async fn grant(pool: &PgPool, username: &str, library_uid: &str, role: Role) -> Result<bool, sqlx::Error> {
-    let n = sqlx::query(
-        "INSERT INTO library_memberships (user_id, library_uid, role)
-         SELECT id, $2, $3 FROM users WHERE username = $1
-         ON CONFLICT (user_id, library_uid, role) DO NOTHING",
+pub async fn grant<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    library_uid: &str,
+    role: Role,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH u AS (SELECT id FROM users WHERE username = $1),
+              i AS (INSERT INTO library_memberships (user_id, library_uid, role)
+                    SELECT id, $2, $3 FROM u
+                    ON CONFLICT (user_id, library_uid, role) DO NOTHING)
+         SELECT EXISTS (SELECT 1 FROM u)",
     )
     .bind(username)
     .bind(library_uid)
     .bind(role.as_str())
-    .execute(pool)
-    .await?
-    .rows_affected();
-    if n == 1 {
-        return Ok(true);
-    }
-    Ok(by_username(pool, username).await?.is_some())
+    .fetch_one(ex)
+    .await
 }
 
 /// Revokes a role; false when there was nothing to revoke.
-pub async fn revoke(pool: &PgPool, username: &str, library_uid: &str, role: Role) -> Result<bool, sqlx::Error> {
+pub async fn revoke<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    library_uid: &str,
+    role: Role,
+) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
         "DELETE FROM library_memberships m USING users u
           WHERE m.user_id = u.id AND u.username = $1 AND m.library_uid = $2 AND m.role = $3",
@@ -135,10 +184,37 @@ pub async fn revoke(pool: &PgPool, username: &str, library_uid: &str, role: Role
     .bind(username)
     .bind(library_uid)
     .bind(role.as_str())
-    .execute(pool)
+    .execute(ex)
     .await?
     .rows_affected()
         == 1)
+}
+
+/// Locks the library's membership rows and counts its owners (spec §4.1: a
+/// library keeps at least one owner); call inside the transaction that revokes.
+pub async fn lock_owner_count(tx: &mut sqlx::PgConnection, library_uid: &str) -> Result<i64, sqlx::Error> {
+    // Serialise membership changes of one library (two concurrent revokes of
+    // its last two owners must not both pass the check).
+    sqlx::query("SELECT pg_advisory_xact_lock(7210002, hashtext($1))")
+        .bind(library_uid)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query_scalar("SELECT count(*) FROM library_memberships WHERE library_uid = $1 AND role = 'owner'")
+        .bind(library_uid)
+        .fetch_one(&mut *tx)
+        .await
+}
+
+/// Libraries on which the user is owner or manager: what they may scope into
+/// a token (spec §4.1, the console's library picker).
+pub async fn scopable_libraries(pool: &PgPool, user_id: i64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT library_uid::text FROM library_memberships
+          WHERE user_id = $1 AND role IN ('owner', 'manager') ORDER BY 1",
+    )
+    .bind(user_id)
+    .fetch_all(pool)
+    .await
 }
 
 pub async fn memberships(
@@ -160,8 +236,8 @@ pub async fn memberships(
 
 /// Of `library_uids`, those the user may NOT scope into a token (spec §4.1: only
 /// owner or manager may), in the given order.
-pub async fn unscopable_libraries(
-    pool: &PgPool,
+pub async fn unscopable_libraries<'e>(
+    ex: impl PgExecutor<'e>,
     user_id: i64,
     library_uids: &[String],
 ) -> Result<Vec<String>, sqlx::Error> {
@@ -174,6 +250,6 @@ pub async fn unscopable_libraries(
     )
     .bind(user_id)
     .bind(library_uids)
-    .fetch_all(pool)
+    .fetch_all(ex)
     .await
 }

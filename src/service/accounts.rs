@@ -1,0 +1,134 @@
+//! Users: create, enable/disable, password, staff flag — each write with its
+//! audit event in one transaction. The users trigger announces the change, so
+//! tokens of a disabled user stop on the next request on every replica, and
+//! disabling (or a new password) ends the user's console sessions.
+
+use sqlx::PgPool;
+
+use crate::store::pg::{self, users};
+
+/// Why a user write was refused; `field()` names the form field.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error("username must be 1-150 characters without ':' or whitespace")]
+    BadUsername,
+    #[error("user {0} already exists")]
+    Exists(String),
+    #[error("no such user: {0}")]
+    NoSuchUser(String),
+    #[error("password must be at least 8 characters")]
+    ShortPassword,
+    #[error("a staff user signs in with a password: set one")]
+    StaffWithoutPassword,
+    #[error("a service account cannot be staff")]
+    ServiceStaff,
+    #[error("hashing the password failed")]
+    Hash,
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+}
+
+impl AccountError {
+    pub fn field(&self) -> &'static str {
+        match self {
+            AccountError::BadUsername | AccountError::Exists(_) | AccountError::NoSuchUser(_) => "username",
+            AccountError::ShortPassword | AccountError::StaffWithoutPassword | AccountError::Hash => "password",
+            AccountError::ServiceStaff => "staff",
+            AccountError::Store(_) => "",
+        }
+    }
+}
+
+/// The username rule (`:` would break HTTP Basic).
+pub fn check_username(username: &str) -> Result<(), AccountError> {
+    if username.is_empty()
+        || username.len() > 150
+        || username.contains(':')
+        || username.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(AccountError::BadUsername);
+    }
+    Ok(())
+}
+
+fn hash(password: &str) -> Result<String, AccountError> {
+    if password.chars().count() < 8 {
+        return Err(AccountError::ShortPassword);
+    }
+    crate::auth::basic::hash_password(password).map_err(|_| AccountError::Hash)
+}
+
+/// Creates a user (a person, a service account, or staff).
+pub async fn create(
+    pool: &PgPool,
+    actor: &str,
+    username: &str,
+    password: Option<&str>,
+    service: bool,
+    staff: bool,
+) -> Result<users::User, AccountError> {
+    check_username(username)?;
+    if staff && service {
+        return Err(AccountError::ServiceStaff);
+    }
+    if staff && password.is_none() {
+        return Err(AccountError::StaffWithoutPassword);
+    }
+    let hash = password.map(hash).transpose()?;
+    let mut tx = pool.begin().await?;
+    let user = users::create_with(&mut *tx, username, hash.as_deref(), service, staff)
+        .await?
+        .ok_or_else(|| AccountError::Exists(username.to_owned()))?;
+    pg::audit(
+        &mut tx,
+        actor,
+        "user_created",
+        username,
+        serde_json::json!({"service": service, "staff": staff}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(user)
+}
+
+pub async fn set_active(pool: &PgPool, actor: &str, username: &str, active: bool) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    if !users::set_active(&mut *tx, username, active).await? {
+        return Err(AccountError::NoSuchUser(username.to_owned()));
+    }
+    let action = if active { "user_enabled" } else { "user_disabled" };
+    pg::audit(&mut tx, actor, action, username, serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn set_password(pool: &PgPool, actor: &str, username: &str, password: &str) -> Result<(), AccountError> {
+    let hash = hash(password)?;
+    let mut tx = pool.begin().await?;
+    if !users::set_password(&mut *tx, username, &hash).await? {
+        return Err(AccountError::NoSuchUser(username.to_owned()));
+    }
+    pg::audit(&mut tx, actor, "user_password_set", username, serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn set_staff(pool: &PgPool, actor: &str, username: &str, staff: bool) -> Result<(), AccountError> {
+    let mut tx = pool.begin().await?;
+    if !users::set_staff(&mut *tx, username, staff).await? {
+        return Err(match users::by_username(&mut *tx, username).await? {
+            Some(_) => AccountError::ServiceStaff,
+            None => AccountError::NoSuchUser(username.to_owned()),
+        });
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "user_staff_set",
+        username,
+        serde_json::json!({"staff": staff}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}

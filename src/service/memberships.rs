@@ -1,0 +1,130 @@
+//! Library memberships with the spec's rules (§4.1): an owner may grant any
+//! role, a manager only `reader`, a reader nothing; a library keeps at least
+//! one owner. Staff (console) and the CLI act with full rights; the last-owner
+//! rule holds for everyone.
+
+use sqlx::PgPool;
+
+use crate::store::pg::{self, users, users::Role};
+
+/// Why a membership change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no such user: {0}")]
+    NoSuchUser(String),
+    #[error("{0} has no such role on this library")]
+    NotMember(String),
+    #[error("a library keeps at least one owner: grant another owner first")]
+    LastOwner,
+    #[error("a {granter} may not grant {role}")]
+    NotAllowed { granter: &'static str, role: &'static str },
+    #[error("library uids are 1 to 64 characters")]
+    BadLibrary,
+}
+
+impl Refusal {
+    pub fn field(&self) -> &'static str {
+        match self {
+            Refusal::NoSuchUser(_) | Refusal::NotMember(_) => "username",
+            Refusal::LastOwner | Refusal::NotAllowed { .. } => "role",
+            Refusal::BadLibrary => "library_uid",
+        }
+    }
+}
+
+/// Who may grant what (spec §4.1): the strongest of the granter's roles on the
+/// library decides. `None` = no role there.
+pub fn may_grant(granter: Option<Role>, role: Role) -> Result<(), Refusal> {
+    match (granter, role) {
+        (Some(Role::Owner), _) | (Some(Role::Manager), Role::Reader) => Ok(()),
+        (g, r) => Err(Refusal::NotAllowed {
+            granter: g.map(Role::as_str).unwrap_or("non-member"),
+            role: r.as_str(),
+        }),
+    }
+}
+
+fn check_library(uid: &str) -> Result<(), Refusal> {
+    if uid.is_empty() || uid.chars().count() > 64 {
+        return Err(Refusal::BadLibrary);
+    }
+    Ok(())
+}
+
+/// Grants `role` on `library_uid` to `username` (idempotent), audited.
+pub async fn grant(
+    pool: &PgPool,
+    actor: &str,
+    username: &str,
+    library_uid: &str,
+    role: Role,
+) -> Result<Result<(), Refusal>, sqlx::Error> {
+    if let Err(r) = check_library(library_uid) {
+        return Ok(Err(r));
+    }
+    let mut tx = pool.begin().await?;
+    if !users::grant(&mut *tx, username, library_uid, role).await? {
+        return Ok(Err(Refusal::NoSuchUser(username.to_owned())));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "membership_granted",
+        library_uid,
+        serde_json::json!({"user": username, "role": role.as_str()}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(()))
+}
+
+/// Revokes `role`, refusing to remove a library's last owner; audited.
+pub async fn revoke(
+    pool: &PgPool,
+    actor: &str,
+    username: &str,
+    library_uid: &str,
+    role: Role,
+) -> Result<Result<(), Refusal>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let owners = users::lock_owner_count(&mut tx, library_uid).await?;
+    if !users::revoke(&mut *tx, username, library_uid, role).await? {
+        return Ok(Err(Refusal::NotMember(username.to_owned())));
+    }
+    if role == Role::Owner && owners <= 1 {
+        // Rolled back on drop.
+        return Ok(Err(Refusal::LastOwner));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "membership_revoked",
+        library_uid,
+        serde_json::json!({"user": username, "role": role.as_str()}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_4_1_who_may_grant_what() {
+        let table = [
+            (Some(Role::Owner), Role::Owner, true),
+            (Some(Role::Owner), Role::Manager, true),
+            (Some(Role::Owner), Role::Reader, true),
+            (Some(Role::Manager), Role::Owner, false),
+            (Some(Role::Manager), Role::Manager, false),
+            (Some(Role::Manager), Role::Reader, true),
+            (Some(Role::Reader), Role::Reader, false),
+            (None, Role::Reader, false),
+        ];
+        for (granter, role, ok) in table {
+            assert_eq!(may_grant(granter, role).is_ok(), ok, "{granter:?} grants {role:?}");
+        }
+    }
+}
