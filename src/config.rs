@@ -212,6 +212,20 @@ pub struct Settings {
     /// there when set, not at all otherwise.
     #[arg(long, env = "MNEMOSYNE_OTLP_ENDPOINT", global = true)]
     pub otlp_endpoint: Option<String>,
+
+    /// An admin console session with no request for this many seconds ends.
+    #[arg(long, env = "MNEMOSYNE_ADMIN_SESSION_IDLE_SECS", default_value_t = 1800, global = true)]
+    pub admin_session_idle_secs: u64,
+
+    /// An admin console session ends this many seconds after sign-in, however
+    /// busy.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ADMIN_SESSION_ABSOLUTE_SECS",
+        default_value_t = 12 * 3600,
+        global = true
+    )]
+    pub admin_session_absolute_secs: u64,
 }
 
 /// `scheme://user:****@host/db`: a URL with its password hidden.
@@ -268,6 +282,8 @@ impl fmt::Debug for Settings {
             request_timeout_secs,
             max_connections,
             otlp_endpoint,
+            admin_session_idle_secs,
+            admin_session_absolute_secs,
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
@@ -297,6 +313,8 @@ impl fmt::Debug for Settings {
             .field("request_timeout_secs", request_timeout_secs)
             .field("max_connections", max_connections)
             .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
+            .field("admin_session_idle_secs", admin_session_idle_secs)
+            .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .finish()
     }
 }

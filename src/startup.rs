@@ -263,6 +263,7 @@ pub fn router(state: AppState) -> Router {
     let metrics = state.metrics.clone();
     let rest = crate::api::teams::routes()
         .merge(crate::api::library::routes())
+        .merge(crate::admin::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline));
     Router::new()
         .merge(crate::api::health::routes())

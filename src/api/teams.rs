@@ -35,7 +35,7 @@ fn parse_id(raw: &str, field: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::bad_field(field, format!("{field} must be a UUID")))
 }
 
-fn check_name(name: &str) -> Result<(), ApiError> {
+pub fn check_name(name: &str) -> Result<(), ApiError> {
     let n = name.chars().count();
     if n == 0 || name.trim().is_empty() || n > 200 {
         return Err(ApiError::bad_field("name", "name must be 1 to 200 characters"));
@@ -77,7 +77,7 @@ async fn fenced(state: &AppState, status: StatusCode, body: Option<serde_json::V
 }
 
 /// Signs a team JWT with the newest active key.
-async fn mint(state: &AppState, team: Uuid, jti: Uuid) -> Result<String, ApiError> {
+pub async fn mint(state: &AppState, team: Uuid, jti: Uuid) -> Result<String, ApiError> {
     let key = keys::newest_active(&state.pg).await?.ok_or_else(|| {
         ApiError::Internal("no active signing key; run `mnemosyne migrate` or `signing-key create`".into())
     })?;
@@ -151,7 +151,7 @@ struct WorkspacesBody {
 }
 
 /// Validates and de-duplicates (first occurrence kept) the workspace ids.
-fn clean_workspace_ids(ids: Vec<String>) -> Result<Vec<String>, ApiError> {
+pub fn clean_workspace_ids(ids: Vec<String>) -> Result<Vec<String>, ApiError> {
     if ids.len() > 1000 {
         return Err(ApiError::bad_field("workspace_ids", "at most 1000 workspace ids"));
     }

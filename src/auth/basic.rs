@@ -157,7 +157,8 @@ fn parse_basic(parts: &Parts) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
-fn client_address(parts: &Parts) -> String {
+/// The client's IP address (the accept loop records the peer), for throttles.
+pub fn client_address(parts: &Parts) -> String {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -178,8 +179,9 @@ impl FromRequestParts<AppState> for ServiceAccount {
         let address = client_address(parts);
         let username = caches
             .basic
-            .read_through(caches.usable(), key, || {
-                verify_service_account(state, username, password, address)
+            .read_through(caches.usable(), key, || async {
+                let u = verify_password(state, username, password, address, |u| u.is_service).await?;
+                Ok::<_, ApiError>(Arc::new(u.username))
             })
             .await?;
         Ok(ServiceAccount {
@@ -188,13 +190,18 @@ impl FromRequestParts<AppState> for ServiceAccount {
     }
 }
 
-/// The uncached path: throttles, a verification lane, the user row, argon2.
-async fn verify_service_account(
+/// A password check with the flood protection of HTTP Basic: throttles per
+/// username from an address and per address, a bounded verification lane,
+/// the user row, argon2. `accept` says which kind of active user may pass
+/// (service accounts for Basic; people for the admin console sign-in); any
+/// other answers exactly like a wrong password.
+pub async fn verify_password(
     state: &AppState,
     username: String,
     password: String,
     address: String,
-) -> Result<Arc<String>, ApiError> {
+    accept: fn(&users::User) -> bool,
+) -> Result<users::User, ApiError> {
     let guard = &state.basic;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
@@ -237,9 +244,9 @@ async fn verify_service_account(
     // A right password of a non-service or disabled account answers exactly
     // like a wrong one.
     match user {
-        Some(u) if ok && u.active && u.password_hash.is_some() && u.is_service => {
+        Some(u) if ok && u.active && u.password_hash.is_some() && accept(&u) => {
             guard.known_good.insert(fingerprint, ());
-            Ok(Arc::new(u.username))
+            Ok(u)
         }
         _ => {
             guard.record_failure(throttle_keys);

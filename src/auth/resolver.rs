@@ -240,7 +240,27 @@ impl Authenticator {
     }
 
     async fn resolve_opaque(&self, bearer: &str) -> Result<Principal, AuthError> {
-        let hash = token_hash(bearer);
+        self.resolve_token_hash(token_hash(bearer), true).await
+    }
+
+    /// What an opaque token (by its stored hash) resolves to right now, exactly
+    /// as on `/mcp` — the admin console's "search as". Does not mark it used.
+    pub async fn resolve_stored_token(&self, hash: &str) -> Result<Principal, AuthError> {
+        self.resolve_token_hash(hash.to_owned(), false).await
+    }
+
+    /// What a team's current JWT resolves to right now, exactly as on `/mcp`
+    /// (the admin console's "search as"; no JWT is minted for it).
+    pub async fn resolve_team_now(&self, team_id: Uuid) -> Result<Principal, AuthError> {
+        let jti = pga::team_for_auth(&self.pg, team_id)
+            .await
+            .map_err(pg_down)?
+            .and_then(|t| t.active_jti)
+            .ok_or(AuthFailure::TeamNotFound)?;
+        self.resolve_team(team_id, jti).await
+    }
+
+    async fn resolve_token_hash(&self, hash: String, touch: bool) -> Result<Principal, AuthError> {
         let usable = self.caches.usable();
         let row = self
             .caches
@@ -258,8 +278,10 @@ impl Authenticator {
         if !row.user_active {
             return Err(AuthFailure::UserDisabled.into());
         }
-        if let Ok(mut t) = self.touched.lock() {
-            t.insert(row.id);
+        if touch {
+            if let Ok(mut t) = self.touched.lock() {
+                t.insert(row.id);
+            }
         }
         let subject = format!("token:{}", row.id);
         // A token reads only where its user still holds a membership: revoking

@@ -1,6 +1,7 @@
 //! The Bolt graph (Libraries, Collections, Items, Chunks). Every statement is a
 //! file in `cypher/`; every knowledge read takes a `&Scope`.
 
+pub mod admin;
 pub mod flavor;
 pub mod ingest;
 pub mod knowledge;

@@ -1,5 +1,6 @@
 //! Postgres: pool, migrations and the queries of each resource.
 
+pub mod admin;
 pub mod auth;
 pub mod keys;
 pub mod teams;

@@ -164,3 +164,32 @@ pub async fn replace_workspaces(
     tx.commit().await?;
     Ok(Some(stored))
 }
+
+/// A team with its workspaces, for listings.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct TeamRow {
+    pub id: Uuid,
+    pub name: String,
+    pub active: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// When the active JWT was minted (creation or the last rotation).
+    pub last_rotated_at: Option<DateTime<Utc>>,
+    pub workspace_ids: Vec<String>,
+}
+
+/// Every team, newest first, with its workspaces in assignment order.
+pub async fn list(pool: &PgPool) -> Result<Vec<TeamRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.id, t.name, t.active, t.created_at, t.updated_at,
+                (SELECT max(e.at) FROM audit_events e
+                  WHERE e.target = t.id::text AND e.action IN ('team_created', 'team_rotated')) AS last_rotated_at,
+                COALESCE(array_agg(a.workspace_id ORDER BY a.position, a.id)
+                         FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids
+           FROM teams t LEFT JOIN team_workspace_assignments a ON a.team_id = t.id
+          GROUP BY t.id
+          ORDER BY t.created_at DESC, t.id",
+    )
+    .fetch_all(pool)
+    .await
+}

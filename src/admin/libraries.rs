@@ -1,0 +1,165 @@
+//! Libraries: every library with its workspace and counts, its memberships,
+//! grant and revoke (spec §4.1 rules in `service::memberships`).
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use maud::html;
+
+use super::session::{Session, Staff, StaffForm};
+use super::view::{self, FieldError};
+use super::{actor, fence, AdminError, FormData};
+use crate::service::memberships;
+use crate::startup::AppState;
+use crate::store::pg::users::{self, Role};
+
+/// GET /admin/libraries.
+pub async fn list(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
+    let libs = state.graph.library_overview().await?;
+    let members = users::memberships(&state.pg, None, None).await?;
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for m in &members {
+        *count.entry(m.library_uid.as_str()).or_default() += 1;
+    }
+    let body = html! {
+        div.table { table {
+            thead { tr { th { "Library" } th { "UID" } th { "Workspace" } th { "Collections" } th { "Items" } th { "Chunks" } th { "Members" } } }
+            tbody {
+                @for l in &libs {
+                    tr {
+                        td { a href={ "/admin/library?uid=" (urlencode(&l.uid)) } { @if l.name.is_empty() { "(unnamed)" } @else { (l.name) } } }
+                        td { code { (l.uid) } }
+                        td { @if let Some(w) = &l.workspace_id { code { (w) } } @else { span.muted { "user-managed" } } }
+                        td.num { (l.collection_count) }
+                        td.num { (l.item_count) }
+                        td.num { (l.chunk_count) }
+                        td.num { (count.get(l.uid.as_str()).copied().unwrap_or(0)) }
+                    }
+                }
+                @if libs.is_empty() { tr { td colspan="7" .muted { "No libraries yet: ingest creates them." } } }
+            }
+        } }
+    };
+    Ok(view::page(&s, "/admin/libraries", "Libraries", None, body))
+}
+
+pub fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+async fn detail_page(
+    state: &AppState,
+    s: &Session,
+    uid: &str,
+    form: &FormData,
+    err: &FieldError,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<Response, AdminError> {
+    let lib = state.graph.library_overview().await?.into_iter().find(|l| l.uid == uid);
+    let members = users::memberships(&state.pg, None, Some(uid)).await?;
+    if lib.is_none() && members.is_empty() {
+        return Err(AdminError::NotFound);
+    }
+    let people: Vec<users::User> = users::list(&state.pg).await?;
+    let body = html! {
+        section.card {
+            p { "UID " code { (uid) } }
+            @if let Some(l) = &lib {
+                p { "Workspace: " @if let Some(w) = &l.workspace_id { code { (w) } } @else { "user-managed" }
+                    " · " (l.collection_count) " collections · " (l.item_count) " items · " (l.chunk_count) " chunks" }
+                @if !l.description.is_empty() { p.muted { (l.description) } }
+            } @else {
+                p.error { "Not in the graph (memberships remain)." }
+            }
+        }
+        h2 { "Memberships" }
+        p.muted { "Owners may grant any role, managers may grant reader; a library keeps at least one owner. \
+                   A user can scope a library into their tokens when they are owner or manager." }
+        (view::field_error(err, "role"))
+        div.table { table {
+            thead { tr { th { "User" } th { "Role" } th { "Since" } th {} } }
+            tbody {
+                @for m in &members {
+                    tr {
+                        td { (m.username) }
+                        td { (m.role) }
+                        td { (view::when(Some(m.created_at), "")) }
+                        td { (view::action(s, "/admin/library/revoke", &[("library_uid", uid), ("username", &m.username), ("role", &m.role)], "Revoke", "danger")) }
+                    }
+                }
+                @if members.is_empty() { tr { td colspan="4" .muted { "No members." } } }
+            }
+        } }
+        h2 { "Grant a role" }
+        form.card.row method="post" action="/admin/library/grant" {
+            (view::csrf(s))
+            input type="hidden" name="library_uid" value=(uid);
+            label { "User" select name="username" {
+                @for u in people.iter().filter(|u| u.active && !u.is_service) {
+                    option value=(u.username) selected[form.get("username") == u.username] { (u.username) }
+                }
+            } }
+            label { "Role" select name="role" {
+                @for r in Role::ALL { option value=(r.as_str()) selected[form.get("role") == r.as_str()] { (r.as_str()) } }
+            } }
+            button type="submit" { "Grant" }
+        }
+        (view::field_error(err, "username"))
+    };
+    let title = lib
+        .as_ref()
+        .map(|l| format!("Library {}", if l.name.is_empty() { uid } else { &l.name }))
+        .unwrap_or_else(|| format!("Library {uid}"));
+    Ok((status, view::page(s, "/admin/libraries", &title, notice.as_deref(), body)).into_response())
+}
+
+/// GET /admin/library?uid=….
+pub async fn detail(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let uid = q.get("uid").cloned().unwrap_or_default();
+    detail_page(&state, &s, &uid, &FormData::default(), &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+}
+
+async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Result<Response, AdminError> {
+    let uid = form.get("library_uid").to_owned();
+    let Some(role) = Role::parse(form.get("role")) else {
+        let err = FieldError::new("role", "Role: owner, manager or reader.");
+        return detail_page(&state, &s, &uid, &form, &err, None, StatusCode::BAD_REQUEST).await;
+    };
+    let by = actor(s.username());
+    let username = form.get("username");
+    let outcome = if grant {
+        memberships::grant(&state.pg, &by, username, &uid, role).await?
+    } else {
+        memberships::revoke(&state.pg, &by, username, &uid, role).await?
+    };
+    match outcome {
+        Ok(()) => {
+            let unconfirmed = fence(&state).await;
+            let path = format!("/admin/library?uid={}", urlencode(&uid));
+            Ok(super::see_other(&view::done(&path, if grant { "granted" } else { "revoked" }, &unconfirmed)))
+        }
+        Err(r) => {
+            let err = FieldError::new(r.field(), r.to_string());
+            detail_page(&state, &s, &uid, &form, &err, None, StatusCode::BAD_REQUEST).await
+        }
+    }
+}
+
+/// POST /admin/library/grant.
+pub async fn grant(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+    change(state, s, form, true).await
+}
+
+/// POST /admin/library/revoke.
+pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+    change(state, s, form, false).await
+}

@@ -1,0 +1,233 @@
+//! The admin console (`/admin/…`, DESIGN §4): server-rendered pages for the
+//! operator workflows of spec §9 — tokens with the membership-filtered library
+//! picker, teams, signing keys, users, libraries and memberships, the admin
+//! search (§3.3) and the audit log — plus a self-service page for non-staff
+//! users. No JavaScript: every action is a plain form POST carrying the
+//! session's CSRF token.
+//!
+//! Every write goes through the same store functions (and their audit events
+//! and NOTIFY triggers) as the REST API and the CLI, then waits on the
+//! cross-replica fence, so it applies on the next MCP request everywhere.
+
+mod libraries;
+mod pages;
+mod search;
+pub mod session;
+mod teams;
+mod tokens;
+mod users;
+mod view;
+
+use axum::{
+    extract::{FromRequest, Request},
+    http::{header, HeaderValue, StatusCode},
+    middleware,
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+    Router,
+};
+
+use crate::error::ApiError;
+use crate::startup::AppState;
+
+pub use session::{Person, Staff};
+
+/// Every console route.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/admin", get(|| async { Redirect::to("/admin/") }))
+        .route("/admin/", get(pages::overview))
+        .route("/admin/static/admin.css", get(stylesheet))
+        .route("/admin/login", get(session::login_form).post(session::login))
+        .route("/admin/logout", post(session::logout))
+        .route("/admin/me", get(tokens::me))
+        .route("/admin/me/tokens", post(tokens::me_create))
+        .route("/admin/me/tokens/revoke", post(tokens::me_revoke))
+        .route("/admin/tokens", get(tokens::list).post(tokens::create))
+        .route("/admin/tokens/new", get(tokens::new_form))
+        .route("/admin/tokens/revoke", post(tokens::revoke))
+        .route("/admin/teams", get(teams::list))
+        .route("/admin/teams/{id}", get(teams::detail))
+        .route("/admin/teams/{id}/workspaces", post(teams::workspaces))
+        .route("/admin/teams/{id}/rotate", post(teams::rotate))
+        .route("/admin/teams/{id}/deactivate", post(teams::deactivate))
+        .route("/admin/keys", get(pages::keys).post(pages::key_create))
+        .route("/admin/keys/retire", get(pages::key_retire_confirm).post(pages::key_retire))
+        .route("/admin/users", get(users::list).post(users::create))
+        .route("/admin/users/active", post(users::set_active))
+        .route("/admin/users/staff", post(users::set_staff))
+        .route("/admin/users/password", post(users::set_password))
+        .route("/admin/libraries", get(libraries::list))
+        .route("/admin/library", get(libraries::detail))
+        .route("/admin/library/grant", post(libraries::grant))
+        .route("/admin/library/revoke", post(libraries::revoke))
+        .route("/admin/search", get(search::search))
+        .route("/admin/audit", get(pages::audit))
+        .fallback(|| async { AdminError::NotFound })
+        .layer(middleware::from_fn(security_headers))
+}
+
+async fn stylesheet() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        include_str!("admin.css"),
+    )
+        .into_response()
+}
+
+/// Pages show one-time secrets: never cached, never framed, no scripts at all.
+async fn security_headers(req: Request, next: middleware::Next) -> Response {
+    let is_css = req.uri().path() == "/admin/static/admin.css";
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    if !is_css {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    resp
+}
+
+/// A console failure, answered as an HTML page (never JSON, never a cause).
+#[derive(Debug)]
+pub enum AdminError {
+    /// No live session: to the sign-in page.
+    SignIn,
+    /// Signed in, but not staff.
+    NotStaff,
+    /// A POST without the session's CSRF token.
+    Csrf,
+    NotFound,
+    Api(ApiError),
+}
+
+impl From<ApiError> for AdminError {
+    fn from(e: ApiError) -> Self {
+        AdminError::Api(e)
+    }
+}
+
+impl From<sqlx::Error> for AdminError {
+    fn from(e: sqlx::Error) -> Self {
+        AdminError::Api(e.into())
+    }
+}
+
+impl From<crate::store::graph::GraphError> for AdminError {
+    fn from(e: crate::store::graph::GraphError) -> Self {
+        AdminError::Api(e.into())
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let (status, title, text) = match self {
+            AdminError::SignIn => return Redirect::to("/admin/login").into_response(),
+            AdminError::NotStaff => (
+                StatusCode::FORBIDDEN,
+                "Staff only",
+                "This page is for staff. Your own tokens are on your page.".to_owned(),
+            ),
+            AdminError::Csrf => (
+                StatusCode::FORBIDDEN,
+                "Form refused",
+                "The form did not carry this session's token (it may be from an old page or another \
+                 site). Go back, reload the page and try again."
+                    .to_owned(),
+            ),
+            AdminError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is no such page.".to_owned()),
+            AdminError::Api(e) => {
+                let status = e.status();
+                let text = match &e {
+                    ApiError::Internal(cause) => {
+                        tracing::error!(%cause, "admin console: internal error");
+                        "Something went wrong; the cause is in the server log.".to_owned()
+                    }
+                    ApiError::StoreUnavailable(store) => {
+                        tracing::warn!(store, "admin console: store unavailable");
+                        format!("{store} is unavailable; retry in a moment.")
+                    }
+                    other => other.to_string(),
+                };
+                let title = status.canonical_reason().unwrap_or("Error");
+                return (status, view::bare(title, &text)).into_response();
+            }
+        };
+        (status, view::bare(title, &text)).into_response()
+    }
+}
+
+/// An `application/x-www-form-urlencoded` body as its pairs, in order (a
+/// multi-select sends its field once per choice).
+#[derive(Debug, Default, Clone)]
+pub struct FormData(pub Vec<(String, String)>);
+
+impl FormData {
+    pub fn parse(bytes: &[u8]) -> Self {
+        FormData(form_urlencoded::parse(bytes).into_owned().collect())
+    }
+
+    /// The first value of `name`, or "".
+    pub fn get(&self, name: &str) -> &str {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    }
+
+    /// Every value of `name`, in order.
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.0.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+    }
+
+    pub fn checked(&self, name: &str) -> bool {
+        matches!(self.get(name), "on" | "true" | "1")
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for FormData {
+    type Rejection = AdminError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|_| AdminError::Api(ApiError::PayloadTooLarge))?;
+        Ok(FormData::parse(&bytes))
+    }
+}
+
+/// The audit actor of a console user.
+pub fn actor(username: &str) -> String {
+    format!("admin:{username}")
+}
+
+/// Waits for every replica to drop cached credentials (the REST API's fence);
+/// a notice when some replica did not confirm in time (the change is
+/// committed either way, and silent replicas no longer trust their caches).
+pub async fn fence(state: &AppState) -> Option<String> {
+    match state.auth.caches.fence(&state.pg).await {
+        Ok(()) => None,
+        Err(u) => Some(format!(
+            "The change is committed, but {} replica(s) did not confirm it in time; they no longer use \
+             cached credentials.",
+            u.replicas
+        )),
+    }
+}
+
+/// Redirect after a POST (303: the browser GETs the page), with a notice key.
+pub fn see_other(path: &str) -> Response {
+    Redirect::to(path).into_response()
+}

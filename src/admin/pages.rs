@@ -1,0 +1,163 @@
+//! Overview, signing keys and the audit log.
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    response::Response,
+};
+use maud::html;
+
+use super::session::{Staff, StaffForm};
+use super::view;
+use super::{actor, fence, AdminError};
+use crate::startup::AppState;
+use crate::store::pg::{admin as store, keys};
+
+/// GET /admin/: store health (the `get_health` probe) and counts.
+pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
+    let (pg, graph) = crate::api::health::probe_stores(&state, crate::api::health::PROBE_TIMEOUT).await;
+    let counts = store::counts(&state.pg).await.unwrap_or_default();
+    let libraries = match &graph {
+        Ok(()) => state.graph.all_libraries().await.ok().map(|l| l.len()),
+        Err(_) => None,
+    };
+    let status = match (&pg, &graph) {
+        (Ok(()), Ok(())) => "ok",
+        (Err(_), Err(_)) => "error",
+        _ => "degraded",
+    };
+    let body = html! {
+        section.card {
+            h2 { "Store health: " (view::badge(status == "ok", status, status)) }
+            p { "PostgreSQL: " @match &pg { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
+            p { "Graph (" (state.settings.graph_flavor) "): " @match &graph { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
+        }
+        div.grid {
+            a.stat href="/admin/libraries" { b { (libraries.map(|n| n.to_string()).unwrap_or_else(|| "?".into())) } "libraries" }
+            a.stat href="/admin/teams" { b { (counts.active_teams) } "active teams (" (counts.teams) " in all)" }
+            a.stat href="/admin/tokens" { b { (counts.active_tokens) } "active tokens (" (counts.tokens) " in all)" }
+            a.stat href="/admin/keys" { b { (counts.active_keys) } "active signing keys (" (counts.keys) " in all)" }
+            a.stat href="/admin/users" { b { (counts.users) } "users" }
+        }
+        p.muted { "MCP endpoint: " code { (state.settings.public_url.trim_end_matches('/')) "/mcp/" } }
+    };
+    Ok(view::page(&s, "/admin/", "Overview", None, body))
+}
+
+/// GET /admin/keys: never a secret.
+pub async fn keys(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let list = keys::list(&state.pg).await?;
+    let body = html! {
+        p.muted { "Keys sign team JWTs (the newest active one) and Daedalus' per-turn JWTs (any active one, by kid)." }
+        div.table { table {
+            thead { tr { th { "kid" } th { "Created" } th { "Retired" } th {} } }
+            tbody {
+                @for k in &list {
+                    tr {
+                        td { code { (k.kid) } }
+                        td { (view::when(Some(k.created_at), "")) }
+                        td { (view::when(k.retired_at, "—")) }
+                        td { @if k.retired_at.is_none() {
+                            a href={ "/admin/keys/retire?kid=" (super::libraries::urlencode(&k.kid)) } { "Retire…" }
+                        } }
+                    }
+                }
+            }
+        } }
+        h2 { "New key" }
+        p { "The secret (64 hex characters) is shown once; Daedalus configures the kid and the secret." }
+        (view::action(&s, "/admin/keys", &[], "Create a signing key", ""))
+    };
+    Ok(view::page(&s, "/admin/keys", "Signing keys", view::notice_of(&q).as_deref(), body))
+}
+
+/// POST /admin/keys: the secret is on this response only.
+pub async fn key_create(State(state): State<AppState>, StaffForm(s, _): StaffForm) -> Result<Response, AdminError> {
+    let k = crate::service::keys::create(&state.pg, &actor(s.username())).await?;
+    let unconfirmed = fence(&state).await;
+    let body = html! {
+        p { "kid: " code { (k.kid) } }
+        (view::secret("The secret", &k.secret_hex))
+        p { a href="/admin/keys" { "Done" } }
+    };
+    Ok(view::page(&s, "/admin/keys", "Signing key created", unconfirmed.as_deref(), body))
+}
+
+/// GET /admin/keys/retire?kid=…: the confirmation.
+pub async fn key_retire_confirm(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let kid = q.get("kid").cloned().unwrap_or_default();
+    let list = keys::list(&state.pg).await?;
+    if !list.iter().any(|k| k.kid == kid && k.retired_at.is_none()) {
+        return Err(AdminError::NotFound);
+    }
+    let last = list.iter().filter(|k| k.retired_at.is_none()).count() == 1;
+    let body = html! {
+        section.card {
+            p { b { "Every JWT signed with " code { (kid) } " stops working" } " from the next request on, on every replica: \
+                 team JWTs it signed (their teams need a rotation to get a new one) and Daedalus' per-turn JWTs \
+                 signed with it. This cannot be undone." }
+            @if last {
+                p.error { "This is the last active key: team JWTs cannot be minted or rotated until a new key is created." }
+            }
+            (view::action(&s, "/admin/keys/retire", &[("kid", &kid)], "Retire the key", "danger"))
+            " " a href="/admin/keys" { "Cancel" }
+        }
+    };
+    Ok(view::page(&s, "/admin/keys", "Retire a signing key?", None, body))
+}
+
+/// POST /admin/keys/retire.
+pub async fn key_retire(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+    if !crate::service::keys::retire(&state.pg, &actor(s.username()), form.get("kid")).await? {
+        return Err(AdminError::NotFound);
+    }
+    let unconfirmed = fence(&state).await;
+    Ok(super::see_other(&view::done("/admin/keys", "key-retired", &unconfirmed)))
+}
+
+/// GET /admin/audit?action=…&actor=…: newest first.
+pub async fn audit(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let action = q.get("action").map(String::as_str).filter(|a| !a.is_empty());
+    let by = q.get("actor").map(|a| a.trim()).filter(|a| !a.is_empty());
+    let events = store::audit_events(&state.pg, action, by, 500).await?;
+    let actions = store::audit_actions(&state.pg).await?;
+    let body = html! {
+        form.card.row method="get" action="/admin/audit" {
+            label { "Action" select name="action" {
+                option value="" { "any" }
+                @for a in &actions { option value=(a) selected[action == Some(a.as_str())] { (a) } }
+            } }
+            label { "Actor" input type="text" name="actor" value=(by.unwrap_or("")) placeholder="e.g. admin:alice, cli, daedalus-service"; }
+            button type="submit" { "Filter" }
+        }
+        div.table { table {
+            thead { tr { th { "When" } th { "Actor" } th { "Action" } th { "Target" } th { "Detail" } } }
+            tbody {
+                @for e in &events {
+                    tr {
+                        td { (view::when(Some(e.at), "")) }
+                        td { (e.actor) }
+                        td { (e.action) }
+                        td { code { (e.target.as_deref().unwrap_or("")) } }
+                        td { code { (e.detail.to_string()) } }
+                    }
+                }
+                @if events.is_empty() { tr { td colspan="5" .muted { "No events." } } }
+            }
+        } }
+    };
+    Ok(view::page(&s, "/admin/audit", "Audit", None, body))
+}

@@ -1,0 +1,155 @@
+//! The admin search (spec §3.3): one box, an optional library filter, results
+//! with their evidence across every library — and "search as": the resolved
+//! libraries and results of a team or token, resolved by the server's own
+//! `Authenticator` exactly as on `/mcp`.
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    response::Response,
+};
+use maud::html;
+
+use super::session::Staff;
+use super::view;
+use super::AdminError;
+use crate::auth::{AuthError, Scope};
+use crate::startup::AppState;
+use crate::store::pg::{teams, tokens};
+
+/// Results per search.
+const LIMIT: usize = 50;
+
+/// Whose view a search takes: every library (admin), or a principal's.
+enum As {
+    Everything,
+    Principal { label: String, outcome: Result<Scope, String> },
+}
+
+async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
+    if raw.is_empty() {
+        return Ok(As::Everything);
+    }
+    let refused = |e: AuthError| match e {
+        AuthError::Refused(f) => Ok(format!("refused on /mcp: {} ({})", f.message(), f.reason())),
+        AuthError::Unavailable(store) => Err(AdminError::Api(crate::error::ApiError::StoreUnavailable(store))),
+        other => Ok(format!("refused: {other:?}")),
+    };
+    if let Some(id) = raw.strip_prefix("team:") {
+        let id = uuid::Uuid::parse_str(id).map_err(|_| AdminError::NotFound)?;
+        let label = format!("team {id}");
+        let outcome = match state.auth.resolve_team_now(id).await {
+            Ok(p) => Ok(p.libraries),
+            Err(e) => Err(refused(e)?),
+        };
+        return Ok(As::Principal { label, outcome });
+    }
+    if let Some(id) = raw.strip_prefix("token:") {
+        let id: i64 = id.parse().map_err(|_| AdminError::NotFound)?;
+        let hash = tokens::hash_of(&state.pg, id).await?.ok_or(AdminError::NotFound)?;
+        let label = format!("token {id}");
+        let outcome = match state.auth.resolve_stored_token(&hash).await {
+            Ok(p) => Ok(p.libraries),
+            Err(e) => Err(refused(e)?),
+        };
+        return Ok(As::Principal { label, outcome });
+    }
+    Err(AdminError::NotFound)
+}
+
+/// GET /admin/search?q=…&library=…&as=….
+pub async fn search(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let text = q.get("q").map(|t| t.trim()).unwrap_or("");
+    let library = q.get("library").map(String::as_str).unwrap_or("");
+    let as_raw = q.get("as").map(String::as_str).unwrap_or("");
+    let libs = state.graph.all_libraries().await?;
+    let team_list = teams::list(&state.pg).await?;
+    let token_list = tokens::list(&state.pg, None).await?;
+    let who = resolve_as(&state, as_raw).await?;
+    // Spec §3.3: an admin search's resolved libraries are every library uid.
+    let scope = match &who {
+        As::Everything => Some(state.graph.every_library_scope().await?),
+        As::Principal { outcome: Ok(scope), .. } => Some(scope.clone()),
+        As::Principal { outcome: Err(_), .. } => None,
+    };
+    let scope = scope.map(|sc| if library.is_empty() { sc } else { sc.narrow(&[library.to_owned()]) });
+    let too_long = text.chars().count() > 1000;
+    let hits = match (&scope, text.is_empty() || too_long) {
+        (Some(sc), false) => Some(state.graph.search(sc, text, LIMIT, None).await?),
+        _ => None,
+    };
+    let body = html! {
+        form.card.stack method="get" action="/admin/search" {
+            label { "Search" input type="search" name="q" value=(text) maxlength="1000" placeholder="words to find"; }
+            @if too_long { p.error { "The query is at most 1000 characters." } }
+            div.row {
+                label { "Library"
+                    select name="library" {
+                        option value="" { "every library" }
+                        @for l in &libs { option value=(l.uid) selected[library == l.uid] { (l.name) " — " (l.uid) } }
+                    }
+                }
+                label { "Search as"
+                    select name="as" {
+                        option value="" { "admin (every library)" }
+                        @for t in &team_list {
+                            @let v = format!("team:{}", t.id);
+                            option value=(v) selected[as_raw == v] { "team " (t.name) @if !t.active { " (deactivated)" } }
+                        }
+                        @for t in &token_list {
+                            @let v = format!("token:{}", t.id);
+                            option value=(v) selected[as_raw == v] { "token " (t.id) " " (t.name) " (" (t.username) ")" @if !t.active { " (revoked)" } }
+                        }
+                    }
+                }
+            }
+            button type="submit" { "Search" }
+        }
+        @if let As::Principal { label, outcome } = &who {
+            section.card {
+                h2 { "As " (label) }
+                @match outcome {
+                    Ok(sc) => {
+                        p { "resolved_libraries (" (sc.len()) "): "
+                            @if sc.is_empty() { span.muted { "none — it sees nothing (fail-closed)" } }
+                            @for l in sc.uids() { code { (l) } " " } }
+                    }
+                    Err(why) => { p.error { (why) } }
+                }
+            }
+        }
+        @if let Some(hits) = &hits {
+            h2 { (hits.len()) " result(s)" }
+            div.table { table {
+                thead { tr { th { "Score" } th { "Library" } th { "Collection" } th { "Item" } th { "Chunk" } th { "Text" } } }
+                tbody {
+                    @for h in hits {
+                        tr {
+                            td.num { (format!("{:.3}", h.score)) }
+                            td { code { (h.library_uid) } }
+                            td { code { (h.collection_uid) } }
+                            td { (h.item_title) br; code { (h.item_uid) } }
+                            td { code { (h.chunk_uid) } " #" (h.ordinal) }
+                            td { (excerpt(&h.text)) }
+                        }
+                    }
+                    @if hits.is_empty() { tr { td colspan="6" .muted { "Nothing found." } } }
+                }
+            } }
+        }
+    };
+    Ok(view::page(&s, "/admin/search", "Search", None, body))
+}
+
+fn excerpt(text: &str) -> String {
+    let mut out: String = text.chars().take(300).collect();
+    if text.chars().count() > 300 {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,285 @@
+//! Sign-in, sessions and CSRF.
+//!
+//! A session is an opaque random id in a cookie (`HttpOnly`, `SameSite=Strict`,
+//! `Path=/admin`, `Secure` when the public URL is https); Postgres stores only
+//! its SHA-256 with the user, a synchronizer CSRF token and the two clocks
+//! (idle and absolute expiry). Looking it up checks the user is still active
+//! and not a service account, so sign-out, disabling a user or a new password
+//! end it on every replica at once. Sign-in failures go through the same
+//! throttles and argon2 lanes as HTTP Basic.
+
+use axum::{
+    extract::{FromRequest, FromRequestParts, Request, State},
+    http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode},
+    response::{IntoResponse, Redirect, Response},
+};
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+use super::{view, AdminError, FormData};
+use crate::auth::basic::{client_address, verify_password};
+use crate::error::ApiError;
+use crate::startup::AppState;
+use crate::store::pg::admin::{self as store, SessionUser};
+
+/// The session cookie.
+pub const COOKIE: &str = "mnemosyne_admin";
+/// The sign-in form's double-submit CSRF cookie (there is no session yet).
+pub const LOGIN_COOKIE: &str = "mnemosyne_admin_login";
+
+fn random_token() -> String {
+    let mut b = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+fn hash_id(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
+}
+
+/// Equal in time independent of where they differ.
+pub fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A cookie's value from the request's `Cookie` headers.
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn secure(state: &AppState) -> bool {
+    state.settings.public_url.to_ascii_lowercase().starts_with("https://")
+}
+
+/// `Set-Cookie` for the console: `max_age` None = until the browser closes
+/// (the server enforces the expiries), Some(0) = delete.
+fn set_cookie(state: &AppState, name: &str, value: &str, max_age: Option<u64>) -> HeaderValue {
+    let mut c = format!("{name}={value}; Path=/admin; HttpOnly; SameSite=Strict");
+    if let Some(s) = max_age {
+        c.push_str(&format!("; Max-Age={s}"));
+    }
+    if secure(state) {
+        c.push_str("; Secure");
+    }
+    HeaderValue::from_str(&c).expect("cookie values are base64url")
+}
+
+/// A live console session.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub user: SessionUser,
+    id_hash: String,
+}
+
+impl Session {
+    pub fn csrf(&self) -> &str {
+        &self.user.csrf_token
+    }
+
+    pub fn username(&self) -> &str {
+        &self.user.username
+    }
+}
+
+async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session>, ApiError> {
+    let Some(id) = cookie(headers, COOKIE) else { return Ok(None) };
+    if id.is_empty() || id.len() > 100 {
+        return Ok(None);
+    }
+    let id_hash = hash_id(id);
+    let s = &state.settings;
+    let user = store::touch_session(
+        &state.pg,
+        &id_hash,
+        s.admin_session_idle_secs.max(1) as i64,
+        s.admin_session_absolute_secs.max(1) as i64,
+    )
+    .await?;
+    Ok(user.map(|user| Session { user, id_hash }))
+}
+
+/// A signed-in staff user (any page but sign-in and the self-service page).
+pub struct Staff(pub Session);
+
+/// Any signed-in user (the self-service page).
+pub struct Person(pub Session);
+
+impl FromRequestParts<AppState> for Person {
+    type Rejection = AdminError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        current(&parts.headers, state)
+            .await?
+            .map(Person)
+            .ok_or(AdminError::SignIn)
+    }
+}
+
+impl FromRequestParts<AppState> for Staff {
+    type Rejection = AdminError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let Person(s) = Person::from_request_parts(parts, state).await?;
+        if !s.user.is_staff {
+            return Err(AdminError::NotStaff);
+        }
+        Ok(Staff(s))
+    }
+}
+
+/// A POSTed form of a signed-in user whose `csrf` field matches the session.
+pub struct PersonForm(pub Session, pub FormData);
+
+/// A POSTed form of a staff user whose `csrf` field matches the session.
+pub struct StaffForm(pub Session, pub FormData);
+
+impl FromRequest<AppState> for PersonForm {
+    type Rejection = AdminError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let Person(s) = Person::from_request_parts(&mut parts, state).await?;
+        let form = FormData::from_request(Request::from_parts(parts, body), state).await?;
+        if !same(form.get("csrf"), s.csrf()) {
+            tracing::info!(user = %s.username(), "admin console: form without the session's CSRF token");
+            return Err(AdminError::Csrf);
+        }
+        Ok(PersonForm(s, form))
+    }
+}
+
+impl FromRequest<AppState> for StaffForm {
+    type Rejection = AdminError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let PersonForm(s, form) = PersonForm::from_request(req, state).await?;
+        if !s.user.is_staff {
+            return Err(AdminError::NotStaff);
+        }
+        Ok(StaffForm(s, form))
+    }
+}
+
+fn home(s: &SessionUser) -> &'static str {
+    if s.is_staff {
+        "/admin/"
+    } else {
+        "/admin/me"
+    }
+}
+
+/// GET /admin/login: the form (or home when already signed in).
+pub async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, AdminError> {
+    if let Some(s) = current(&headers, &state).await? {
+        return Ok(Redirect::to(home(&s.user)).into_response());
+    }
+    Ok(login_page(&state, StatusCode::OK, "", None))
+}
+
+fn login_page(state: &AppState, status: StatusCode, username: &str, error: Option<&str>) -> Response {
+    let token = random_token();
+    let mut resp = (status, view::login(username, &token, error)).into_response();
+    resp.headers_mut()
+        .append(header::SET_COOKIE, set_cookie(state, LOGIN_COOKIE, &token, Some(3600)));
+    resp
+}
+
+/// POST /admin/login.
+pub async fn login(State(state): State<AppState>, req: Request) -> Result<Response, AdminError> {
+    let (parts, body) = req.into_parts();
+    let address = client_address(&parts);
+    let headers = parts.headers.clone();
+    let form = FormData::from_request(Request::from_parts(parts, body), &state).await?;
+    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    if expected.is_empty() || !same(form.get("csrf"), expected) {
+        return Err(AdminError::Csrf);
+    }
+    let username = form.get("username").trim().to_owned();
+    let password = form.get("password").to_owned();
+    if username.is_empty() || username.len() > 150 || password.is_empty() {
+        return Ok(login_page(
+            &state,
+            StatusCode::BAD_REQUEST,
+            &username,
+            Some("Enter your username and password."),
+        ));
+    }
+    // People only: a service account's right password answers like a wrong one.
+    match verify_password(&state, username.clone(), password, address, |u| !u.is_service).await {
+        Ok(user) => {
+            let id = random_token();
+            let csrf = random_token();
+            store::create_session(
+                &state.pg,
+                &hash_id(&id),
+                user.id,
+                &csrf,
+                state.settings.admin_session_absolute_secs.max(1) as i64,
+            )
+            .await?;
+            tracing::info!(user = %user.username, staff = user.is_staff, "admin console: signed in");
+            let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
+            let h = resp.headers_mut();
+            h.append(header::SET_COOKIE, set_cookie(&state, COOKIE, &id, None));
+            h.append(header::SET_COOKIE, set_cookie(&state, LOGIN_COOKIE, "", Some(0)));
+            Ok(resp)
+        }
+        Err(ApiError::BasicUnauthorized) => {
+            tracing::info!("admin console: sign-in refused");
+            Ok(login_page(
+                &state,
+                StatusCode::UNAUTHORIZED,
+                &username,
+                Some("Wrong username or password."),
+            ))
+        }
+        Err(ApiError::RateLimited { retry_after_secs, .. }) => {
+            let msg = format!("Too many failed sign-ins. Try again in {retry_after_secs} s.");
+            let mut resp = login_page(&state, StatusCode::TOO_MANY_REQUESTS, &username, Some(&msg));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            Ok(resp)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// POST /admin/logout: ends the session everywhere.
+pub async fn logout(State(state): State<AppState>, PersonForm(s, _): PersonForm) -> Result<Response, AdminError> {
+    store::delete_session(&state.pg, &s.id_hash).await?;
+    tracing::info!(user = %s.username(), "admin console: signed out");
+    let mut resp = Redirect::to("/admin/login").into_response();
+    resp.headers_mut()
+        .append(header::SET_COOKIE, set_cookie(&state, COOKIE, "", Some(0)));
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; mnemosyne_admin=xyz; b=2"));
+        assert_eq!(cookie(&h, COOKIE), Some("xyz"));
+        assert_eq!(cookie(&h, LOGIN_COOKIE), None);
+    }
+
+    #[test]
+    fn same_compares_whole_values() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd"));
+        assert!(!same("abc", "ab"));
+        assert!(!same("", "a"));
+    }
+}

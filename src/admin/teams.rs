@@ -1,0 +1,204 @@
+//! Teams (spec §7, §9): list, detail, workspaces, rotate (the JWT shown once
+//! with its `fastagent.secrets.yaml` snippet), deactivate — through the REST
+//! API's own store functions, JWT minting and cross-replica fence.
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use maud::html;
+use uuid::Uuid;
+
+use super::session::{Session, Staff, StaffForm};
+use super::view::{self, FieldError};
+use super::{actor, fence, AdminError};
+use crate::api::teams::{clean_workspace_ids, mint};
+use crate::error::ApiError;
+use crate::startup::AppState;
+use crate::store::pg::teams;
+
+fn parse_id(raw: &str) -> Result<Uuid, AdminError> {
+    Uuid::parse_str(raw).map_err(|_| AdminError::NotFound)
+}
+
+/// GET /admin/teams.
+pub async fn list(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let list = teams::list(&state.pg).await?;
+    let body = html! {
+        p.muted { "Teams are registered by Daedalus (spec §7). Each team's JWT resolves to the libraries of its workspaces." }
+        div.table { table {
+            thead { tr { th { "Name" } th { "ID" } th { "Active" } th { "Workspaces" } th { "Last rotation" } } }
+            tbody {
+                @for t in &list {
+                    tr {
+                        td { a href={ "/admin/teams/" (t.id) } { (t.name) } }
+                        td { code { (t.id) } }
+                        td { (view::badge(t.active, "active", "deactivated")) }
+                        td { @for w in &t.workspace_ids { code { (w) } " " } }
+                        td { (view::when(t.last_rotated_at, "—")) }
+                    }
+                }
+                @if list.is_empty() { tr { td colspan="5" .muted { "No teams yet." } } }
+            }
+        } }
+    };
+    Ok(view::page(&s, "/admin/teams", "Teams", view::notice_of(&q).as_deref(), body))
+}
+
+async fn detail_page(
+    state: &AppState,
+    s: &Session,
+    id: Uuid,
+    workspaces_text: Option<&str>,
+    err: &FieldError,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<Response, AdminError> {
+    let Some((t, ws)) = teams::get(&state.pg, id).await? else {
+        return Err(AdminError::NotFound);
+    };
+    let text = workspaces_text.map(str::to_owned).unwrap_or_else(|| ws.join("\n"));
+    let base = format!("/admin/teams/{id}");
+    let body = html! {
+        section.card {
+            p { "ID " code { (t.id) } }
+            p { (view::badge(t.active, "active", "deactivated")) " · created " (view::when(Some(t.created_at), ""))
+                " · updated " (view::when(Some(t.updated_at), "")) }
+            p { "Active jti (diagnostics, not a credential): " code { (t.active_jti.map(|j| j.to_string()).unwrap_or_default()) } }
+        }
+        h2 { "Workspaces" }
+        form.card.stack method="post" action={ (base) "/workspaces" } {
+            (view::csrf(s))
+            (err.general())
+            label { "Workspace ids, one per line (replaces the whole set)"
+                textarea name="workspace_ids" { (text) }
+            }
+            (view::field_error(err, "workspace_ids"))
+            button type="submit" { "Save workspaces" }
+        }
+        @if t.active {
+            h2 { "Rotate" }
+            p { "A new JWT replaces the current one, which is refused from the next request on. The new one is shown once." }
+            (view::action(s, &format!("{base}/rotate"), &[], "Rotate the team JWT", ""))
+            h2 { "Deactivate" }
+            p { "The team's JWT is refused from the next request on (spec §7.2). To serve it again, register it under a new id." }
+            (view::action(s, &format!("{base}/deactivate"), &[], "Deactivate the team", "danger"))
+        }
+    };
+    Ok((status, view::page(s, "/admin/teams", &format!("Team {}", t.name), notice.as_deref(), body)).into_response())
+}
+
+/// GET /admin/teams/{id}.
+pub async fn detail(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&id)?;
+    detail_page(&state, &s, id, None, &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+}
+
+/// POST /admin/teams/{id}/workspaces: replace the set (spec §7.3).
+pub async fn workspaces(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&id)?;
+    let raw = form.get("workspace_ids");
+    let ids: Vec<String> = raw
+        .split(['\n', ','])
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let ids = match clean_workspace_ids(ids) {
+        Ok(ids) => ids,
+        Err(ApiError::BadRequest { message, .. }) => {
+            let err = FieldError::new("workspace_ids", message);
+            return detail_page(&state, &s, id, Some(raw), &err, None, StatusCode::BAD_REQUEST).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if teams::replace_workspaces(&state.pg, &actor(s.username()), id, &ids)
+        .await?
+        .is_none()
+    {
+        return Err(AdminError::NotFound);
+    }
+    let unconfirmed = fence(&state).await;
+    Ok(super::see_other(&view::done(
+        &format!("/admin/teams/{id}"),
+        "team-workspaces",
+        &unconfirmed,
+    )))
+}
+
+/// POST /admin/teams/{id}/rotate: the new JWT is on this response only.
+pub async fn rotate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, _): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&id)?;
+    let jti = Uuid::new_v4();
+    let token = mint(&state, id, jti).await?;
+    match teams::rotate(&state.pg, &actor(s.username()), id, jti).await? {
+        teams::Rotated::Ok => {}
+        teams::Rotated::NotFound => return Err(AdminError::NotFound),
+        teams::Rotated::Inactive => {
+            return Err(ApiError::Conflict(
+                "The team is deactivated; register it under a new id to get a new JWT.".into(),
+            )
+            .into())
+        }
+    }
+    tracing::info!(team = %id, by = %s.username(), "admin console: team rotated");
+    let unconfirmed = fence(&state).await;
+    let url = format!("{}/mcp/", state.settings.public_url.trim_end_matches('/'));
+    let yaml = format!(
+        "mcp:\n  servers:\n    mnemosyne:\n      transport: http\n      url: {url}\n      headers:\n        \
+         Authorization: Bearer {token}\n"
+    );
+    let body = html! {
+        p { "The previous JWT is refused from the next request on." }
+        (view::secret("The team JWT", &token))
+        h2 { "fastagent.secrets.yaml" }
+        p.muted { "On the Pallas deployment (spec §9.1, §9.4); in fastagent.config.yaml keep " code { "auth: {oauth: false}" } " for this server." }
+        pre.copy { code { (yaml) } }
+        p { a href={ "/admin/teams/" (id) } { "Done" } }
+    };
+    Ok(view::page(
+        &s,
+        "/admin/teams",
+        "Team JWT rotated",
+        unconfirmed.as_deref(),
+        body,
+    ))
+}
+
+/// POST /admin/teams/{id}/deactivate (spec §7.2's soft delete).
+pub async fn deactivate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, _): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&id)?;
+    if !teams::deactivate(&state.pg, &actor(s.username()), id).await? {
+        return Err(AdminError::NotFound);
+    }
+    let unconfirmed = fence(&state).await;
+    Ok(super::see_other(&view::done(
+        &format!("/admin/teams/{id}"),
+        "team-deactivated",
+        &unconfirmed,
+    )))
+}

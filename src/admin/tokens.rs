@@ -1,0 +1,335 @@
+//! Opaque MCP tokens (spec §9.6): the staff pages (every user's tokens, add with
+//! the membership-filtered library picker, revoke) and the self-service page.
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use maud::{html, Markup};
+
+use super::session::{Person, PersonForm, Session, Staff, StaffForm};
+use super::view::{self, FieldError};
+use super::{actor, fence, AdminError};
+use crate::cli::{create_token_as, revoke_token_as, MintError};
+use crate::startup::AppState;
+use crate::store::pg::{tokens, users};
+
+/// The picker's choices for `user_id`: libraries where the user is owner or
+/// manager (spec §4.1), with their names when the graph has them.
+async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>, AdminError> {
+    let uids = users::scopable_libraries(&state.pg, user_id).await?;
+    let names: HashMap<String, String> = state
+        .graph
+        .all_libraries()
+        .await?
+        .into_iter()
+        .map(|l| (l.uid, l.name))
+        .collect();
+    Ok(uids
+        .into_iter()
+        .map(|u| {
+            let name = names.get(&u).cloned().unwrap_or_else(|| "(not in the graph yet)".into());
+            (u, name)
+        })
+        .collect())
+}
+
+/// `2027-01-31`, `2027-01-31T12:00` (a `datetime-local` field) or RFC 3339,
+/// read as UTC; empty = no expiry.
+pub fn parse_expiry(raw: &str) -> Result<Option<DateTime<Utc>>, FieldError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(raw, f) {
+            return Ok(Some(t.and_utc()));
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
+    }
+    Err(FieldError::new(
+        "expires_at",
+        "Expiry: a date (2027-01-31), a date and time in UTC (2027-01-31T12:00) or RFC 3339.",
+    ))
+}
+
+fn token_table(s: &Session, list: &[tokens::TokenInfo], revoke_path: &str, show_user: bool) -> Markup {
+    html! {
+        div.table { table {
+            thead { tr {
+                th { "ID" } @if show_user { th { "User" } } th { "Name" } th { "Libraries" }
+                th { "Last used" } th { "Expires" } th { "Active" } th {}
+            } }
+            tbody {
+                @for t in list {
+                    @let live = t.active && t.expires_at.is_none_or(|e| e > Utc::now());
+                    tr {
+                        td.num { (t.id) }
+                        @if show_user { td { (t.username) } }
+                        td { (t.name) }
+                        td {
+                            @if t.allowed_libraries.0.is_empty() { span.muted { "none (reads nothing)" } }
+                            @for l in &t.allowed_libraries.0 { code { (l) } " " }
+                        }
+                        td { (view::when(t.last_used_at, "never")) }
+                        td { (view::when(t.expires_at, "never")) }
+                        td { (view::badge(live, "active", if t.active { "expired" } else { "revoked" })) }
+                        td { @if t.active {
+                            (view::action(s, revoke_path, &[("id", &t.id.to_string())], "Revoke", "danger"))
+                        } }
+                    }
+                }
+                @if list.is_empty() { tr { td colspan="8" .muted { "No tokens." } } }
+            }
+        } }
+    }
+}
+
+/// GET /admin/tokens.
+pub async fn list(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let list = tokens::list(&state.pg, None).await?;
+    let body = html! {
+        p { a href="/admin/tokens/new" { "Add a token" } }
+        (token_table(&s, &list, "/admin/tokens/revoke", true))
+    };
+    Ok(view::page(&s, "/admin/tokens", "MCP tokens", view::notice_of(&q).as_deref(), body))
+}
+
+/// The add form, step 2: the user is chosen; the picker offers only what they
+/// own or manage.
+fn mint_form(
+    s: &Session,
+    action: &str,
+    user: Option<&str>,
+    choices: &[(String, String)],
+    form: &super::FormData,
+    err: &FieldError,
+) -> Markup {
+    let picked = form.all("library");
+    html! {
+        form.card.stack method="post" action=(action) {
+            (view::csrf(s))
+            (err.general())
+            @if let Some(u) = user {
+                input type="hidden" name="user" value=(u);
+                p { "User: " b { (u) } }
+            }
+            (view::field_error(err, "user"))
+            label { "Name (what the token is for)"
+                input type="text" name="name" value=(form.get("name")) maxlength="200" placeholder="Claude Desktop on my laptop";
+            }
+            (view::field_error(err, "name"))
+            fieldset {
+                legend { "Libraries it may read" }
+                @if choices.is_empty() {
+                    p.muted { "No library can be offered: the user is not owner or manager of any. \
+                               A token without libraries reads nothing." }
+                }
+                @for (uid, name) in choices {
+                    label.check {
+                        input type="checkbox" name="library" value=(uid) checked[picked.contains(uid)];
+                        span { (name) " " code { (uid) } }
+                    }
+                }
+            }
+            (view::field_error(err, "libraries"))
+            label { "Expires (optional, UTC)"
+                input type="datetime-local" name="expires_at" value=(form.get("expires_at"));
+            }
+            (view::field_error(err, "expires_at"))
+            button type="submit" { "Create token" }
+        }
+    }
+}
+
+/// GET /admin/tokens/new[?user=…]: pick a user, then the libraries.
+pub async fn new_form(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let chosen = q.get("user").map(String::as_str).unwrap_or("");
+    if chosen.is_empty() {
+        let people: Vec<users::User> = users::list(&state.pg).await?.into_iter().filter(|u| u.active).collect();
+        let body = html! {
+            form.card.row method="get" action="/admin/tokens/new" {
+                label { "User"
+                    select name="user" required {
+                        @for u in &people {
+                            option value=(u.username) { (u.username) @if u.is_service { " (service account)" } }
+                        }
+                    }
+                }
+                button type="submit" { "Next: choose libraries" }
+            }
+        };
+        return Ok(view::page(&s, "/admin/tokens", "Add a token: user", None, body));
+    }
+    let Some(user) = users::by_username(&state.pg, chosen).await? else {
+        return Err(AdminError::NotFound);
+    };
+    let choices = picker(&state, user.id).await?;
+    let body = mint_form(
+        &s,
+        "/admin/tokens",
+        Some(&user.username),
+        &choices,
+        &super::FormData::default(),
+        &FieldError::none(),
+    );
+    Ok(view::page(&s, "/admin/tokens", "Add a token: libraries", None, body))
+}
+
+/// What minting needs from a form, or the refused field.
+async fn mint(state: &AppState, by: &str, username: &str, form: &super::FormData) -> Result<(i64, String), FieldError> {
+    let expires_at = parse_expiry(form.get("expires_at"))?;
+    let libraries = form.all("library");
+    create_token_as(
+        &state.pg,
+        &actor(by),
+        username,
+        form.get("name").trim(),
+        &libraries,
+        expires_at,
+    )
+    .await
+    .map_err(|e| match e {
+        MintError::Store(e) => {
+            tracing::error!(error = %e, "admin console: minting a token");
+            FieldError::new("", "The token could not be stored; retry in a moment.")
+        }
+        other => FieldError::new(other.field(), other.to_string()),
+    })
+}
+
+fn minted(s: &Session, state: &AppState, id: i64, username: &str, plaintext: &str, back: &str) -> Markup {
+    let url = format!("{}/mcp/", state.settings.public_url.trim_end_matches('/'));
+    let snippet = format!(
+        "{{\"type\": \"http\", \"url\": \"{url}\", \"headers\": {{\"Authorization\": \"Bearer {plaintext}\"}}}}"
+    );
+    let _ = s;
+    html! {
+        p { "Token " b { (id) } " created for " b { (username) } "." }
+        (view::secret("The token", plaintext))
+        h2 { "For a Streamable HTTP MCP client" }
+        pre.copy { code { (snippet) } }
+        p { a href=(back) { "Done" } }
+    }
+}
+
+/// POST /admin/tokens: mints; the plaintext is on this response only.
+pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+    let username = form.get("user").to_owned();
+    let Some(user) = users::by_username(&state.pg, &username).await? else {
+        let err = FieldError::new("user", "No such user.");
+        let body = mint_form(&s, "/admin/tokens", None, &[], &form, &err);
+        return Ok((StatusCode::BAD_REQUEST, view::page(&s, "/admin/tokens", "Add a token", None, body)).into_response());
+    };
+    match mint(&state, s.username(), &user.username, &form).await {
+        Ok((id, plaintext)) => {
+            tracing::info!(token = id, user = %user.username, by = %s.username(), "admin console: token created");
+            let body = minted(&s, &state, id, &user.username, &plaintext, "/admin/tokens");
+            Ok(view::page(&s, "/admin/tokens", "Token created", None, body))
+        }
+        Err(err) => {
+            let choices = picker(&state, user.id).await?;
+            let body = mint_form(&s, "/admin/tokens", Some(&user.username), &choices, &form, &err);
+            Ok((
+                StatusCode::BAD_REQUEST,
+                view::page(&s, "/admin/tokens", "Add a token: libraries", None, body),
+            )
+                .into_response())
+        }
+    }
+}
+
+fn parse_id(form: &super::FormData) -> Result<i64, AdminError> {
+    form.get("id").parse().map_err(|_| AdminError::NotFound)
+}
+
+/// POST /admin/tokens/revoke.
+pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+    let id = parse_id(&form)?;
+    if !revoke_token_as(&state.pg, &actor(s.username()), id, None).await? {
+        return Err(AdminError::NotFound);
+    }
+    let unconfirmed = fence(&state).await;
+    Ok(super::see_other(&view::done("/admin/tokens", "token-revoked", &unconfirmed)))
+}
+
+/// GET /admin/me: the signed-in user's own tokens and a form to mint one.
+pub async fn me(
+    State(state): State<AppState>,
+    Person(s): Person,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    me_page(&state, &s, &super::FormData::default(), &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+}
+
+async fn me_page(
+    state: &AppState,
+    s: &Session,
+    form: &super::FormData,
+    err: &FieldError,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<Response, AdminError> {
+    let list = tokens::list(&state.pg, Some(s.username())).await?;
+    let choices = picker(state, s.user.user_id).await?;
+    let body = html! {
+        (token_table(s, &list, "/admin/me/tokens/revoke", false))
+        h2 { "New token" }
+        (mint_form(s, "/admin/me/tokens", None, &choices, form, err))
+    };
+    Ok((status, view::page(s, "/admin/me", "My tokens", notice.as_deref(), body)).into_response())
+}
+
+/// POST /admin/me/tokens: mint one of your own.
+pub async fn me_create(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
+    match mint(&state, s.username(), s.username(), &form).await {
+        Ok((id, plaintext)) => {
+            let body = minted(&s, &state, id, s.username(), &plaintext, "/admin/me");
+            Ok(view::page(&s, "/admin/me", "Token created", None, body))
+        }
+        Err(err) => me_page(&state, &s, &form, &err, None, StatusCode::BAD_REQUEST).await,
+    }
+}
+
+/// POST /admin/me/tokens/revoke: only your own.
+pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
+    let id = parse_id(&form)?;
+    if !revoke_token_as(&state.pg, &actor(s.username()), id, Some(s.username())).await? {
+        return Err(AdminError::NotFound);
+    }
+    let unconfirmed = fence(&state).await;
+    Ok(super::see_other(&view::done("/admin/me", "token-revoked", &unconfirmed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_forms() {
+        assert_eq!(parse_expiry("").unwrap(), None);
+        let want = "2027-01-31T12:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        assert_eq!(parse_expiry("2027-01-31T12:00").unwrap(), Some(want));
+        assert_eq!(parse_expiry("2027-01-31T12:00:00Z").unwrap(), Some(want));
+        assert_eq!(parse_expiry("2027-01-31T13:00:00+01:00").unwrap(), Some(want));
+        assert!(parse_expiry("2027-01-31").unwrap().is_some());
+        assert_eq!(parse_expiry("tomorrow").unwrap_err().field, "expires_at");
+    }
+}

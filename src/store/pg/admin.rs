@@ -1,0 +1,132 @@
+//! The admin console's own rows: server-side sessions (only the SHA-256 of the
+//! cookie's id is stored) and the reads of its overview and audit pages.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+/// The signed-in user of a live session.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct SessionUser {
+    pub user_id: i64,
+    pub username: String,
+    pub is_staff: bool,
+    /// The session's synchronizer CSRF token.
+    pub csrf_token: String,
+}
+
+/// Stores a new session of `user_id`; sweeps expired ones on the way.
+pub async fn create_session(
+    pool: &PgPool,
+    id_hash: &str,
+    user_id: i64,
+    csrf_token: &str,
+    absolute_secs: i64,
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM admin_sessions WHERE created_at < now() - make_interval(secs => $1)")
+        .bind(absolute_secs as f64)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("INSERT INTO admin_sessions (id_hash, user_id, csrf_token) VALUES ($1, $2, $3)")
+        .bind(id_hash)
+        .bind(user_id)
+        .bind(csrf_token)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// The session's user when the session is live (within both expiries, user
+/// active and not a service account); refreshes its idle clock. One statement,
+/// so a disable or sign-out on any replica applies to the next request.
+pub async fn touch_session(
+    pool: &PgPool,
+    id_hash: &str,
+    idle_secs: i64,
+    absolute_secs: i64,
+) -> Result<Option<SessionUser>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE admin_sessions s SET last_seen_at = now()
+           FROM users u
+          WHERE s.id_hash = $1 AND u.id = s.user_id AND u.active AND NOT u.is_service
+            AND s.last_seen_at > now() - make_interval(secs => $2)
+            AND s.created_at > now() - make_interval(secs => $3)
+      RETURNING u.id AS user_id, u.username, u.is_staff, s.csrf_token",
+    )
+    .bind(id_hash)
+    .bind(idle_secs as f64)
+    .bind(absolute_secs as f64)
+    .fetch_optional(pool)
+    .await
+}
+
+pub async fn delete_session(pool: &PgPool, id_hash: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM admin_sessions WHERE id_hash = $1")
+        .bind(id_hash)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Counts for the overview page.
+#[derive(Clone, Debug, Default, sqlx::FromRow)]
+pub struct Counts {
+    pub teams: i64,
+    pub active_teams: i64,
+    pub tokens: i64,
+    pub active_tokens: i64,
+    pub keys: i64,
+    pub active_keys: i64,
+    pub users: i64,
+}
+
+pub async fn counts(pool: &PgPool) -> Result<Counts, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM teams) AS teams,
+                (SELECT count(*) FROM teams WHERE active) AS active_teams,
+                (SELECT count(*) FROM mcp_tokens) AS tokens,
+                (SELECT count(*) FROM mcp_tokens WHERE active
+                    AND (expires_at IS NULL OR expires_at > now())) AS active_tokens,
+                (SELECT count(*) FROM mcp_signing_keys) AS keys,
+                (SELECT count(*) FROM mcp_signing_keys WHERE retired_at IS NULL) AS active_keys,
+                (SELECT count(*) FROM users) AS users",
+    )
+    .fetch_one(pool)
+    .await
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AuditEvent {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// Audit events, newest first, optionally only one action and/or one actor.
+pub async fn audit_events(
+    pool: &PgPool,
+    action: Option<&str>,
+    actor: Option<&str>,
+    limit: i64,
+) -> Result<Vec<AuditEvent>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, at, actor, action, target, detail FROM audit_events
+          WHERE ($1::text IS NULL OR action = $1) AND ($2::text IS NULL OR actor = $2)
+          ORDER BY at DESC, id DESC LIMIT $3",
+    )
+    .bind(action)
+    .bind(actor)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The distinct actions recorded (the audit filter's choices).
+pub async fn audit_actions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT DISTINCT action::text FROM audit_events ORDER BY 1")
+        .fetch_all(pool)
+        .await
+}
