@@ -6,6 +6,7 @@
 
 mod helpers;
 
+mod admin;
 mod auth;
 mod dos;
 mod foundation;
