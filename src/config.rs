@@ -214,7 +214,12 @@ pub struct Settings {
     pub otlp_endpoint: Option<String>,
 
     /// An admin console session with no request for this many seconds ends.
-    #[arg(long, env = "MNEMOSYNE_ADMIN_SESSION_IDLE_SECS", default_value_t = 1800, global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ADMIN_SESSION_IDLE_SECS",
+        default_value_t = 1800,
+        global = true
+    )]
     pub admin_session_idle_secs: u64,
 
     /// An admin console session ends this many seconds after sign-in, however

@@ -115,7 +115,11 @@ async fn detail_page(
         .as_ref()
         .map(|l| format!("Library {}", if l.name.is_empty() { uid } else { &l.name }))
         .unwrap_or_else(|| format!("Library {uid}"));
-    Ok((status, view::page(s, "/admin/libraries", &title, notice.as_deref(), body)).into_response())
+    Ok((
+        status,
+        view::page(s, "/admin/libraries", &title, notice.as_deref(), body),
+    )
+        .into_response())
 }
 
 /// GET /admin/library?uid=….
@@ -125,7 +129,16 @@ pub async fn detail(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, AdminError> {
     let uid = q.get("uid").cloned().unwrap_or_default();
-    detail_page(&state, &s, &uid, &FormData::default(), &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+    detail_page(
+        &state,
+        &s,
+        &uid,
+        &FormData::default(),
+        &FieldError::none(),
+        view::notice_of(&q),
+        StatusCode::OK,
+    )
+    .await
 }
 
 async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Result<Response, AdminError> {
@@ -145,7 +158,11 @@ async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Res
         Ok(()) => {
             let unconfirmed = fence(&state).await;
             let path = format!("/admin/library?uid={}", urlencode(&uid));
-            Ok(super::see_other(&view::done(&path, if grant { "granted" } else { "revoked" }, &unconfirmed)))
+            Ok(super::see_other(&view::done(
+                &path,
+                if grant { "granted" } else { "revoked" },
+                &unconfirmed,
+            )))
         }
         Err(r) => {
             let err = FieldError::new(r.field(), r.to_string());

@@ -52,7 +52,10 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/teams/{id}/rotate", post(teams::rotate))
         .route("/admin/teams/{id}/deactivate", post(teams::deactivate))
         .route("/admin/keys", get(pages::keys).post(pages::key_create))
-        .route("/admin/keys/retire", get(pages::key_retire_confirm).post(pages::key_retire))
+        .route(
+            "/admin/keys/retire",
+            get(pages::key_retire_confirm).post(pages::key_retire),
+        )
         .route("/admin/users", get(users::list).post(users::create))
         .route("/admin/users/active", post(users::set_active))
         .route("/admin/users/staff", post(users::set_staff))
@@ -189,7 +192,11 @@ impl FormData {
 
     /// Every value of `name`, in order.
     pub fn all(&self, name: &str) -> Vec<String> {
-        self.0.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     pub fn checked(&self, name: &str) -> bool {

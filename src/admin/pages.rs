@@ -73,7 +73,13 @@ pub async fn keys(
         p { "The secret (64 hex characters) is shown once; Daedalus configures the kid and the secret." }
         (view::action(&s, "/admin/keys", &[], "Create a signing key", ""))
     };
-    Ok(view::page(&s, "/admin/keys", "Signing keys", view::notice_of(&q).as_deref(), body))
+    Ok(view::page(
+        &s,
+        "/admin/keys",
+        "Signing keys",
+        view::notice_of(&q).as_deref(),
+        body,
+    ))
 }
 
 /// POST /admin/keys: the secret is on this response only.
@@ -85,7 +91,13 @@ pub async fn key_create(State(state): State<AppState>, StaffForm(s, _): StaffFor
         (view::secret("The secret", &k.secret_hex))
         p { a href="/admin/keys" { "Done" } }
     };
-    Ok(view::page(&s, "/admin/keys", "Signing key created", unconfirmed.as_deref(), body))
+    Ok(view::page(
+        &s,
+        "/admin/keys",
+        "Signing key created",
+        unconfirmed.as_deref(),
+        body,
+    ))
 }
 
 /// GET /admin/keys/retire?kid=…: the confirmation.
@@ -121,7 +133,11 @@ pub async fn key_retire(State(state): State<AppState>, StaffForm(s, form): Staff
         return Err(AdminError::NotFound);
     }
     let unconfirmed = fence(&state).await;
-    Ok(super::see_other(&view::done("/admin/keys", "key-retired", &unconfirmed)))
+    Ok(super::see_other(&view::done(
+        "/admin/keys",
+        "key-retired",
+        &unconfirmed,
+    )))
 }
 
 /// GET /admin/audit?action=…&actor=…: newest first.

@@ -24,7 +24,10 @@ const LIMIT: usize = 50;
 /// Whose view a search takes: every library (admin), or a principal's.
 enum As {
     Everything,
-    Principal { label: String, outcome: Result<Scope, String> },
+    Principal {
+        label: String,
+        outcome: Result<Scope, String>,
+    },
 }
 
 async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
@@ -77,7 +80,13 @@ pub async fn search(
         As::Principal { outcome: Ok(scope), .. } => Some(scope.clone()),
         As::Principal { outcome: Err(_), .. } => None,
     };
-    let scope = scope.map(|sc| if library.is_empty() { sc } else { sc.narrow(&[library.to_owned()]) });
+    let scope = scope.map(|sc| {
+        if library.is_empty() {
+            sc
+        } else {
+            sc.narrow(&[library.to_owned()])
+        }
+    });
     let too_long = text.chars().count() > 1000;
     let hits = match (&scope, text.is_empty() || too_long) {
         (Some(sc), false) => Some(state.graph.search(sc, text, LIMIT, None).await?),

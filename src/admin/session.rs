@@ -91,7 +91,9 @@ impl Session {
 }
 
 async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session>, ApiError> {
-    let Some(id) = cookie(headers, COOKIE) else { return Ok(None) };
+    let Some(id) = cookie(headers, COOKIE) else {
+        return Ok(None);
+    };
     if id.is_empty() || id.len() > 100 {
         return Ok(None);
     }
@@ -270,7 +272,10 @@ mod tests {
     #[test]
     fn cookie_is_found_among_others() {
         let mut h = HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_static("a=1; mnemosyne_admin=xyz; b=2"));
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; mnemosyne_admin=xyz; b=2"),
+        );
         assert_eq!(cookie(&h, COOKIE), Some("xyz"));
         assert_eq!(cookie(&h, LOGIN_COOKIE), None);
     }

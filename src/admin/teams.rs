@@ -49,7 +49,13 @@ pub async fn list(
             }
         } }
     };
-    Ok(view::page(&s, "/admin/teams", "Teams", view::notice_of(&q).as_deref(), body))
+    Ok(view::page(
+        &s,
+        "/admin/teams",
+        "Teams",
+        view::notice_of(&q).as_deref(),
+        body,
+    ))
 }
 
 async fn detail_page(
@@ -92,7 +98,11 @@ async fn detail_page(
             (view::action(s, &format!("{base}/deactivate"), &[], "Deactivate the team", "danger"))
         }
     };
-    Ok((status, view::page(s, "/admin/teams", &format!("Team {}", t.name), notice.as_deref(), body)).into_response())
+    Ok((
+        status,
+        view::page(s, "/admin/teams", &format!("Team {}", t.name), notice.as_deref(), body),
+    )
+        .into_response())
 }
 
 /// GET /admin/teams/{id}.
@@ -103,7 +113,16 @@ pub async fn detail(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, AdminError> {
     let id = parse_id(&id)?;
-    detail_page(&state, &s, id, None, &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+    detail_page(
+        &state,
+        &s,
+        id,
+        None,
+        &FieldError::none(),
+        view::notice_of(&q),
+        StatusCode::OK,
+    )
+    .await
 }
 
 /// POST /admin/teams/{id}/workspaces: replace the set (spec §7.3).

@@ -32,7 +32,10 @@ async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>,
     Ok(uids
         .into_iter()
         .map(|u| {
-            let name = names.get(&u).cloned().unwrap_or_else(|| "(not in the graph yet)".into());
+            let name = names
+                .get(&u)
+                .cloned()
+                .unwrap_or_else(|| "(not in the graph yet)".into());
             (u, name)
         })
         .collect())
@@ -105,7 +108,13 @@ pub async fn list(
         p { a href="/admin/tokens/new" { "Add a token" } }
         (token_table(&s, &list, "/admin/tokens/revoke", true))
     };
-    Ok(view::page(&s, "/admin/tokens", "MCP tokens", view::notice_of(&q).as_deref(), body))
+    Ok(view::page(
+        &s,
+        "/admin/tokens",
+        "MCP tokens",
+        view::notice_of(&q).as_deref(),
+        body,
+    ))
 }
 
 /// The add form, step 2: the user is chosen; the picker offers only what they
@@ -236,7 +245,11 @@ pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm
     let Some(user) = users::by_username(&state.pg, &username).await? else {
         let err = FieldError::new("user", "No such user.");
         let body = mint_form(&s, "/admin/tokens", None, &[], &form, &err);
-        return Ok((StatusCode::BAD_REQUEST, view::page(&s, "/admin/tokens", "Add a token", None, body)).into_response());
+        return Ok((
+            StatusCode::BAD_REQUEST,
+            view::page(&s, "/admin/tokens", "Add a token", None, body),
+        )
+            .into_response());
     };
     match mint(&state, s.username(), &user.username, &form).await {
         Ok((id, plaintext)) => {
@@ -267,7 +280,11 @@ pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm
         return Err(AdminError::NotFound);
     }
     let unconfirmed = fence(&state).await;
-    Ok(super::see_other(&view::done("/admin/tokens", "token-revoked", &unconfirmed)))
+    Ok(super::see_other(&view::done(
+        "/admin/tokens",
+        "token-revoked",
+        &unconfirmed,
+    )))
 }
 
 /// GET /admin/me: the signed-in user's own tokens and a form to mint one.
@@ -276,7 +293,15 @@ pub async fn me(
     Person(s): Person,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, AdminError> {
-    me_page(&state, &s, &super::FormData::default(), &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+    me_page(
+        &state,
+        &s,
+        &super::FormData::default(),
+        &FieldError::none(),
+        view::notice_of(&q),
+        StatusCode::OK,
+    )
+    .await
 }
 
 async fn me_page(
@@ -315,7 +340,11 @@ pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): Perso
         return Err(AdminError::NotFound);
     }
     let unconfirmed = fence(&state).await;
-    Ok(super::see_other(&view::done("/admin/me", "token-revoked", &unconfirmed)))
+    Ok(super::see_other(&view::done(
+        "/admin/me",
+        "token-revoked",
+        &unconfirmed,
+    )))
 }
 
 #[cfg(test)]

@@ -98,7 +98,15 @@ pub async fn list(
     Staff(s): Staff,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, AdminError> {
-    page(&state, &s, &FormData::default(), &FieldError::none(), view::notice_of(&q), StatusCode::OK).await
+    page(
+        &state,
+        &s,
+        &FormData::default(),
+        &FieldError::none(),
+        view::notice_of(&q),
+        StatusCode::OK,
+    )
+    .await
 }
 
 fn refused(e: AccountError) -> Result<FieldError, AdminError> {
@@ -168,7 +176,10 @@ pub async fn set_staff(State(state): State<AppState>, StaffForm(s, form): StaffF
 }
 
 /// POST /admin/users/password.
-pub async fn set_password(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
+pub async fn set_password(
+    State(state): State<AppState>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
     match accounts::set_password(
         &state.pg,
         &actor(s.username()),
@@ -179,7 +190,11 @@ pub async fn set_password(State(state): State<AppState>, StaffForm(s, form): Sta
     {
         Ok(()) => {
             let unconfirmed = fence(&state).await;
-            Ok(super::see_other(&view::done("/admin/users", "user-password", &unconfirmed)))
+            Ok(super::see_other(&view::done(
+                "/admin/users",
+                "user-password",
+                &unconfirmed,
+            )))
         }
         Err(e) => {
             let mut err = refused(e)?;

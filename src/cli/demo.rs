@@ -120,7 +120,13 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
             crate::service::accounts::set_staff(pool, "demo", "demo-admin", true).await?;
         }
     }
-    let console = format!("{}/admin/", args.url.as_deref().unwrap_or(&settings.public_url).trim_end_matches('/'));
+    let console = format!(
+        "{}/admin/",
+        args.url
+            .as_deref()
+            .unwrap_or(&settings.public_url)
+            .trim_end_matches('/')
+    );
 
     // A person with an opaque token over the handbook and the research library.
     if users::by_username(pool, "demo-user").await?.is_none() {

@@ -10,8 +10,8 @@ use rand::RngCore;
 
 use crate::auth::resolver::token_hash;
 use crate::config::Settings;
-use crate::store::graph::GraphStore;
 use crate::service::{self, accounts, memberships};
+use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
 
 #[derive(Parser, Debug)]
@@ -267,7 +267,11 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()>
             if staff && !password_stdin {
                 bail!("a staff user signs in with a password: add --password-stdin");
             }
-            let password = if password_stdin { Some(read_password_stdin()?) } else { None };
+            let password = if password_stdin {
+                Some(read_password_stdin()?)
+            } else {
+                None
+            };
             let u = accounts::create(pool, CLI_ACTOR, &username, password.as_deref(), service, staff).await?;
             emit(json, user_json(&u), || {
                 println!(
@@ -312,9 +316,11 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()>
 
 async fn set_active(pool: &sqlx::PgPool, username: &str, active: bool, json: bool) -> anyhow::Result<()> {
     accounts::set_active(pool, CLI_ACTOR, username, active).await?;
-    emit(json, serde_json::json!({"username": username, "active": active}), || {
-        println!("user {}: {username}", if active { "enabled" } else { "disabled" })
-    });
+    emit(
+        json,
+        serde_json::json!({"username": username, "active": active}),
+        || println!("user {}: {username}", if active { "enabled" } else { "disabled" }),
+    );
     Ok(())
 }
 

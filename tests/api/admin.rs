@@ -162,13 +162,23 @@ pub async fn person(app: &TestApp, name: &str) -> String {
 /// The `mnm_…` plaintext on a page, if any.
 fn plaintext_in(html: &str) -> Option<String> {
     let at = html.find("mnm_")?;
-    Some(html[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect())
+    Some(
+        html[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect(),
+    )
 }
 
 /// The team JWT on a rotation page.
 fn jwt_in(html: &str) -> Option<String> {
     let at = html.find("eyJ")?;
-    Some(html[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).collect())
+    Some(
+        html[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+            .collect(),
+    )
 }
 
 async fn audit_actions(app: &TestApp, actor: &str) -> Vec<String> {
@@ -219,7 +229,10 @@ async fn every_page_and_action_without_a_session_redirects_to_sign_in() {
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{path}");
         assert_eq!(p.location(), "/admin/login", "{path}");
     }
-    for path in STAFF_ACTIONS.iter().chain(&["/admin/me/tokens", "/admin/me/tokens/revoke", "/admin/logout"]) {
+    for path in STAFF_ACTIONS
+        .iter()
+        .chain(&["/admin/me/tokens", "/admin/me/tokens/revoke", "/admin/logout"])
+    {
         let p = c.post_raw(path, &[("csrf", "x")]).await;
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{path}");
         assert_eq!(p.location(), "/admin/login", "{path}");
@@ -258,7 +271,10 @@ async fn service_accounts_and_wrong_passwords_cannot_sign_in() {
     assert!(r.body.contains("Wrong username or password."));
     let r = c.sign_in("sam", "not-the-password").await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-    assert!(r.body.contains("value=\"sam\""), "the form comes back with the username");
+    assert!(
+        r.body.contains("value=\"sam\""),
+        "the form comes back with the username"
+    );
     assert!(!c.cookies.iter().any(|(k, _)| k == "mnemosyne_admin"));
     // A disabled user's right password answers like a wrong one.
     accounts::set_active(&app.pg, "test", "sam", false).await.unwrap();
@@ -305,7 +321,10 @@ async fn sign_in_sets_a_strict_httponly_session_cookie_and_sign_out_ends_it() {
     let overview = c.get("/admin/").await;
     assert_eq!(overview.status, StatusCode::OK);
     assert_eq!(overview.headers["cache-control"], "no-store");
-    assert!(overview.headers["content-security-policy"].to_str().unwrap().contains("default-src 'none'"));
+    assert!(overview.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("default-src 'none'"));
     let stolen = c.cookies.clone();
     let out = c.post("/admin/logout", &[]).await;
     assert_eq!(out.location(), "/admin/login");
@@ -356,15 +375,21 @@ async fn disabling_a_user_ends_their_session_and_removing_staff_gives_403() {
     let mut sam = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
     let mut kim = Console::signed_in(&app, "kim", STAFF_PASSWORD).await;
     kim.get("/admin/users").await;
-    let r = kim.post("/admin/users/staff", &[("username", "sam"), ("staff", "off")]).await;
+    let r = kim
+        .post("/admin/users/staff", &[("username", "sam"), ("staff", "off")])
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(sam.get("/admin/").await.status, StatusCode::FORBIDDEN);
     assert_eq!(sam.get("/admin/me").await.status, StatusCode::OK);
-    let r = kim.post("/admin/users/active", &[("username", "sam"), ("active", "off")]).await;
+    let r = kim
+        .post("/admin/users/active", &[("username", "sam"), ("active", "off")])
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(sam.get("/admin/me").await.location(), "/admin/login");
     // Nobody locks themselves out.
-    let r = kim.post("/admin/users/active", &[("username", "kim"), ("active", "off")]).await;
+    let r = kim
+        .post("/admin/users/active", &[("username", "kim"), ("active", "off")])
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert_eq!(
         audit_actions(&app, "admin:kim").await,
@@ -389,14 +414,20 @@ async fn a_post_without_or_with_a_wrong_csrf_token_is_403_and_changes_nothing() 
     // Another session's token is not this session's.
     let other = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
     let r = c
-        .post_raw("/admin/users/active", &[("csrf", &other.csrf), ("username", "pat"), ("active", "off")])
+        .post_raw(
+            "/admin/users/active",
+            &[("csrf", &other.csrf), ("username", "pat"), ("active", "off")],
+        )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert!(users::by_username(&app.pg, "pat").await.unwrap().unwrap().active);
     // The sign-in form has its own token: a POST without the form's cookie is refused.
     let mut fresh = Console::new(&app);
     let r = fresh
-        .post_raw("/admin/login", &[("csrf", "x"), ("username", "sam"), ("password", STAFF_PASSWORD)])
+        .post_raw(
+            "/admin/login",
+            &[("csrf", "x"), ("username", "sam"), ("password", STAFF_PASSWORD)],
+        )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
 }
@@ -404,7 +435,11 @@ async fn a_post_without_or_with_a_wrong_csrf_token_is_403_and_changes_nothing() 
 #[tokio::test]
 async fn the_token_picker_offers_only_libraries_the_user_owns_or_manages() {
     let app = TestApp::spawn().await;
-    let (a, b, c_lib) = (app.library("own").await, app.library("managed").await, app.library("read").await);
+    let (a, b, c_lib) = (
+        app.library("own").await,
+        app.library("managed").await,
+        app.library("read").await,
+    );
     person(&app, "pat").await;
     users::grant(&app.pg, "pat", &a, Role::Owner).await.unwrap();
     users::grant(&app.pg, "pat", &b, Role::Manager).await.unwrap();
@@ -417,21 +452,33 @@ async fn the_token_picker_offers_only_libraries_the_user_owns_or_manages() {
     assert_eq!(picker.status, StatusCode::OK);
     assert!(picker.body.contains(&format!("value=\"{a}\"")));
     assert!(picker.body.contains(&format!("value=\"{b}\"")));
-    assert!(!picker.body.contains(&format!("value=\"{c_lib}\"")), "reader role is not offered");
+    assert!(
+        !picker.body.contains(&format!("value=\"{c_lib}\"")),
+        "reader role is not offered"
+    );
     // A forged choice outside the picker is refused, naming the field; nothing is written.
     let r = c
-        .post("/admin/tokens", &[("user", "pat"), ("name", "x"), ("library", &a), ("library", &c_lib)])
+        .post(
+            "/admin/tokens",
+            &[("user", "pat"), ("name", "x"), ("library", &a), ("library", &c_lib)],
+        )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body.contains("is not owner or manager of"), "{}", r.body);
     assert!(r.body.contains(&c_lib));
     assert!(plaintext_in(&r.body).is_none());
     let r = c
-        .post("/admin/tokens", &[("user", "pat"), ("library", &a), ("expires_at", "someday")])
+        .post(
+            "/admin/tokens",
+            &[("user", "pat"), ("library", &a), ("expires_at", "someday")],
+        )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body.contains("Expiry:"));
-    assert!(mnemosyne::store::pg::tokens::list(&app.pg, Some("pat")).await.unwrap().is_empty());
+    assert!(mnemosyne::store::pg::tokens::list(&app.pg, Some("pat"))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -447,17 +494,34 @@ async fn a_minted_token_is_shown_exactly_once_works_on_mcp_and_is_refused_after_
     let r = c
         .post(
             "/admin/tokens",
-            &[("user", "pat"), ("name", "laptop"), ("library", &s.lib_c), ("library", &s.lib_a), ("expires_at", "2099-01-01T00:00")],
+            &[
+                ("user", "pat"),
+                ("name", "laptop"),
+                ("library", &s.lib_c),
+                ("library", &s.lib_a),
+                ("expires_at", "2099-01-01T00:00"),
+            ],
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let plaintext = plaintext_in(&r.body).expect("plaintext on the result page");
-    assert_eq!(r.body.matches(&plaintext).count(), 2, "once in the box, once in the client snippet");
+    assert_eq!(
+        r.body.matches(&plaintext).count(),
+        2,
+        "once in the box, once in the client snippet"
+    );
     for page in ["/admin/tokens", "/admin/audit", "/admin/search", "/admin/"] {
-        assert!(!c.get(page).await.body.contains(&plaintext), "{page} shows the plaintext");
+        assert!(
+            !c.get(page).await.body.contains(&plaintext),
+            "{page} shows the plaintext"
+        );
     }
     let mut mcp = app.mcp(&plaintext).connect().await;
-    assert_eq!(mcp.library_uids().await, [s.lib_c.clone(), s.lib_a.clone()], "picker order kept");
+    assert_eq!(
+        mcp.library_uids().await,
+        [s.lib_c.clone(), s.lib_a.clone()],
+        "picker order kept"
+    );
     let hits = mcp.call_ok("search", json!({"query": "Zanzibarine"})).await;
     let libs: std::collections::BTreeSet<String> = hits["results"]
         .as_array()
@@ -475,7 +539,10 @@ async fn a_minted_token_is_shown_exactly_once_works_on_mcp_and_is_refused_after_
     let refused = app.mcp(&plaintext).initialize().await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
     assert_eq!(refused.json()["error_description"], "Invalid MCP token.");
-    assert_eq!(audit_actions(&app, "admin:sam").await, ["token_created", "token_revoked"]);
+    assert_eq!(
+        audit_actions(&app, "admin:sam").await,
+        ["token_created", "token_revoked"]
+    );
     let detail: serde_json::Value =
         sqlx::query_scalar("SELECT detail FROM audit_events WHERE action = 'token_created'")
             .fetch_one(&app.pg)
@@ -572,12 +639,20 @@ async fn team_workspaces_are_edited_and_a_deactivated_team_is_refused() {
     c.get(&format!("/admin/teams/{id}")).await;
     let long = "w".repeat(65);
     let bad = format!("{}\n{long}", s.ws_a);
-    let r = c.post(&format!("/admin/teams/{id}/workspaces"), &[("workspace_ids", &bad)]).await;
+    let r = c
+        .post(&format!("/admin/teams/{id}/workspaces"), &[("workspace_ids", &bad)])
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.body.contains("workspace_ids[1]") || r.body.contains("at most 64"), "{}", r.body);
+    assert!(
+        r.body.contains("workspace_ids[1]") || r.body.contains("at most 64"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains(&long), "the form comes back as typed");
     let both = format!("{}\n{}\n{}", s.ws_b, s.ws_a, s.ws_b);
-    let r = c.post(&format!("/admin/teams/{id}/workspaces"), &[("workspace_ids", &both)]).await;
+    let r = c
+        .post(&format!("/admin/teams/{id}/workspaces"), &[("workspace_ids", &both)])
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     assert_eq!(r.location(), format!("/admin/teams/{id}?ok=team-workspaces"));
     assert_eq!(
@@ -605,7 +680,10 @@ async fn signing_keys_show_the_secret_once_and_retiring_needs_confirmation_and_s
     c.get("/admin/keys").await;
     let r = c.post("/admin/keys", &[]).await;
     assert_eq!(r.status, StatusCode::OK);
-    let newest = mnemosyne::store::pg::keys::newest_active(&app.pg).await.unwrap().unwrap();
+    let newest = mnemosyne::store::pg::keys::newest_active(&app.pg)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(r.body.contains(&newest.secret_hex));
     let list = c.get("/admin/keys").await;
     assert!(list.body.contains(&newest.kid) && !list.body.contains(&newest.secret_hex));
@@ -630,25 +708,48 @@ async fn users_are_created_with_named_errors_reset_and_disabled_users_tokens_sto
     staff(&app, "sam").await;
     let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
     c.get("/admin/users").await;
-    let r = c.post("/admin/users", &[("username", "bad name"), ("password", "long-enough-1")]).await;
+    let r = c
+        .post(
+            "/admin/users",
+            &[("username", "bad name"), ("password", "long-enough-1")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body.contains("username must be"), "{}", r.body);
-    let r = c.post("/admin/users", &[("username", "amy"), ("password", "short"), ("staff", "on")]).await;
+    let r = c
+        .post(
+            "/admin/users",
+            &[("username", "amy"), ("password", "short"), ("staff", "on")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body.contains("at least 8 characters"));
     assert!(r.body.contains("value=\"amy\""), "the form comes back filled in");
-    let r = c.post("/admin/users", &[("username", "amy"), ("password", "long-enough-1")]).await;
+    let r = c
+        .post("/admin/users", &[("username", "amy"), ("password", "long-enough-1")])
+        .await;
     assert_eq!(r.location(), "/admin/users?ok=user-created");
-    let r = c.post("/admin/users", &[("username", "amy"), ("password", "long-enough-1")]).await;
+    let r = c
+        .post("/admin/users", &[("username", "amy"), ("password", "long-enough-1")])
+        .await;
     assert!(r.body.contains("already exists"));
     users::grant(&app.pg, "amy", &lib, Role::Owner).await.unwrap();
     let token = app_token(&app, "amy", &lib).await;
-    let r = c.post("/admin/users/password", &[("username", "amy"), ("new_password", "new-password-2")]).await;
+    let r = c
+        .post(
+            "/admin/users/password",
+            &[("username", "amy"), ("new_password", "new-password-2")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     Console::signed_in(&app, "amy", "new-password-2").await;
-    let r = c.post("/admin/users/staff", &[("username", SERVICE_USER), ("staff", "on")]).await;
+    let r = c
+        .post("/admin/users/staff", &[("username", SERVICE_USER), ("staff", "on")])
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "a service account cannot be staff");
-    let r = c.post("/admin/users/active", &[("username", "amy"), ("active", "off")]).await;
+    let r = c
+        .post("/admin/users/active", &[("username", "amy"), ("active", "off")])
+        .await;
     assert_eq!(r.location(), "/admin/users?ok=user-disabled");
     let refused = app.mcp(&token).initialize().await;
     assert_eq!(refused.json()["error_description"], "User account is disabled.");
@@ -672,15 +773,39 @@ async fn libraries_show_counts_and_memberships_keep_an_owner() {
     let path = format!("/admin/library?uid={}", s.lib_a);
     let detail = c.get(&path).await;
     assert!(detail.body.contains("2 items"), "{}", detail.body);
-    let r = c.post("/admin/library/grant", &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")]).await;
+    let r = c
+        .post(
+            "/admin/library/grant",
+            &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
-    let r = c.post("/admin/library/grant", &[("library_uid", &s.lib_a), ("username", "lee"), ("role", "boss")]).await;
+    let r = c
+        .post(
+            "/admin/library/grant",
+            &[("library_uid", &s.lib_a), ("username", "lee"), ("role", "boss")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = c.post("/admin/library/revoke", &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")]).await;
+    let r = c
+        .post(
+            "/admin/library/revoke",
+            &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "the last owner stays");
     assert!(r.body.contains("at least one owner"));
-    c.post("/admin/library/grant", &[("library_uid", &s.lib_a), ("username", "lee"), ("role", "owner")]).await;
-    let r = c.post("/admin/library/revoke", &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")]).await;
+    c.post(
+        "/admin/library/grant",
+        &[("library_uid", &s.lib_a), ("username", "lee"), ("role", "owner")],
+    )
+    .await;
+    let r = c
+        .post(
+            "/admin/library/revoke",
+            &[("library_uid", &s.lib_a), ("username", "pat"), ("role", "owner")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     let m = users::memberships(&app.pg, None, Some(&s.lib_a)).await.unwrap();
     assert_eq!(m.iter().map(|m| m.username.as_str()).collect::<Vec<_>>(), ["lee"]);
@@ -710,11 +835,18 @@ async fn admin_search_spans_every_library_and_search_as_shows_a_principals_view(
     assert!(r.body.contains(&format!("<td><code>{}</code></td>", s.lib_b)));
     assert!(!r.body.contains(&format!("<td><code>{}</code></td>", s.lib_a)));
     app.opaque_token(&[s.lib_c.clone()]).await;
-    let id = mnemosyne::store::pg::tokens::list(&app.pg, None).await.unwrap().last().unwrap().id;
+    let id = mnemosyne::store::pg::tokens::list(&app.pg, None)
+        .await
+        .unwrap()
+        .last()
+        .unwrap()
+        .id;
     let r = c.get(&format!("/admin/search?q=Zanzibarine&as=token:{id}")).await;
     assert!(r.body.contains("resolved_libraries (1)"));
     assert!(r.body.contains(&format!("<td><code>{}</code></td>", s.lib_c)));
-    mnemosyne::cli::revoke_token_as(&app.pg, "test", id, None).await.unwrap();
+    mnemosyne::cli::revoke_token_as(&app.pg, "test", id, None)
+        .await
+        .unwrap();
     let r = c.get(&format!("/admin/search?q=Zanzibarine&as=token:{id}")).await;
     assert!(r.body.contains("refused on /mcp: Invalid MCP token."), "{}", r.body);
 }
@@ -752,7 +884,8 @@ async fn cli_token_create_without_a_library_and_json_output() {
         String::from_utf8(out.stdout).unwrap()
     };
     run(&["user", "create", "pat"]);
-    let created: serde_json::Value = serde_json::from_str(&run(&["token", "create", "--user", "pat", "--json"])).unwrap();
+    let created: serde_json::Value =
+        serde_json::from_str(&run(&["token", "create", "--user", "pat", "--json"])).unwrap();
     let token = created["token"].as_str().unwrap();
     assert!(token.starts_with("mnm_"));
     assert_eq!(created["libraries"], json!([]));
@@ -763,10 +896,18 @@ async fn cli_token_create_without_a_library_and_json_output() {
     let key: serde_json::Value = serde_json::from_str(&run(&["signing-key", "create", "--json"])).unwrap();
     assert_eq!(key["secret"].as_str().unwrap().len(), 64);
     let users: serde_json::Value = serde_json::from_str(&run(&["user", "list", "--json"])).unwrap();
-    assert!(users.as_array().unwrap().iter().any(|u| u["username"] == "pat" && u["staff"] == false));
+    assert!(users
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|u| u["username"] == "pat" && u["staff"] == false));
     run(&["user", "set-staff", "pat"]);
     assert!(users::by_username(&app.pg, "pat").await.unwrap().unwrap().is_staff);
     run(&["user", "set-staff", "pat", "--off"]);
     assert!(!users::by_username(&app.pg, "pat").await.unwrap().unwrap().is_staff);
-    assert_eq!(run(&["token", "create", "--user", "pat"]).lines().count(), 2, "human format by default");
+    assert_eq!(
+        run(&["token", "create", "--user", "pat"]).lines().count(),
+        2,
+        "human format by default"
+    );
 }

@@ -1,0 +1,355 @@
+//! Real-browser tests of the admin console (issue 16): Debian's Chromium,
+//! headless, driven over WebDriver by a chromedriver this harness starts on a
+//! free loopback port and kills at the end. Screenshots of every page go to
+//! `target/admin-screenshots/`. `scripts/test` installs `chromium` and
+//! `chromium-driver` when absent and runs this binary once (ArcadeDB pass).
+
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
+#[path = "api/helpers.rs"]
+#[allow(dead_code)]
+mod helpers;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use helpers::TestApp;
+use mnemosyne::service::accounts;
+use mnemosyne::store::pg::users::{self, Role};
+use serde_json::{json, Value};
+
+const PASSWORD: &str = "browser-staff-pw";
+
+/// chromedriver in its own process group; the whole group (Chromium too) is
+/// killed when this is dropped, panic or not.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        use std::os::unix::process::CommandExt;
+        let bin = ["chromedriver", "/usr/bin/chromedriver"]
+            .into_iter()
+            .find(|b| {
+                Command::new(b)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            })
+            .expect("chromedriver not found: `apt-get install -y chromium chromium-driver` (scripts/test does)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(bin)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("chromedriver starts");
+        Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    async fn wait_ready(&self) {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(r) = http.get(format!("{}/status", self.url)).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("chromedriver did not answer on {} within 20 s", self.url);
+    }
+}
+
+impl Drop for Driver {
+    /// SIGTERM to chromedriver first (it ends its browsers and reaps them),
+    /// then, after at most 3 s, SIGKILL to the whole group.
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on our own child and its process group; no memory involved.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
+    let dir = target.join("admin-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Browser {
+    c: Client,
+    base: String,
+    shots: PathBuf,
+}
+
+impl Browser {
+    async fn open(driver: &Driver, base: &str) -> Browser {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                            "--window-size=1280,1000", "--no-first-run", "--disable-extensions"],
+                   "binary": "/usr/bin/chromium"}),
+        );
+        caps.insert("pageLoadStrategy".into(), json!("normal"));
+        caps.insert(
+            "timeouts".into(),
+            json!({"pageLoad": 20_000, "script": 10_000, "implicit": 3_000}),
+        );
+        let c = tokio::time::timeout(
+            Duration::from_secs(60),
+            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(caps)
+                .connect(&driver.url),
+        )
+        .await
+        .expect("a browser session within 60 s")
+        .expect("a browser session");
+        Browser {
+            c,
+            base: base.to_owned(),
+            shots: screenshot_dir(),
+        }
+    }
+
+    async fn goto(&self, path: &str) {
+        self.c.goto(&format!("{}{path}", self.base)).await.unwrap();
+    }
+
+    async fn path(&self) -> String {
+        let u = self.c.current_url().await.unwrap();
+        match u.query() {
+            Some(q) => format!("{}?{q}", u.path()),
+            None => u.path().to_owned(),
+        }
+    }
+
+    async fn shot(&self, name: &str) {
+        let png = self.c.screenshot().await.unwrap();
+        std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap();
+    }
+
+    async fn css(&self, sel: &str) -> fantoccini::elements::Element {
+        self.c
+            .find(Locator::Css(sel))
+            .await
+            .unwrap_or_else(|e| panic!("{sel}: {e}"))
+    }
+
+    async fn text(&self, sel: &str) -> String {
+        self.css(sel).await.text().await.unwrap()
+    }
+
+    async fn body(&self) -> String {
+        self.text("body").await
+    }
+
+    async fn fill(&self, sel: &str, value: &str) {
+        let e = self.css(sel).await;
+        e.clear().await.unwrap();
+        e.send_keys(value).await.unwrap();
+    }
+
+    async fn click(&self, sel: &str) {
+        self.css(sel).await.click().await.unwrap();
+    }
+}
+
+async fn mcp_search_libraries(app: &TestApp, bearer: &str, q: &str) -> Vec<String> {
+    let mut mcp = app.mcp(bearer).connect().await;
+    let out = mcp.call_ok("search", json!({"query": q})).await;
+    let mut libs: Vec<String> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["library_uid"].as_str().unwrap().to_owned())
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
+#[tokio::test]
+async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
+    let app = TestApp::spawn().await;
+    // A word only this test's chunks contain (the graph is shared between tests).
+    let word = format!("quokka{}", &app.ns[1..7]);
+    let ws_a = app.uid("ws_a");
+    let ws_b = app.uid("ws_b");
+    let a: Value = app
+        .ingest_ws(
+            &ws_a,
+            "Field notes",
+            &format!("# Notes\n\nThe {word} lives on Rottnest Island."),
+        )
+        .await;
+    let b: Value = app
+        .ingest_ws(
+            &ws_b,
+            "Travel log",
+            &format!("# Log\n\nWe photographed a {word} at dawn."),
+        )
+        .await;
+    let lib_a = a["library_uid"].as_str().unwrap().to_owned();
+    let lib_b = b["library_uid"].as_str().unwrap().to_owned();
+    let lib_c = app.library("handbook").await;
+    app.ingest(json!({"library_uid": lib_c, "item": {"title": "Handbook"},
+                      "content": format!("# Handbook\n\nNever feed a {word}.")}))
+        .await;
+    accounts::create(&app.pg, "test", "pat", None, false, false)
+        .await
+        .unwrap();
+    users::grant(&app.pg, "pat", &lib_a, Role::Owner).await.unwrap();
+    users::grant(&app.pg, "pat", &lib_c, Role::Reader).await.unwrap();
+    accounts::create(&app.pg, "test", "sam", Some(PASSWORD), false, true)
+        .await
+        .unwrap();
+    let (team, old_jwt) = app.create_team("Kottos").await;
+    app.put_workspaces(team, &[ws_b.clone()]).await;
+
+    let driver = Driver::start();
+    driver.wait_ready().await;
+    let br = Browser::open(&driver, &app.base).await;
+
+    // Sign in.
+    br.goto("/admin/").await;
+    assert_eq!(br.path().await, "/admin/login");
+    br.shot("01-sign-in").await;
+    br.fill("input[name=username]", "sam").await;
+    br.fill("input[name=password]", PASSWORD).await;
+    br.click("form[action='/admin/login'] button[type=submit]").await;
+    assert_eq!(br.path().await, "/admin/");
+    assert!(br.body().await.contains("Store health: ok"), "{}", br.body().await);
+    br.shot("02-overview").await;
+
+    // Mint a token through the picker: pick the user, then the libraries.
+    br.goto("/admin/tokens/new").await;
+    br.css("select[name=user]").await.select_by_value("pat").await.unwrap();
+    br.shot("03-token-pick-user").await;
+    br.click("form[action='/admin/tokens/new'] button[type=submit]").await;
+    let picker = br.css("form[action='/admin/tokens']").await.html(false).await.unwrap();
+    assert!(picker.contains(&lib_a), "owned library offered");
+    assert!(!picker.contains(&lib_c), "a reader role is not offered");
+    assert!(!picker.contains(&lib_b), "no role: not offered");
+    br.fill("input[name=name]", "Claude Desktop").await;
+    br.click(&format!("input[type=checkbox][value='{lib_a}']")).await;
+    br.shot("04-token-pick-libraries").await;
+    br.click("form[action='/admin/tokens'] button[type=submit]").await;
+    let plaintext = br.text(".secret pre code").await;
+    assert!(plaintext.starts_with("mnm_"), "{plaintext}");
+    br.shot("05-token-created").await;
+
+    // The plaintext works on /mcp and sees exactly its library.
+    assert_eq!(mcp_search_libraries(&app, &plaintext, &word).await, [lib_a.clone()]);
+
+    // The list never shows it again; revoke it in the browser.
+    br.goto("/admin/tokens").await;
+    assert!(!br.c.source().await.unwrap().contains(&plaintext));
+    br.shot("06-tokens").await;
+    br.click("form[action='/admin/tokens/revoke'] button").await;
+    assert_eq!(br.path().await, "/admin/tokens?ok=token-revoked");
+    let refused = app.mcp(&plaintext).initialize().await;
+    assert_eq!(refused.status, reqwest::StatusCode::UNAUTHORIZED);
+
+    // Rotate the team; the old JWT is refused, the new one works.
+    assert_eq!(app.mcp(&old_jwt).connect().await.library_uids().await, [lib_b.clone()]);
+    br.goto("/admin/teams").await;
+    br.shot("07-teams").await;
+    br.click(&format!("a[href='/admin/teams/{team}']")).await;
+    br.shot("08-team-detail").await;
+    br.click(&format!("form[action='/admin/teams/{team}/rotate'] button"))
+        .await;
+    let new_jwt = br.text(".secret pre code").await;
+    assert!(br.body().await.contains("fastagent.secrets.yaml"));
+    br.shot("09-team-rotated").await;
+    let refused = app.mcp(&old_jwt).initialize().await;
+    assert_eq!(refused.status, reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(app.mcp(&new_jwt).connect().await.library_uids().await, [lib_b.clone()]);
+
+    // The admin search finds a chunk in every library.
+    br.goto("/admin/search").await;
+    br.fill("input[name=q]", &word).await;
+    br.click("form[action='/admin/search'] button[type=submit]").await;
+    let results = br.css("div.table").await.text().await.unwrap();
+    for lib in [&lib_a, &lib_b, &lib_c] {
+        assert!(results.contains(lib.as_str()), "{lib} missing from {results}");
+    }
+    br.shot("10-search").await;
+    // … and "search as" the team shows its view.
+    br.css("select[name=as]")
+        .await
+        .select_by_value(&format!("team:{team}"))
+        .await
+        .unwrap();
+    br.click("form[action='/admin/search'] button[type=submit]").await;
+    let body = br.body().await;
+    assert!(body.contains("resolved_libraries (1)"), "{body}");
+    br.shot("11-search-as-team").await;
+
+    // The other pages render (screenshots for review).
+    for (name, path) in [
+        ("12-libraries", "/admin/libraries".to_owned()),
+        ("13-library", format!("/admin/library?uid={lib_a}")),
+        ("14-keys", "/admin/keys".to_owned()),
+        ("15-users", "/admin/users".to_owned()),
+        ("16-audit", "/admin/audit".to_owned()),
+        ("17-my-tokens", "/admin/me".to_owned()),
+    ] {
+        br.goto(&path).await;
+        assert!(br.css("main h1").await.text().await.is_ok(), "{path}");
+        br.shot(name).await;
+    }
+    let kid = mnemosyne::store::pg::keys::newest_active(&app.pg)
+        .await
+        .unwrap()
+        .unwrap()
+        .kid;
+    br.goto(&format!("/admin/keys/retire?kid={kid}")).await;
+    assert!(br.body().await.contains("stops working"));
+    br.shot("18-key-retire-confirm").await;
+    // Phone width.
+    br.c.set_window_size(390, 844).await.unwrap();
+    br.goto("/admin/tokens").await;
+    br.shot("19-tokens-phone").await;
+    br.c.set_window_size(1280, 1000).await.unwrap();
+
+    // Sign out: the console is closed again.
+    br.click("form.signout button").await;
+    assert_eq!(br.path().await, "/admin/login");
+    br.goto("/admin/").await;
+    assert_eq!(br.path().await, "/admin/login");
+    br.shot("20-signed-out").await;
+    br.c.close().await.unwrap();
+}
