@@ -10,10 +10,10 @@ use axum::{
 };
 use maud::html;
 
-use super::session::{Session, Staff, StaffForm};
+use super::session::{PersonForm, Session, Staff, StaffForm};
 use super::view::{self, FieldError};
 use super::{actor, fence, AdminError, FormData};
-use crate::service::memberships;
+use crate::service::memberships::{self, may_grant, Granter};
 use crate::startup::AppState;
 use crate::store::pg::users::{self, Role};
 
@@ -150,9 +150,9 @@ async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Res
     let by = actor(s.username());
     let username = form.get("username");
     let outcome = if grant {
-        memberships::grant(&state.pg, &by, username, &uid, role).await?
+        memberships::grant(&state.pg, Granter::Staff, &by, username, &uid, role).await?
     } else {
-        memberships::revoke(&state.pg, &by, username, &uid, role).await?
+        memberships::revoke(&state.pg, Granter::Staff, &by, username, &uid, role).await?
     };
     match outcome {
         Ok(()) => {
@@ -179,4 +179,107 @@ pub async fn grant(State(state): State<AppState>, StaffForm(s, form): StaffForm)
 /// POST /admin/library/revoke.
 pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
     change(state, s, form, false).await
+}
+
+/// The self-service page's "my libraries": memberships of the libraries the
+/// user owns or manages, with what their role lets them grant or revoke.
+pub(super) async fn my_libraries(
+    state: &AppState,
+    s: &Session,
+    form: &FormData,
+    err: &FieldError,
+) -> Result<maud::Markup, AdminError> {
+    let mine = users::memberships(&state.pg, Some(s.username()), None).await?;
+    let mut libs: Vec<(String, Role)> = Vec::new();
+    for m in &mine {
+        let Some(r) = Role::parse(&m.role) else { continue };
+        match libs.iter_mut().find(|(l, _)| *l == m.library_uid) {
+            // Declaration order is strength order: owner, manager, reader.
+            Some((_, best)) if (r as u8) < (*best as u8) => *best = r,
+            Some(_) => {}
+            None => libs.push((m.library_uid.clone(), r)),
+        }
+    }
+    libs.retain(|(_, r)| *r != Role::Reader);
+    let mut sections = Vec::new();
+    for (uid, role) in &libs {
+        let members = users::memberships(&state.pg, None, Some(uid)).await?;
+        sections.push((uid.clone(), *role, members));
+    }
+    Ok(html! {
+        @if !sections.is_empty() {
+            h2 { "Libraries I own or manage" }
+            p.muted { "An owner may grant any role, a manager only reader; a library keeps at least one owner." }
+            @if err.field.starts_with("member") { p.error role="alert" { (err.message) } }
+            @for (uid, role, members) in &sections {
+                section.card {
+                    p { code { (uid) } " — you are " b { (role.as_str()) } }
+                    div.table { table {
+                        thead { tr { th { "User" } th { "Role" } th {} } }
+                        tbody { @for m in members {
+                            tr {
+                                td { (m.username) }
+                                td { (m.role) }
+                                td { @if Role::parse(&m.role).is_some_and(|r| may_grant(Some(*role), r).is_ok()) {
+                                    (view::action(s, "/admin/me/revoke", &[("library_uid", uid), ("username", &m.username), ("role", &m.role)], "Revoke", "danger"))
+                                } }
+                            }
+                        } }
+                    } }
+                    form.row method="post" action="/admin/me/grant" {
+                        (view::csrf(s))
+                        input type="hidden" name="library_uid" value=(uid);
+                        label { "Username" input type="text" name="username" required
+                            value=(if form.get("library_uid") == uid { form.get("username") } else { "" }); }
+                        label { "Role" select name="role" {
+                            @for r in Role::ALL.into_iter().filter(|r| may_grant(Some(*role), *r).is_ok()) {
+                                option value=(r.as_str()) { (r.as_str()) }
+                            }
+                        } }
+                        button type="submit" { "Grant" }
+                    }
+                }
+            }
+        }
+    })
+}
+
+async fn member_change(state: AppState, s: Session, form: FormData, grant: bool) -> Result<Response, AdminError> {
+    let uid = form.get("library_uid").to_owned();
+    let refused = |field: &str, msg: String| FieldError::new(&format!("member_{field}"), msg);
+    let outcome = match Role::parse(form.get("role")) {
+        None => Err(refused("role", "Role: owner, manager or reader.".into())),
+        Some(role) => {
+            let by = actor(s.username());
+            let who = Granter::Member(s.username());
+            let username = form.get("username").trim();
+            let r = if grant {
+                memberships::grant(&state.pg, who, &by, username, &uid, role).await?
+            } else {
+                memberships::revoke(&state.pg, who, &by, username, &uid, role).await?
+            };
+            r.map_err(|e| refused(e.field(), e.to_string()))
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            let unconfirmed = fence(&state).await;
+            Ok(super::see_other(&view::done(
+                "/admin/me",
+                if grant { "granted" } else { "revoked" },
+                &unconfirmed,
+            )))
+        }
+        Err(err) => super::tokens::me_page(&state, &s, &form, &err, None, StatusCode::BAD_REQUEST).await,
+    }
+}
+
+/// POST /admin/me/grant: a member grants what their role allows.
+pub async fn me_grant(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
+    member_change(state, s, form, true).await
+}
+
+/// POST /admin/me/revoke: a member revokes what their role allows.
+pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
+    member_change(state, s, form, false).await
 }

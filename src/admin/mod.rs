@@ -43,6 +43,8 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/me", get(tokens::me))
         .route("/admin/me/tokens", post(tokens::me_create))
         .route("/admin/me/tokens/revoke", post(tokens::me_revoke))
+        .route("/admin/me/grant", post(libraries::me_grant))
+        .route("/admin/me/revoke", post(libraries::me_revoke))
         .route("/admin/tokens", get(tokens::list).post(tokens::create))
         .route("/admin/tokens/new", get(tokens::new_form))
         .route("/admin/tokens/revoke", post(tokens::revoke))

@@ -184,11 +184,22 @@ pub async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Re
     if let Some(s) = current(&headers, &state).await? {
         return Ok(Redirect::to(home(&s.user)).into_response());
     }
-    Ok(login_page(&state, StatusCode::OK, "", None))
+    Ok(login_page(&state, &headers, StatusCode::OK, "", None))
 }
 
-fn login_page(state: &AppState, status: StatusCode, username: &str, error: Option<&str>) -> Response {
-    let token = random_token();
+/// The sign-in form; its CSRF token is the browser's current sign-in cookie
+/// when it has one (two open sign-in tabs both work), else a new one.
+fn login_page(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    username: &str,
+    error: Option<&str>,
+) -> Response {
+    let token = cookie(headers, LOGIN_COOKIE)
+        .filter(|t| t.len() == 43 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        .map(str::to_owned)
+        .unwrap_or_else(random_token);
     let mut resp = (status, view::login(username, &token, error)).into_response();
     resp.headers_mut()
         .append(header::SET_COOKIE, set_cookie(state, LOGIN_COOKIE, &token, Some(3600)));
@@ -210,6 +221,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     if username.is_empty() || username.len() > 150 || password.is_empty() {
         return Ok(login_page(
             &state,
+            &headers,
             StatusCode::BAD_REQUEST,
             &username,
             Some("Enter your username and password."),
@@ -239,6 +251,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
             tracing::info!("admin console: sign-in refused");
             Ok(login_page(
                 &state,
+                &headers,
                 StatusCode::UNAUTHORIZED,
                 &username,
                 Some("Wrong username or password."),
@@ -246,7 +259,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         }
         Err(ApiError::RateLimited { retry_after_secs, .. }) => {
             let msg = format!("Too many failed sign-ins. Try again in {retry_after_secs} s.");
-            let mut resp = login_page(&state, StatusCode::TOO_MANY_REQUESTS, &username, Some(&msg));
+            let mut resp = login_page(&state, &headers, StatusCode::TOO_MANY_REQUESTS, &username, Some(&msg));
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             Ok(resp)

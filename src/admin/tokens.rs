@@ -304,7 +304,7 @@ pub async fn me(
     .await
 }
 
-async fn me_page(
+pub(super) async fn me_page(
     state: &AppState,
     s: &Session,
     form: &super::FormData,
@@ -314,10 +314,12 @@ async fn me_page(
 ) -> Result<Response, AdminError> {
     let list = tokens::list(&state.pg, Some(s.username())).await?;
     let choices = picker(state, s.user.user_id).await?;
+    let members = super::libraries::my_libraries(state, s, form, err).await?;
     let body = html! {
         (token_table(s, &list, "/admin/me/tokens/revoke", false))
         h2 { "New token" }
         (mint_form(s, "/admin/me/tokens", None, &choices, form, err))
+        (members)
     };
     Ok((status, view::page(s, "/admin/me", "My tokens", notice.as_deref(), body)).into_response())
 }

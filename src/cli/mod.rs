@@ -97,7 +97,8 @@ pub enum MembershipCmd {
         #[arg(value_enum)]
         role: Role,
     },
-    /// Revoke a role on a library.
+    /// Revoke a role on a library (the CLI may remove a library's last owner;
+    /// the admin console refuses to).
     Revoke {
         username: String,
         library_uid: String,
@@ -330,7 +331,16 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
             username,
             library_uid,
             role,
-        } => match memberships::grant(pool, CLI_ACTOR, &username, &library_uid, role).await? {
+        } => match memberships::grant(
+            pool,
+            memberships::Granter::Cli,
+            CLI_ACTOR,
+            &username,
+            &library_uid,
+            role,
+        )
+        .await?
+        {
             Ok(()) => emit(
                 json,
                 serde_json::json!({"username": username, "library_uid": library_uid, "role": role}),
@@ -342,7 +352,16 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
             username,
             library_uid,
             role,
-        } => match memberships::revoke(pool, CLI_ACTOR, &username, &library_uid, role).await? {
+        } => match memberships::revoke(
+            pool,
+            memberships::Granter::Cli,
+            CLI_ACTOR,
+            &username,
+            &library_uid,
+            role,
+        )
+        .await?
+        {
             Ok(()) => emit(
                 json,
                 serde_json::json!({"username": username, "library_uid": library_uid, "role": role, "revoked": true}),

@@ -1,7 +1,7 @@
 //! Library memberships with the spec's rules (§4.1): an owner may grant any
 //! role, a manager only `reader`, a reader nothing; a library keeps at least
-//! one owner. Staff (console) and the CLI act with full rights; the last-owner
-//! rule holds for everyone.
+//! one owner. Staff (console) act with full rights under the last-owner rule;
+//! the CLI is the operator's escape hatch and may remove a last owner.
 
 use sqlx::PgPool;
 
@@ -51,9 +51,40 @@ fn check_library(uid: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Grants `role` on `library_uid` to `username` (idempotent), audited.
+/// Who changes a membership.
+#[derive(Clone, Copy, Debug)]
+pub enum Granter<'a> {
+    /// The CLI: full rights, a library's last owner included.
+    Cli,
+    /// Console staff: full rights, but a library keeps at least one owner.
+    Staff,
+    /// A member of the library: their own role limits what they may grant or
+    /// revoke, and a library keeps at least one owner.
+    Member(&'a str),
+}
+
+/// A member may grant or revoke a role only as `may_grant` allows, checked
+/// inside the transaction that makes the change.
+async fn check_granter(
+    tx: &mut sqlx::PgConnection,
+    granter: Granter<'_>,
+    library_uid: &str,
+    role: Role,
+) -> Result<Result<(), Refusal>, sqlx::Error> {
+    match granter {
+        Granter::Cli | Granter::Staff => Ok(Ok(())),
+        Granter::Member(who) => {
+            let theirs = users::strongest_role(&mut *tx, who, library_uid).await?;
+            Ok(may_grant(theirs, role))
+        }
+    }
+}
+
+/// Grants `role` on `library_uid` to `username` (idempotent) on behalf of
+/// `granter`, audited.
 pub async fn grant(
     pool: &PgPool,
+    granter: Granter<'_>,
     actor: &str,
     username: &str,
     library_uid: &str,
@@ -63,6 +94,9 @@ pub async fn grant(
         return Ok(Err(r));
     }
     let mut tx = pool.begin().await?;
+    if let Err(r) = check_granter(&mut tx, granter, library_uid, role).await? {
+        return Ok(Err(r));
+    }
     if !users::grant(&mut *tx, username, library_uid, role).await? {
         return Ok(Err(Refusal::NoSuchUser(username.to_owned())));
     }
@@ -78,20 +112,26 @@ pub async fn grant(
     Ok(Ok(()))
 }
 
-/// Revokes `role`, refusing to remove a library's last owner; audited.
+/// Revokes `role` on behalf of `granter`, audited: a member may revoke what
+/// they may grant (a manager cannot remove owners or managers), and only the
+/// CLI may remove a library's last owner.
 pub async fn revoke(
     pool: &PgPool,
+    granter: Granter<'_>,
     actor: &str,
     username: &str,
     library_uid: &str,
     role: Role,
 ) -> Result<Result<(), Refusal>, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    if let Err(r) = check_granter(&mut tx, granter, library_uid, role).await? {
+        return Ok(Err(r));
+    }
     let owners = users::lock_owner_count(&mut tx, library_uid).await?;
     if !users::revoke(&mut *tx, username, library_uid, role).await? {
         return Ok(Err(Refusal::NotMember(username.to_owned())));
     }
-    if role == Role::Owner && owners <= 1 {
+    if role == Role::Owner && owners <= 1 && !matches!(granter, Granter::Cli) {
         // Rolled back on drop.
         return Ok(Err(Refusal::LastOwner));
     }

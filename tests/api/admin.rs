@@ -911,3 +911,74 @@ async fn cli_token_create_without_a_library_and_json_output() {
         "human format by default"
     );
 }
+
+#[tokio::test]
+async fn on_the_self_service_page_an_owner_grants_any_role_and_a_manager_only_reader() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("shared").await;
+    person(&app, "olga").await;
+    person(&app, "mona").await;
+    person(&app, "rita").await;
+    users::grant(&app.pg, "olga", &lib, Role::Owner).await.unwrap();
+    users::grant(&app.pg, "mona", &lib, Role::Manager).await.unwrap();
+    let mut mona = Console::signed_in(&app, "mona", STAFF_PASSWORD).await;
+    let page = mona.get("/admin/me").await;
+    assert!(page.body.contains("Libraries I own or manage"));
+    assert!(
+        !page.body.contains("<option value=\"manager\">"),
+        "a manager is offered reader only"
+    );
+    let r = mona
+        .post(
+            "/admin/me/grant",
+            &[("library_uid", &lib), ("username", "rita"), ("role", "manager")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("a manager may not grant manager"), "{}", r.body);
+    let r = mona
+        .post(
+            "/admin/me/grant",
+            &[("library_uid", &lib), ("username", "rita"), ("role", "reader")],
+        )
+        .await;
+    assert_eq!(r.location(), "/admin/me?ok=granted");
+    let r = mona
+        .post(
+            "/admin/me/revoke",
+            &[("library_uid", &lib), ("username", "olga"), ("role", "owner")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "a manager cannot remove an owner");
+    let mut olga = Console::signed_in(&app, "olga", STAFF_PASSWORD).await;
+    let r = olga
+        .post(
+            "/admin/me/grant",
+            &[("library_uid", &lib), ("username", "rita"), ("role", "manager")],
+        )
+        .await;
+    assert_eq!(r.location(), "/admin/me?ok=granted");
+    let r = olga
+        .post(
+            "/admin/me/revoke",
+            &[("library_uid", &lib), ("username", "olga"), ("role", "owner")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("at least one owner"));
+    // rita, a reader and manager now, has no say on a library she has no role on.
+    let other = app.library("other").await;
+    let mut rita = Console::signed_in(&app, "rita", STAFF_PASSWORD).await;
+    let r = rita
+        .post(
+            "/admin/me/grant",
+            &[("library_uid", &other), ("username", "rita"), ("role", "owner")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(users::memberships(&app.pg, Some("rita"), Some(&other))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(audit_actions(&app, "admin:mona").await, ["membership_granted"]);
+}

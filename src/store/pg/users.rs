@@ -205,6 +205,23 @@ pub async fn lock_owner_count(tx: &mut sqlx::PgConnection, library_uid: &str) ->
         .await
 }
 
+/// The strongest role the user holds on the library (owner > manager > reader).
+pub async fn strongest_role<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    library_uid: &str,
+) -> Result<Option<Role>, sqlx::Error> {
+    let roles: Vec<String> = sqlx::query_scalar(
+        "SELECT m.role::text FROM library_memberships m JOIN users u ON u.id = m.user_id
+          WHERE u.username = $1 AND m.library_uid = $2",
+    )
+    .bind(username)
+    .bind(library_uid)
+    .fetch_all(ex)
+    .await?;
+    Ok(Role::ALL.into_iter().find(|r| roles.iter().any(|x| x == r.as_str())))
+}
+
 /// Libraries on which the user is owner or manager: what they may scope into
 /// a token (spec §4.1, the console's library picker).
 pub async fn scopable_libraries(pool: &PgPool, user_id: i64) -> Result<Vec<String>, sqlx::Error> {
