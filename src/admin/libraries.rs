@@ -14,7 +14,7 @@ use super::session::{PersonForm, Session, Staff, StaffForm};
 use super::view::{self, FieldError};
 use super::{actor, fence, AdminError, FormData};
 use crate::service::memberships::{self, may_grant, Granter};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::users::{self, Role};
 
 /// GET /admin/libraries.

@@ -28,15 +28,15 @@ use axum::{
 };
 
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 pub use session::{Person, Staff};
 
 /// Every console route.
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/admin", get(|| async { Redirect::to("/admin/") }))
-        .route("/admin/", get(pages::overview))
+        // `/admin/` too: the router trims trailing slashes before routing.
+        .route("/admin", get(pages::overview))
         .route("/admin/static/admin.css", get(stylesheet))
         .route("/admin/login", get(session::login_form).post(session::login))
         .route("/admin/logout", post(session::logout))
@@ -47,7 +47,7 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/me/revoke", post(libraries::me_revoke))
         .route("/admin/tokens", get(tokens::list).post(tokens::create))
         .route("/admin/tokens/new", get(tokens::new_form))
-        .route("/admin/tokens/revoke", post(tokens::revoke))
+        .route("/admin/tokens/revoke", post(tokens::revoke_action))
         .route("/admin/teams", get(teams::list))
         .route("/admin/teams/{id}", get(teams::detail))
         .route("/admin/teams/{id}/workspaces", post(teams::workspaces))
@@ -222,18 +222,22 @@ pub fn actor(username: &str) -> String {
     format!("admin:{username}")
 }
 
-/// Waits for every replica to drop cached credentials (the REST API's fence);
-/// a notice when some replica did not confirm in time (the change is
-/// committed either way, and silent replicas no longer trust their caches).
-pub async fn fence(state: &AppState) -> Option<String> {
-    match state.auth.caches.fence(&state.pg).await {
-        Ok(()) => None,
-        Err(u) => Some(format!(
+/// A notice when some replica did not confirm a committed change in time (the
+/// change holds either way; silent replicas no longer trust their caches).
+pub fn propagation_notice(p: &crate::service::Propagation) -> Option<String> {
+    p.as_ref().err().map(|u| {
+        format!(
             "The change is committed, but {} replica(s) did not confirm it in time; they no longer use \
              cached credentials.",
             u.replicas
-        )),
-    }
+        )
+    })
+}
+
+/// Waits for every replica to drop cached credentials (the REST API's fence)
+/// after a committed change; the notice when some did not confirm in time.
+pub async fn fence(state: &AppState) -> Option<String> {
+    propagation_notice(&state.changes.fence().await)
 }
 
 /// Redirect after a POST (303: the browser GETs the page), with a notice key.

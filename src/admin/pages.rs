@@ -11,12 +11,13 @@ use maud::html;
 use super::session::{Staff, StaffForm};
 use super::view;
 use super::{actor, fence, AdminError};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::{admin as store, keys};
 
 /// GET /admin/: store health (the `get_health` probe) and counts.
 pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
-    let (pg, graph) = crate::api::health::probe_stores(&state, crate::api::health::PROBE_TIMEOUT).await;
+    let (pg, graph) =
+        crate::service::health::probe_stores(&state.pg, &state.graph, crate::api::health::PROBE_TIMEOUT).await;
     let counts = store::counts(&state.pg).await.unwrap_or_default();
     let libraries = match &graph {
         Ok(()) => state.graph.all_libraries().await.ok().map(|l| l.len()),

@@ -15,7 +15,7 @@ use super::session::Staff;
 use super::view;
 use super::AdminError;
 use crate::auth::{AuthError, Scope};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::{teams, tokens};
 
 /// Results per search.

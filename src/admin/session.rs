@@ -18,9 +18,9 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::{view, AdminError, FormData};
-use crate::auth::basic::{client_address, verify_password};
+use crate::auth::basic::{client_address, verify_password, BasicContext};
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::admin::{self as store, SessionUser};
 
 /// The session cookie.
@@ -228,7 +228,8 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         ));
     }
     // People only: a service account's right password answers like a wrong one.
-    match verify_password(&state, username.clone(), password, address, |u| !u.is_service).await {
+    let basic = <BasicContext as axum::extract::FromRef<AppState>>::from_ref(&state);
+    match verify_password(&basic, username.clone(), password, address, |u| !u.is_service).await {
         Ok(user) => {
             let id = random_token();
             let csrf = random_token();

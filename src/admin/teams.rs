@@ -14,14 +14,25 @@ use uuid::Uuid;
 
 use super::session::{Session, Staff, StaffForm};
 use super::view::{self, FieldError};
-use super::{actor, fence, AdminError};
-use crate::api::teams::{clean_workspace_ids, mint};
+use super::{actor, propagation_notice, AdminError};
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::service::teams::{self as service, TeamError};
+use crate::state::AppState;
 use crate::store::pg::teams;
 
 fn parse_id(raw: &str) -> Result<Uuid, AdminError> {
-    Uuid::parse_str(raw).map_err(|_| AdminError::NotFound)
+    service::parse_id("id", raw).map_err(|_| AdminError::NotFound)
+}
+
+/// The REST API's mapping, as a page.
+fn refused(e: TeamError) -> AdminError {
+    match e {
+        TeamError::NotFound => AdminError::NotFound,
+        TeamError::Inactive => {
+            ApiError::Conflict("The team is deactivated; register it under a new id to get a new JWT.".into()).into()
+        }
+        other => ApiError::from(other).into(),
+    }
 }
 
 /// GET /admin/teams.
@@ -67,9 +78,7 @@ async fn detail_page(
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let Some((t, ws)) = teams::get(&state.pg, id).await? else {
-        return Err(AdminError::NotFound);
-    };
+    let (t, ws) = service::detail(&state.pg, id).await.map_err(refused)?;
     let text = workspaces_text.map(str::to_owned).unwrap_or_else(|| ws.join("\n"));
     let base = format!("/admin/teams/{id}");
     let body = html! {
@@ -139,21 +148,16 @@ pub async fn workspaces(
         .filter(|w| !w.is_empty())
         .map(str::to_owned)
         .collect();
-    let ids = match clean_workspace_ids(ids) {
-        Ok(ids) => ids,
-        Err(ApiError::BadRequest { message, .. }) => {
-            let err = FieldError::new("workspace_ids", message);
+    let unconfirmed = match service::set_workspaces(&state.pg, &state.changes, &actor(s.username()), id, ids).await {
+        Ok((_, p)) => propagation_notice(&p),
+        Err(TeamError::BadField(b)) => {
+            // The form's one field, with the REST API's message (it names the
+            // offending line as `workspace_ids[i]`, counted from 0).
+            let err = FieldError::new("workspace_ids", format!("{}: {}", b.field, b.message));
             return detail_page(&state, &s, id, Some(raw), &err, None, StatusCode::BAD_REQUEST).await;
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(refused(e)),
     };
-    if teams::replace_workspaces(&state.pg, &actor(s.username()), id, &ids)
-        .await?
-        .is_none()
-    {
-        return Err(AdminError::NotFound);
-    }
-    let unconfirmed = fence(&state).await;
     Ok(super::see_other(&view::done(
         &format!("/admin/teams/{id}"),
         "team-workspaces",
@@ -168,20 +172,10 @@ pub async fn rotate(
     StaffForm(s, _): StaffForm,
 ) -> Result<Response, AdminError> {
     let id = parse_id(&id)?;
-    let jti = Uuid::new_v4();
-    let token = mint(&state, id, jti).await?;
-    match teams::rotate(&state.pg, &actor(s.username()), id, jti).await? {
-        teams::Rotated::Ok => {}
-        teams::Rotated::NotFound => return Err(AdminError::NotFound),
-        teams::Rotated::Inactive => {
-            return Err(ApiError::Conflict(
-                "The team is deactivated; register it under a new id to get a new JWT.".into(),
-            )
-            .into())
-        }
-    }
-    tracing::info!(team = %id, by = %s.username(), "admin console: team rotated");
-    let unconfirmed = fence(&state).await;
+    let (token, p) = service::rotate(&state.pg, &state.changes, &actor(s.username()), id)
+        .await
+        .map_err(refused)?;
+    let unconfirmed = propagation_notice(&p);
     let url = format!("{}/mcp/", state.settings.public_url.trim_end_matches('/'));
     let yaml = format!(
         "mcp:\n  servers:\n    mnemosyne:\n      transport: http\n      url: {url}\n      headers:\n        \
@@ -211,10 +205,10 @@ pub async fn deactivate(
     StaffForm(s, _): StaffForm,
 ) -> Result<Response, AdminError> {
     let id = parse_id(&id)?;
-    if !teams::deactivate(&state.pg, &actor(s.username()), id).await? {
-        return Err(AdminError::NotFound);
-    }
-    let unconfirmed = fence(&state).await;
+    let p = service::deactivate(&state.pg, &state.changes, &actor(s.username()), id)
+        .await
+        .map_err(refused)?;
+    let unconfirmed = propagation_notice(&p);
     Ok(super::see_other(&view::done(
         &format!("/admin/teams/{id}"),
         "team-deactivated",

@@ -13,9 +13,9 @@ use maud::{html, Markup};
 
 use super::session::{Person, PersonForm, Session, Staff, StaffForm};
 use super::view::{self, FieldError};
-use super::{actor, fence, AdminError};
-use crate::cli::{create_token_as, revoke_token_as, MintError};
-use crate::startup::AppState;
+use super::{actor, AdminError};
+use crate::service::tokens::{self as service, TokenError};
+use crate::state::AppState;
 use crate::store::pg::{tokens, users};
 
 /// The picker's choices for `user_id`: libraries where the user is owner or
@@ -206,7 +206,7 @@ pub async fn new_form(
 async fn mint(state: &AppState, by: &str, username: &str, form: &super::FormData) -> Result<(i64, String), FieldError> {
     let expires_at = parse_expiry(form.get("expires_at"))?;
     let libraries = form.all("library");
-    create_token_as(
+    service::mint_by(
         &state.pg,
         &actor(by),
         username,
@@ -215,8 +215,9 @@ async fn mint(state: &AppState, by: &str, username: &str, form: &super::FormData
         expires_at,
     )
     .await
+    .map(|m| (m.id, m.plaintext))
     .map_err(|e| match e {
-        MintError::Store(e) => {
+        TokenError::Store(e) => {
             tracing::error!(error = %e, "admin console: minting a token");
             FieldError::new("", "The token could not be stored; retry in a moment.")
         }
@@ -273,13 +274,23 @@ fn parse_id(form: &super::FormData) -> Result<i64, AdminError> {
     form.get("id").parse().map_err(|_| AdminError::NotFound)
 }
 
-/// POST /admin/tokens/revoke.
-pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
-    let id = parse_id(&form)?;
-    if !revoke_token_as(&state.pg, &actor(s.username()), id, None).await? {
-        return Err(AdminError::NotFound);
+/// Revokes (only `owner`'s token, when given); the propagation notice.
+async fn revoke(state: &AppState, s: &Session, id: i64, owner: Option<&str>) -> Result<Option<String>, AdminError> {
+    match service::revoke_by(&state.pg, &state.changes, &actor(s.username()), id, owner).await {
+        Ok(p) => Ok(super::propagation_notice(&p)),
+        Err(TokenError::NotFound(_)) => Err(AdminError::NotFound),
+        Err(TokenError::Store(e)) => Err(e.into()),
+        Err(other) => Err(crate::error::ApiError::Internal(other.to_string()).into()),
     }
-    let unconfirmed = fence(&state).await;
+}
+
+/// POST /admin/tokens/revoke.
+pub async fn revoke_action(
+    State(state): State<AppState>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&form)?;
+    let unconfirmed = revoke(&state, &s, id, None).await?;
     Ok(super::see_other(&view::done(
         "/admin/tokens",
         "token-revoked",
@@ -338,10 +349,7 @@ pub async fn me_create(State(state): State<AppState>, PersonForm(s, form): Perso
 /// POST /admin/me/tokens/revoke: only your own.
 pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
     let id = parse_id(&form)?;
-    if !revoke_token_as(&state.pg, &actor(s.username()), id, Some(s.username())).await? {
-        return Err(AdminError::NotFound);
-    }
-    let unconfirmed = fence(&state).await;
+    let unconfirmed = revoke(&state, &s, id, Some(s.username())).await?;
     Ok(super::see_other(&view::done(
         "/admin/me",
         "token-revoked",

@@ -15,7 +15,7 @@ use super::session::{Session, Staff, StaffForm};
 use super::view::{self, FieldError};
 use super::{actor, fence, AdminError, FormData};
 use crate::service::accounts::{self, AccountError};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::users;
 
 async fn page(

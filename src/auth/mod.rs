@@ -2,9 +2,9 @@
 
 pub mod basic;
 pub mod cache;
+pub mod changes;
 pub mod failure;
 pub mod jwt;
-pub mod layer;
 pub mod principal;
 pub mod resolver;
 

@@ -3,13 +3,12 @@
 use std::io::Read;
 
 use anyhow::{bail, Context};
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
-use rand::RngCore;
 
-use crate::auth::resolver::token_hash;
+use crate::auth::changes::AuthChanges;
 use crate::config::Settings;
+use crate::service::tokens::{self as tokens_service, Minted, TokenError};
 use crate::service::{self, accounts, memberships};
 use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
@@ -22,6 +21,11 @@ use crate::store::pg::{self, keys, tokens, users, users::Role};
     propagate_version = true
 )]
 pub struct Cli {
+    /// Load settings from this file first (KEY=value lines; variables already
+    /// set win). Without it, only a development build loads its checkout's
+    /// `.dev/env`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub env_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub settings: Settings,
     /// Print data as JSON (one document) instead of the human format.
@@ -168,13 +172,6 @@ fn read_password_stdin() -> anyhow::Result<String> {
         bail!("password must be at least 8 characters");
     }
     Ok(p)
-}
-
-/// Generates an opaque token plaintext: `mnm_` + 32 random bytes, base64url.
-pub fn new_token_plaintext() -> String {
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    format!("mnm_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
 }
 
 /// Prints `value` as JSON when `--json` was given, else `human()`.
@@ -386,111 +383,6 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
     Ok(())
 }
 
-/// Why a token was not minted; each names the form field it is about.
-#[derive(Debug, thiserror::Error)]
-pub enum MintError {
-    #[error("no such user: {0}")]
-    NoSuchUser(String),
-    #[error("{user} is not owner or manager of: {} (grant a role with `mnemosyne membership grant`)", libraries.join(", "))]
-    NotScopable { user: String, libraries: Vec<String> },
-    #[error("the expiry is in the past")]
-    ExpiryInPast,
-    #[error("the name is at most 200 characters")]
-    NameTooLong,
-    #[error(transparent)]
-    Store(#[from] sqlx::Error),
-}
-
-impl MintError {
-    /// The form field the refusal is about.
-    pub fn field(&self) -> &'static str {
-        match self {
-            MintError::NoSuchUser(_) => "user",
-            MintError::NotScopable { .. } => "libraries",
-            MintError::ExpiryInPast => "expires_at",
-            MintError::NameTooLong => "name",
-            MintError::Store(_) => "",
-        }
-    }
-}
-
-/// Mints a token after checking the membership rule (spec §4.1); returns
-/// (id, plaintext). Shared by the CLI, the demo and tests (actor `cli`).
-pub async fn create_token(
-    pool: &sqlx::PgPool,
-    username: &str,
-    name: &str,
-    libraries: &[String],
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<(i64, String), MintError> {
-    create_token_as(pool, CLI_ACTOR, username, name, libraries, expires_at).await
-}
-
-/// Mints a token for `username` on behalf of `actor`: libraries de-duplicated
-/// in order, each one the user owns or manages (none at all is allowed: it
-/// reads nothing, spec §14.1), the row and its audit event in one transaction.
-pub async fn create_token_as(
-    pool: &sqlx::PgPool,
-    actor: &str,
-    username: &str,
-    name: &str,
-    libraries: &[String],
-    expires_at: Option<DateTime<Utc>>,
-) -> Result<(i64, String), MintError> {
-    if name.chars().count() > 200 {
-        return Err(MintError::NameTooLong);
-    }
-    if expires_at.is_some_and(|e| e <= Utc::now()) {
-        return Err(MintError::ExpiryInPast);
-    }
-    let mut libs = Vec::new();
-    for l in libraries {
-        if !libs.contains(l) {
-            libs.push(l.clone());
-        }
-    }
-    let mut tx = pool.begin().await?;
-    let user = users::by_username(&mut *tx, username)
-        .await?
-        .ok_or_else(|| MintError::NoSuchUser(username.to_owned()))?;
-    let refused = users::unscopable_libraries(&mut *tx, user.id, &libs).await?;
-    if !refused.is_empty() {
-        return Err(MintError::NotScopable {
-            user: username.to_owned(),
-            libraries: refused,
-        });
-    }
-    let plaintext = new_token_plaintext();
-    let id = tokens::create(&mut *tx, user.id, name, &token_hash(&plaintext), &libs, expires_at).await?;
-    pg::audit(
-        &mut tx,
-        actor,
-        "token_created",
-        &id.to_string(),
-        serde_json::json!({"user": username, "name": name, "libraries": libs, "expires_at": expires_at}),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((id, plaintext))
-}
-
-/// Revokes a token (only one `owner` owns, when given) with its audit event;
-/// false when unknown, not theirs or already revoked.
-pub async fn revoke_token_as(
-    pool: &sqlx::PgPool,
-    actor: &str,
-    id: i64,
-    owner: Option<&str>,
-) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let done = tokens::revoke_owned(&mut *tx, id, owner).await?;
-    if done {
-        pg::audit(&mut tx, actor, "token_revoked", &id.to_string(), serde_json::json!({})).await?;
-    }
-    tx.commit().await?;
-    Ok(done)
-}
-
 fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
     serde_json::json!({"id": t.id, "name": t.name, "user": t.username, "libraries": t.allowed_libraries.0,
                        "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
@@ -505,7 +397,16 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             name,
             expires_at,
         } => {
-            let (id, plaintext) = create_token(pool, &user, &name, &libraries, expires_at).await?;
+            let Minted { id, plaintext } =
+                tokens_service::mint_by(pool, CLI_ACTOR, &user, &name, &libraries, expires_at)
+                    .await
+                    .map_err(|e| match e {
+                        TokenError::NotOwnerOrManager { .. } => {
+                            anyhow::anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
+                        }
+                        TokenError::ExpiryInPast => anyhow::anyhow!("--expires-at is in the past"),
+                        e => e.into(),
+                    })?;
             emit(
                 json,
                 serde_json::json!({"id": id, "user": user, "name": name, "libraries": libraries,
@@ -540,9 +441,8 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             });
         }
         TokenCmd::Revoke { id } => {
-            if !revoke_token_as(pool, CLI_ACTOR, id, None).await? {
-                bail!("no active token with id {id}");
-            }
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let _ = tokens_service::revoke_by(pool, &AuthChanges::new(pool.clone(), None), CLI_ACTOR, id, None).await?;
             emit(json, serde_json::json!({"id": id, "revoked": true}), || {
                 println!("token {id} revoked")
             });

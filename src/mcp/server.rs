@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
 use http::request::Parts;
 use rmcp::{
     handler::server::{router::tool::ToolRouter, tool::schema_for_output, tool::Extension},
@@ -23,7 +22,7 @@ use tracing::Instrument;
 
 use super::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
 use crate::auth::{Principal, Scope};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::graph::knowledge::{ChunkView, CollectionView, ItemView, LibraryView, SearchHit};
 use crate::store::graph::GraphError;
 
@@ -422,7 +421,11 @@ impl KnowledgeServer {
             return e.into();
         }
         // The health report is a text block only (Pallas §2), no structured content.
-        Outcome::Text(self.health().await.to_string())
+        Outcome::Text(
+            crate::service::health::report(&self.state.pg, &self.state.graph)
+                .await
+                .to_string(),
+        )
     }
 
     async fn do_search(&self, scope: Scope, args: &JsonObject) -> Outcome {
@@ -666,30 +669,6 @@ impl KnowledgeServer {
             },
             text,
         )
-    }
-
-    /// Pallas spec §2: `ok`, `degraded` (slow store) or `error` (a store down),
-    /// with a message when not ok. Both probes run concurrently, bounded.
-    pub async fn health(&self) -> Value {
-        let started = std::time::Instant::now();
-        let (pg, graph) = crate::api::health::probe_stores(&self.state, Duration::from_millis(700)).await;
-        let elapsed = started.elapsed();
-        let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
-        let mut down = Vec::new();
-        if let Err(e) = &pg {
-            down.push(format!("PostgreSQL unreachable ({e})"));
-        }
-        if let Err(e) = &graph {
-            down.push(format!("graph store unreachable ({e})"));
-        }
-        if !down.is_empty() {
-            json!({"status": "error", "timestamp": timestamp, "message": down.join("; ")})
-        } else if elapsed > Duration::from_millis(300) {
-            json!({"status": "degraded", "timestamp": timestamp,
-                   "message": format!("stores slow to answer ({} ms)", elapsed.as_millis())})
-        } else {
-            json!({"status": "ok", "timestamp": timestamp})
-        }
     }
 }
 

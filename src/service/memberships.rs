@@ -18,8 +18,8 @@ pub enum Refusal {
     LastOwner,
     #[error("a {granter} may not grant {role}")]
     NotAllowed { granter: &'static str, role: &'static str },
-    #[error("library uids are 1 to 64 characters")]
-    BadLibrary,
+    #[error("{0}")]
+    BadLibrary(String),
 }
 
 impl Refusal {
@@ -27,7 +27,7 @@ impl Refusal {
         match self {
             Refusal::NoSuchUser(_) | Refusal::NotMember(_) => "username",
             Refusal::LastOwner | Refusal::NotAllowed { .. } => "role",
-            Refusal::BadLibrary => "library_uid",
+            Refusal::BadLibrary(_) => "library_uid",
         }
     }
 }
@@ -45,10 +45,9 @@ pub fn may_grant(granter: Option<Role>, role: Role) -> Result<(), Refusal> {
 }
 
 fn check_library(uid: &str) -> Result<(), Refusal> {
-    if uid.is_empty() || uid.chars().count() > 64 {
-        return Err(Refusal::BadLibrary);
-    }
-    Ok(())
+    crate::ids::LibraryUid::parse("library_uid", uid)
+        .map(|_| ())
+        .map_err(|e| Refusal::BadLibrary(e.to_string()))
 }
 
 /// Who changes a membership.

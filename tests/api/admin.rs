@@ -599,10 +599,10 @@ async fn the_self_service_page_mints_and_revokes_only_your_own_tokens() {
 }
 
 async fn app_token(app: &TestApp, user: &str, lib: &str) -> String {
-    mnemosyne::cli::create_token(&app.pg, user, "t", &[lib.to_owned()], None)
+    mnemosyne::service::tokens::mint(&app.pg, user, "t", &[lib.to_owned()], None)
         .await
         .unwrap()
-        .1
+        .plaintext
 }
 
 #[tokio::test]
@@ -844,8 +844,9 @@ async fn admin_search_spans_every_library_and_search_as_shows_a_principals_view(
     let r = c.get(&format!("/admin/search?q=Zanzibarine&as=token:{id}")).await;
     assert!(r.body.contains("resolved_libraries (1)"));
     assert!(r.body.contains(&format!("<td><code>{}</code></td>", s.lib_c)));
-    mnemosyne::cli::revoke_token_as(&app.pg, "test", id, None)
+    mnemosyne::service::tokens::revoke(&app.pg, &app.state.changes, id)
         .await
+        .unwrap()
         .unwrap();
     let r = c.get(&format!("/admin/search?q=Zanzibarine&as=token:{id}")).await;
     assert!(r.body.contains("refused on /mcp: Invalid MCP token."), "{}", r.body);

@@ -1,0 +1,88 @@
+//! What every handler shares, built once per replica, and the one face through
+//! which handlers announce auth changes to every replica.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use crate::auth::basic::{BasicContext, BasicGuard};
+use crate::auth::cache::AuthCaches;
+use crate::auth::changes::AuthChanges;
+use crate::auth::Authenticator;
+use crate::config::Settings;
+use crate::mcp::guard::Guard;
+use crate::metrics::Metrics;
+use crate::store::graph::GraphStore;
+use crate::store::pg;
+
+/// Shared by every handler (cheap to clone: handles and `Arc`s).
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub pg: PgPool,
+    pub graph: GraphStore,
+    pub metrics: Metrics,
+    pub auth: Arc<Authenticator>,
+    /// Announcing auth changes (workspace libraries, fences) to every replica.
+    pub changes: AuthChanges,
+    /// The `/mcp` guard: hosts, origins, session owners, rate limits.
+    pub mcp: Arc<Guard>,
+    /// HTTP Basic flood protection (argon2 permits, failure throttles).
+    pub basic: Arc<BasicGuard>,
+}
+
+impl AppState {
+    /// Connects (lazily) to both stores; `addr` is the bound listener's
+    /// address (a loopback one is accepted as Host/Origin on `/mcp`).
+    pub async fn new(settings: Settings, addr: SocketAddr) -> anyhow::Result<Self> {
+        let settings = Arc::new(settings);
+        let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
+        let metrics = Metrics::new();
+        let graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
+        metrics
+            .build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])
+            .set(1);
+        let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
+        for c in caches.collectors() {
+            metrics.register(c);
+        }
+        let auth = Arc::new(
+            Authenticator::new(
+                pg.clone(),
+                graph.clone(),
+                caches.clone(),
+                metrics.clone(),
+                settings.store_timeout(),
+            )
+            .with_cold_lookups(settings.cold_lookups),
+        );
+        let basic = Arc::new(BasicGuard::new(
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            settings.basic_failures_per_minute,
+        ));
+        let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
+        Ok(AppState {
+            changes: AuthChanges::new(pg.clone(), Some(caches)),
+            settings,
+            pg,
+            graph,
+            metrics,
+            auth,
+            mcp,
+            basic,
+        })
+    }
+}
+
+impl axum::extract::FromRef<AppState> for BasicContext {
+    fn from_ref(state: &AppState) -> Self {
+        BasicContext {
+            pg: state.pg.clone(),
+            auth: state.auth.clone(),
+            guard: state.basic.clone(),
+            metrics: state.metrics.clone(),
+        }
+    }
+}
