@@ -68,7 +68,6 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/library/revoke", post(libraries::revoke))
         .route("/admin/search", get(search::search))
         .route("/admin/audit", get(pages::audit))
-        .fallback(|| async { AdminError::NotFound })
         .layer(middleware::from_fn(security_headers))
 }
 

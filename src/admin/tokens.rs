@@ -22,20 +22,21 @@ use crate::store::pg::{tokens, users};
 /// manager (spec §4.1), with their names when the graph has them.
 async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>, AdminError> {
     let uids = users::scopable_libraries(&state.pg, user_id).await?;
-    let names: HashMap<String, String> = state
-        .graph
-        .all_libraries()
-        .await?
-        .into_iter()
-        .map(|l| (l.uid, l.name))
-        .collect();
+    // Names are a convenience: the picker still works while the graph is down.
+    let names: Option<HashMap<String, String>> = match state.graph.all_libraries().await {
+        Ok(libs) => Some(libs.into_iter().map(|l| (l.uid, l.name)).collect()),
+        Err(e) => {
+            tracing::warn!(error = %e, "admin console: library names unavailable");
+            None
+        }
+    };
     Ok(uids
         .into_iter()
         .map(|u| {
-            let name = names
-                .get(&u)
-                .cloned()
-                .unwrap_or_else(|| "(not in the graph yet)".into());
+            let name = match &names {
+                Some(n) => n.get(&u).cloned().unwrap_or_else(|| "(not in the graph yet)".into()),
+                None => "(graph unavailable)".into(),
+            };
             (u, name)
         })
         .collect())
