@@ -55,7 +55,9 @@ fn random_password() -> String {
     hex::encode(b)
 }
 
-pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> anyhow::Result<()> {
+/// Loads the demo and prints its credentials once: as text, or with `json`
+/// as one JSON document (for scripts).
+pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json: bool) -> anyhow::Result<()> {
     let graph = GraphStore::connect(settings).await?;
     let changes = AuthChanges::new(pool.clone(), None);
     let load = |doc: DocumentIn| {
@@ -164,6 +166,23 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
             .trim_end_matches('/')
     );
 
+    if json {
+        let doc = json!({
+            "libraries": [
+                {"uid": research, "workspace_id": WS_RESEARCH},
+                {"uid": ops, "workspace_id": WS_OPS},
+                {"uid": HANDBOOK, "workspace_id": null},
+            ],
+            "admin_console": {"url": console, "username": "demo-admin", "password": admin_password},
+            "service_account": {"username": "daedalus-service", "password": service_password},
+            "opaque_token": {"user": "demo-user", "libraries": [HANDBOOK, research], "token": opaque},
+            "team": {"id": TEAM_ID, "workspace_ids": [WS_RESEARCH], "jwt": team_jwt},
+            "per_turn_jwt": {"libraries": [ops], "jwt": per_turn},
+            "mcp_url": url,
+        });
+        println!("{doc:#}");
+        return Ok(());
+    }
     println!(
         r#"
 == Mnemosyne demo data ==

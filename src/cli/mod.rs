@@ -243,7 +243,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
                 }
             });
         }
-        Command::Demo(args) => demo::run(&settings, &pool, args).await?,
+        Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
     }
     Ok(())
 }
