@@ -231,6 +231,11 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     let basic = <BasicContext as axum::extract::FromRef<AppState>>::from_ref(&state);
     match verify_password(&basic, username.clone(), password, address, |u| !u.is_service).await {
         Ok(user) => {
+            // A new id on every sign-in (no fixation); the browser's previous
+            // session, if any, ends here.
+            if let Some(old) = cookie(&headers, COOKIE) {
+                store::delete_session(&state.pg, &hash_id(old)).await?;
+            }
             let id = random_token();
             let csrf = random_token();
             store::create_session(

@@ -325,6 +325,20 @@ async fn sign_in_sets_a_strict_httponly_session_cookie_and_sign_out_ends_it() {
         .to_str()
         .unwrap()
         .contains("default-src 'none'"));
+    // Signing in again replaces the session: the previous id is dead.
+    let before = c.cookies.clone();
+    let mut form = Console::new(&app);
+    form.get("/admin/login").await;
+    c.cookies.extend(form.cookies.clone());
+    c.csrf = form.csrf.clone();
+    let again = c
+        .post("/admin/login", &[("username", "sam"), ("password", STAFF_PASSWORD)])
+        .await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER);
+    let mut old = Console::new(&app);
+    old.cookies = before;
+    assert_eq!(old.get("/admin/").await.location(), "/admin/login");
+    c.get("/admin/").await;
     let stolen = c.cookies.clone();
     let out = c.post("/admin/logout", &[]).await;
     assert_eq!(out.location(), "/admin/login");
@@ -860,6 +874,11 @@ async fn the_overview_shows_health_and_counts_and_audit_filters_by_action_and_ac
     let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
     let o = c.get("/admin/").await;
     assert!(o.body.contains("Store health"));
+    assert!(!o.body.contains("<script"), "no JavaScript");
+    let css = c.get("/admin/static/admin.css").await;
+    assert_eq!(css.status, StatusCode::OK);
+    assert!(css.headers["content-type"].to_str().unwrap().starts_with("text/css"));
+    assert!(css.body.contains("@media"), "phone widths");
     assert!(o.body.contains("<b>1</b>active teams"), "{}", o.body);
     c.post("/admin/keys", &[]).await;
     let all = c.get("/admin/audit").await;
