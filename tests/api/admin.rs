@@ -1002,3 +1002,30 @@ async fn on_the_self_service_page_an_owner_grants_any_role_and_a_manager_only_re
         .is_empty());
     assert_eq!(audit_actions(&app, "admin:mona").await, ["membership_granted"]);
 }
+
+#[tokio::test]
+async fn a_console_revoke_applies_on_the_next_request_of_another_replica() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("l").await;
+    let other = app.second_instance().await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut on_other = other.mcp(&token).connect().await;
+    assert_eq!(
+        on_other.library_uids().await,
+        [lib.clone()],
+        "cached on the other replica"
+    );
+    staff(&app, "sam").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+    c.get("/admin/tokens").await;
+    let id = mnemosyne::store::pg::tokens::list(&app.pg, None).await.unwrap()[0].id;
+    let r = c.post("/admin/tokens/revoke", &[("id", &id.to_string())]).await;
+    assert_eq!(
+        r.location(),
+        "/admin/tokens?ok=token-revoked",
+        "fence confirmed by both replicas"
+    );
+    // No wait: the console answered after the fence.
+    let refused = other.mcp(&token).initialize().await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+}
