@@ -13,7 +13,7 @@ use maud::html;
 use super::session::{PersonForm, Session, Staff, StaffForm};
 use super::view::{self, FieldError};
 use super::{actor, fence, AdminError, FormData};
-use crate::service::memberships::{self, may_grant, Granter};
+use crate::service::memberships::{self, may_grant, Change, Granter};
 use crate::state::AppState;
 use crate::store::pg::users::{self, Role};
 
@@ -141,7 +141,14 @@ pub async fn detail(
     .await
 }
 
-async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Result<Response, AdminError> {
+fn notice_key(change: Change) -> &'static str {
+    match change {
+        Change::Grant => "granted",
+        Change::Revoke => "revoked",
+    }
+}
+
+async fn change(state: AppState, s: Session, form: FormData, change: Change) -> Result<Response, AdminError> {
     let uid = form.get("library_uid").to_owned();
     let Some(role) = Role::parse(form.get("role")) else {
         let err = FieldError::new("role", "Role: owner, manager or reader.");
@@ -149,20 +156,12 @@ async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Res
     };
     let by = actor(s.username());
     let username = form.get("username");
-    let outcome = if grant {
-        memberships::grant(&state.pg, Granter::Staff, &by, username, &uid, role).await?
-    } else {
-        memberships::revoke(&state.pg, Granter::Staff, &by, username, &uid, role).await?
-    };
+    let outcome = memberships::apply(&state.pg, Granter::Staff, &by, change, username, &uid, role).await?;
     match outcome {
         Ok(()) => {
             let unconfirmed = fence(&state).await;
             let path = format!("/admin/library?uid={}", urlencode(&uid));
-            Ok(super::see_other(&view::done(
-                &path,
-                if grant { "granted" } else { "revoked" },
-                &unconfirmed,
-            )))
+            Ok(super::see_other(&view::done(&path, notice_key(change), &unconfirmed)))
         }
         Err(r) => {
             let err = FieldError::new(r.field(), r.to_string());
@@ -173,12 +172,12 @@ async fn change(state: AppState, s: Session, form: FormData, grant: bool) -> Res
 
 /// POST /admin/library/grant.
 pub async fn grant(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
-    change(state, s, form, true).await
+    change(state, s, form, Change::Grant).await
 }
 
 /// POST /admin/library/revoke.
 pub async fn revoke(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
-    change(state, s, form, false).await
+    change(state, s, form, Change::Revoke).await
 }
 
 /// The self-service page's "my libraries": memberships of the libraries the
@@ -244,7 +243,7 @@ pub(super) async fn my_libraries(
     })
 }
 
-async fn member_change(state: AppState, s: Session, form: FormData, grant: bool) -> Result<Response, AdminError> {
+async fn member_change(state: AppState, s: Session, form: FormData, change: Change) -> Result<Response, AdminError> {
     let uid = form.get("library_uid").to_owned();
     let refused = |field: &str, msg: String| FieldError::new(&format!("member_{field}"), msg);
     let outcome = match Role::parse(form.get("role")) {
@@ -253,12 +252,9 @@ async fn member_change(state: AppState, s: Session, form: FormData, grant: bool)
             let by = actor(s.username());
             let who = Granter::Member(s.username());
             let username = form.get("username").trim();
-            let r = if grant {
-                memberships::grant(&state.pg, who, &by, username, &uid, role).await?
-            } else {
-                memberships::revoke(&state.pg, who, &by, username, &uid, role).await?
-            };
-            r.map_err(|e| refused(e.field(), e.to_string()))
+            memberships::apply(&state.pg, who, &by, change, username, &uid, role)
+                .await?
+                .map_err(|e| refused(e.field(), e.to_string()))
         }
     };
     match outcome {
@@ -266,7 +262,7 @@ async fn member_change(state: AppState, s: Session, form: FormData, grant: bool)
             let unconfirmed = fence(&state).await;
             Ok(super::see_other(&view::done(
                 "/admin/me",
-                if grant { "granted" } else { "revoked" },
+                notice_key(change),
                 &unconfirmed,
             )))
         }
@@ -276,10 +272,10 @@ async fn member_change(state: AppState, s: Session, form: FormData, grant: bool)
 
 /// POST /admin/me/grant: a member grants what their role allows.
 pub async fn me_grant(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
-    member_change(state, s, form, true).await
+    member_change(state, s, form, Change::Grant).await
 }
 
 /// POST /admin/me/revoke: a member revokes what their role allows.
 pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): PersonForm) -> Result<Response, AdminError> {
-    member_change(state, s, form, false).await
+    member_change(state, s, form, Change::Revoke).await
 }

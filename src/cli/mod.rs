@@ -323,49 +323,18 @@ async fn set_active(pool: &sqlx::PgPool, username: &str, active: bool, json: boo
 }
 
 async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow::Result<()> {
-    match c {
+    use memberships::Change;
+    let (change, username, library_uid, role) = match c {
         MembershipCmd::Grant {
             username,
             library_uid,
             role,
-        } => match memberships::grant(
-            pool,
-            memberships::Granter::Cli,
-            CLI_ACTOR,
-            &username,
-            &library_uid,
-            role,
-        )
-        .await?
-        {
-            Ok(()) => emit(
-                json,
-                serde_json::json!({"username": username, "library_uid": library_uid, "role": role}),
-                || println!("granted {} on {library_uid} to {username}", role.as_str()),
-            ),
-            Err(refusal) => bail!("{refusal}"),
-        },
+        } => (Change::Grant, username, library_uid, role),
         MembershipCmd::Revoke {
             username,
             library_uid,
             role,
-        } => match memberships::revoke(
-            pool,
-            memberships::Granter::Cli,
-            CLI_ACTOR,
-            &username,
-            &library_uid,
-            role,
-        )
-        .await?
-        {
-            Ok(()) => emit(
-                json,
-                serde_json::json!({"username": username, "library_uid": library_uid, "role": role, "revoked": true}),
-                || println!("revoked {} on {library_uid} from {username}", role.as_str()),
-            ),
-            Err(refusal) => bail!("{refusal}"),
-        },
+        } => (Change::Revoke, username, library_uid, role),
         MembershipCmd::List { user, library } => {
             let list = users::memberships(pool, user.as_deref(), library.as_deref()).await?;
             let value = list
@@ -378,8 +347,28 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
                     println!("{:<30} {:<40} {}", m.username, m.library_uid, m.role);
                 }
             });
+            return Ok(());
         }
+    };
+    let granter = memberships::Granter::Cli;
+    if let Err(refusal) = memberships::apply(pool, granter, CLI_ACTOR, change, &username, &library_uid, role).await? {
+        bail!("{refusal}");
     }
+    let (done, human) = match change {
+        Change::Grant => (
+            "granted",
+            format!("granted {} on {library_uid} to {username}", role.as_str()),
+        ),
+        Change::Revoke => (
+            "revoked",
+            format!("revoked {} on {library_uid} from {username}", role.as_str()),
+        ),
+    };
+    emit(
+        json,
+        serde_json::json!({"username": username, "library_uid": library_uid, "role": role, done: true}),
+        || println!("{human}"),
+    );
     Ok(())
 }
 

@@ -79,12 +79,32 @@ async fn check_granter(
     }
 }
 
-/// Grants `role` on `library_uid` to `username` (idempotent) on behalf of
-/// `granter`, audited.
-pub async fn grant(
+/// A membership change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Grant the role (idempotent).
+    Grant,
+    /// Revoke the role; only the CLI may remove a library's last owner.
+    Revoke,
+}
+
+impl Change {
+    fn action(self) -> &'static str {
+        match self {
+            Change::Grant => "membership_granted",
+            Change::Revoke => "membership_revoked",
+        }
+    }
+}
+
+/// Grants or revokes `role` on `library_uid` for `username` on behalf of
+/// `granter`, with its audit event, in one transaction. A member may revoke
+/// what they may grant (a manager cannot remove owners or managers).
+pub async fn apply(
     pool: &PgPool,
     granter: Granter<'_>,
     actor: &str,
+    change: Change,
     username: &str,
     library_uid: &str,
     role: Role,
@@ -96,48 +116,27 @@ pub async fn grant(
     if let Err(r) = check_granter(&mut tx, granter, library_uid, role).await? {
         return Ok(Err(r));
     }
-    if !users::grant(&mut *tx, username, library_uid, role).await? {
-        return Ok(Err(Refusal::NoSuchUser(username.to_owned())));
+    match change {
+        Change::Grant => {
+            if !users::grant(&mut *tx, username, library_uid, role).await? {
+                return Ok(Err(Refusal::NoSuchUser(username.to_owned())));
+            }
+        }
+        Change::Revoke => {
+            let owners = users::lock_owner_count(&mut tx, library_uid).await?;
+            if !users::revoke(&mut *tx, username, library_uid, role).await? {
+                return Ok(Err(Refusal::NotMember(username.to_owned())));
+            }
+            if role == Role::Owner && owners <= 1 && !matches!(granter, Granter::Cli) {
+                // Rolled back on drop.
+                return Ok(Err(Refusal::LastOwner));
+            }
+        }
     }
     pg::audit(
         &mut tx,
         actor,
-        "membership_granted",
-        library_uid,
-        serde_json::json!({"user": username, "role": role.as_str()}),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Ok(()))
-}
-
-/// Revokes `role` on behalf of `granter`, audited: a member may revoke what
-/// they may grant (a manager cannot remove owners or managers), and only the
-/// CLI may remove a library's last owner.
-pub async fn revoke(
-    pool: &PgPool,
-    granter: Granter<'_>,
-    actor: &str,
-    username: &str,
-    library_uid: &str,
-    role: Role,
-) -> Result<Result<(), Refusal>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    if let Err(r) = check_granter(&mut tx, granter, library_uid, role).await? {
-        return Ok(Err(r));
-    }
-    let owners = users::lock_owner_count(&mut tx, library_uid).await?;
-    if !users::revoke(&mut *tx, username, library_uid, role).await? {
-        return Ok(Err(Refusal::NotMember(username.to_owned())));
-    }
-    if role == Role::Owner && owners <= 1 && !matches!(granter, Granter::Cli) {
-        // Rolled back on drop.
-        return Ok(Err(Refusal::LastOwner));
-    }
-    pg::audit(
-        &mut tx,
-        actor,
-        "membership_revoked",
+        change.action(),
         library_uid,
         serde_json::json!({"user": username, "role": role.as_str()}),
     )

@@ -921,6 +921,17 @@ async fn cli_token_create_without_a_library_and_json_output() {
         .unwrap()
         .iter()
         .any(|u| u["username"] == "pat" && u["staff"] == false));
+    let lib = app.uid("lib");
+    let granted: serde_json::Value =
+        serde_json::from_str(&run(&["membership", "grant", "pat", &lib, "manager", "--json"])).unwrap();
+    assert_eq!(
+        granted,
+        json!({"username": "pat", "library_uid": lib, "role": "manager", "granted": true})
+    );
+    assert_eq!(
+        run(&["membership", "revoke", "pat", &lib, "manager"]).trim(),
+        format!("revoked manager on {lib} from pat")
+    );
     run(&["user", "set-staff", "pat"]);
     assert!(users::by_username(&app.pg, "pat").await.unwrap().unwrap().is_staff);
     run(&["user", "set-staff", "pat", "--off"]);
