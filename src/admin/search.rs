@@ -89,6 +89,7 @@ pub async fn search(
     });
     let too_long = text.chars().count() > 1000;
     let hits = match (&scope, text.is_empty() || too_long) {
+        // switch to ScopedGraph: AdminGraph::every_library() / graph.scoped(&principal) once on main
         (Some(sc), false) => Some(state.graph.search(sc, text, LIMIT, None).await?),
         _ => None,
     };
