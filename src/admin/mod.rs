@@ -243,3 +243,34 @@ pub async fn fence(state: &AppState) -> Option<String> {
 pub fn see_other(path: &str) -> Response {
     Redirect::to(path).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_keeps_every_value_of_a_repeated_field_in_order() {
+        let f = FormData::parse(b"csrf=t&library=b&name=x+y&library=a&staff=on");
+        assert_eq!(f.all("library"), ["b", "a"]);
+        assert_eq!(f.get("name"), "x y");
+        assert_eq!(f.get("missing"), "");
+        assert!(f.checked("staff") && !f.checked("service"));
+    }
+
+    #[test]
+    fn notices_come_from_a_fixed_set_never_from_the_url() {
+        let q = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        assert_eq!(view::notice_of(&q(&[("ok", "<script>alert(1)</script>")])), None);
+        assert!(view::notice_of(&q(&[("ok", "token-revoked")]))
+            .unwrap()
+            .starts_with("Token revoked"));
+        assert!(view::notice_of(&q(&[("ok", "granted"), ("unconfirmed", "1")]))
+            .unwrap()
+            .contains("not every replica"));
+    }
+}
