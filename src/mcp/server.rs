@@ -706,3 +706,64 @@ impl ServerHandler for KnowledgeServer {
             )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, Value};
+
+    use super::KnowledgeServer;
+
+    /// What `tools/list` publishes, per tool: `{name: {inputSchema, outputSchema}}`.
+    fn published() -> Value {
+        let mut out = Map::new();
+        for t in KnowledgeServer::router().list_all() {
+            out.insert(
+                t.name.to_string(),
+                serde_json::json!({
+                    "inputSchema": Value::Object((*t.input_schema).clone()),
+                    "outputSchema": t.output_schema.map(|s| Value::Object((*s).clone())),
+                }),
+            );
+        }
+        Value::Object(out)
+    }
+
+    /// Deliberately ignored differences between the hand-written schemas of
+    /// the fixture and derived ones: the `$schema` dialect marker, `title`s
+    /// (type names) and `format` hints (`int64`): none changes what a client
+    /// may send or will receive.
+    fn normalised(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "$schema" | "title" | "format"))
+                    .map(|(k, v)| (k.clone(), normalised(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(normalised).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// The schemas as published before the tool arguments were derived
+    /// (tests/fixtures/tool_schemas.json, dumped from the hand-written ones):
+    /// the same types, required fields, bounds, defaults, `anyOf` and
+    /// `additionalProperties: false`.
+    #[test]
+    fn published_schemas_are_the_fixtures() {
+        let fixture: Value = serde_json::from_str(include_str!("../../tests/fixtures/tool_schemas.json")).unwrap();
+        let now = published();
+        assert_eq!(
+            now.as_object().unwrap().keys().collect::<Vec<_>>(),
+            fixture.as_object().unwrap().keys().collect::<Vec<_>>()
+        );
+        for (tool, want) in fixture.as_object().unwrap() {
+            assert_eq!(
+                normalised(&now[tool]),
+                normalised(want),
+                "{tool}: published {}",
+                serde_json::to_string_pretty(&now[tool]).unwrap()
+            );
+        }
+    }
+}
