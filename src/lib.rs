@@ -10,5 +10,6 @@ pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod telemetry;

@@ -6,34 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::{extract::DefaultBodyLimit, middleware, Router};
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 
-use crate::auth::{cache::AuthCaches, Authenticator};
 use crate::config::Settings;
-use crate::metrics::Metrics;
-use crate::store::graph::GraphStore;
-use crate::store::pg;
-
-/// Shared by every handler.
-#[derive(Clone)]
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub pg: PgPool,
-    pub graph: GraphStore,
-    pub metrics: Metrics,
-    pub auth: Arc<Authenticator>,
-    /// Host header values accepted on `/mcp` (DNS-rebinding protection).
-    pub allowed_hosts: Arc<Vec<String>>,
-    /// Origin header values accepted on `/mcp`.
-    pub allowed_origins: Arc<Vec<String>>,
-    /// Legacy MCP sessions with their owners (rmcp's session manager inside).
-    pub sessions: Arc<crate::mcp::sessions::OwnedSessions>,
-    /// Per-principal and per-tool token buckets (in memory, per replica).
-    pub limits: Arc<crate::limits::RateLimits>,
-    /// HTTP Basic flood protection (argon2 permits, failure throttles).
-    pub basic: Arc<crate::auth::basic::BasicGuard>,
-}
+use crate::state::AppState;
 
 pub struct Application {
     listener: TcpListener,
@@ -45,50 +21,7 @@ impl Application {
     /// Connects (lazily) to both stores and binds the listener. Does not migrate.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen).await?;
-        let addr = listener.local_addr()?;
-        let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
-        let metrics = Metrics::new();
-        let graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
-        metrics
-            .build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])
-            .set(1);
-        let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
-        for c in caches.collectors() {
-            metrics.register(c);
-        }
-        let auth = Arc::new(
-            Authenticator::new(
-                pg.clone(),
-                graph.clone(),
-                caches.clone(),
-                metrics.clone(),
-                settings.store_timeout(),
-            )
-            .with_cold_lookups(settings.cold_lookups),
-        );
-        let (allowed_hosts, allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
-        let settings_limits = settings.session_limits();
-        let basic = Arc::new(crate::auth::basic::BasicGuard::new(
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
-            settings.basic_failures_per_minute,
-        ));
-        let limits = Arc::new(crate::limits::RateLimits::new(
-            settings.rate_limit_per_minute,
-            settings.tool_rate_limit_per_minute,
-        ));
-        let state = AppState {
-            settings: Arc::new(settings),
-            pg,
-            graph,
-            metrics,
-            auth,
-            allowed_hosts: Arc::new(allowed_hosts),
-            allowed_origins: Arc::new(allowed_origins),
-            sessions: Arc::new(crate::mcp::sessions::OwnedSessions::new(settings_limits)),
-            limits,
-            basic,
-        };
+        let state = AppState::new(settings, listener.local_addr()?).await?;
         let router = router(state.clone());
         Ok(Application {
             listener,
@@ -124,7 +57,7 @@ impl Application {
         ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
         let shrink = {
-            let (limits, basic) = (self.state.limits.clone(), self.state.basic.clone());
+            let (limits, basic) = (self.state.mcp.limits.clone(), self.state.basic.clone());
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(60));
                 loop {
@@ -233,28 +166,6 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-}
-
-/// Hosts and origins accepted on `/mcp`: the public URL's, plus the bound
-/// loopback address itself (so a local client of the actual port works).
-fn allowed_hosts_and_origins(public_url: &str, addr: SocketAddr) -> (Vec<String>, Vec<String>) {
-    let mut hosts = Vec::new();
-    let mut origins = Vec::new();
-    if let Ok(uri) = public_url.parse::<http::Uri>() {
-        if let Some(auth) = uri.authority() {
-            hosts.push(auth.as_str().to_ascii_lowercase());
-            hosts.push(auth.host().to_ascii_lowercase());
-            let scheme = uri.scheme_str().unwrap_or("http");
-            origins.push(format!("{scheme}://{}", auth.as_str().to_ascii_lowercase()));
-        }
-    }
-    if addr.ip().is_loopback() {
-        for h in ["127.0.0.1", "localhost"] {
-            hosts.push(format!("{h}:{}", addr.port()));
-            origins.push(format!("http://{h}:{}", addr.port()));
-        }
-    }
-    (hosts, origins)
 }
 
 /// Every route, declared in one place.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
 use serde_json::json;
 
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// How long readiness waits for each store.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
@@ -87,7 +87,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Gauges read at scrape time.
     let m = &state.metrics;
-    m.sessions_active.set(state.sessions.open() as i64);
+    m.sessions_active.set(state.mcp.sessions.open() as i64);
     let size = i64::from(state.pg.size());
     let idle = state.pg.num_idle() as i64;
     m.pg_pool_connections.with_label_values(&["idle"]).set(idle);

@@ -16,10 +16,9 @@ use text_splitter::{ChunkConfig, MarkdownSplitter};
 
 use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::graph::ingest::{derived_uid, ItemOutcome, ItemWrite};
 use crate::store::graph::GraphStore;
-use crate::store::pg;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -59,23 +58,6 @@ pub fn check_uid(field: &str, v: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-/// Announces a workspace-library change and fences it across replicas.
-async fn announce_workspace(state: &AppState, ws: &str) {
-    let payload = format!("workspace:{ws}");
-    match pg::notify(&state.pg, &payload).await {
-        Ok(()) => {
-            // Unconfirmed replicas have stopped trusting their caches; the
-            // ingest answer does not change.
-            let _ = state.auth.caches.fence(&state.pg).await;
-        }
-        Err(e) => {
-            // The staleness bound still applies; say so loudly.
-            tracing::error!(error = %e, workspace = ws, "could not announce workspace change");
-            state.auth.caches.workspace_libraries.invalidate_all();
-        }
-    }
 }
 
 #[derive(Deserialize, Default)]
@@ -121,7 +103,7 @@ async fn ingest(
         state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
     }
     if let Some(ws) = &out.created_workspace {
-        announce_workspace(&state, ws).await;
+        state.changes.announce_workspace(ws).await;
     }
     tracing::info!(actor = %sa.username, item = %out.item_uid, library = %out.library_uid,
                    chunks = out.chunk_count, status = out.status, "ingested");
@@ -345,7 +327,7 @@ async fn delete_workspace(
         .unwrap_or_default();
     state.graph.delete_libraries(&libs).await?;
     if !libs.is_empty() {
-        announce_workspace(&state, &ws).await;
+        state.changes.announce_workspace(&ws).await;
     }
     tracing::info!(actor = %sa.username, workspace = %ws, libraries = libs.len(), "workspace deleted");
     Ok(StatusCode::NO_CONTENT.into_response())

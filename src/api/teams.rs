@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::auth::{basic::ServiceAccount, jwt};
 use crate::error::{ApiError, ApiJson};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::pg::{keys, teams};
 
 pub fn routes() -> Router<AppState> {
@@ -52,7 +52,7 @@ fn check_name(name: &str) -> Result<(), ApiError> {
 /// `Mnemosyne-Propagation: unconfirmed` header. Never a 5xx, so no client
 /// drops a one-time JWT as a failure.
 async fn fenced(state: &AppState, status: StatusCode, body: Option<serde_json::Value>) -> Response {
-    match state.auth.caches.fence(&state.pg).await {
+    match state.changes.fence().await {
         Ok(()) => match body {
             Some(b) => (status, Json(b)).into_response(),
             None => status.into_response(),

@@ -11,16 +11,26 @@ use std::time::{Duration, Instant};
 use argon2::password_hash::rand_core::RngCore;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
 use axum::http::{header, request::Parts};
 use base64::Engine;
 use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
+use crate::auth::Authenticator;
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::metrics::Metrics;
 use crate::store::pg::users;
+
+/// What verifying a service account needs (the application state provides it).
+#[derive(Clone)]
+pub struct BasicContext {
+    pub pg: sqlx::PgPool,
+    pub auth: Arc<Authenticator>,
+    pub guard: Arc<BasicGuard>,
+    pub metrics: Metrics,
+}
 
 /// The authenticated service account of a request.
 #[derive(Clone, Debug)]
@@ -165,10 +175,15 @@ fn client_address(parts: &Parts) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-impl FromRequestParts<AppState> for ServiceAccount {
+impl<S> FromRequestParts<S> for ServiceAccount
+where
+    S: Send + Sync,
+    BasicContext: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = &BasicContext::from_ref(state);
         let (username, password) = parse_basic(parts).ok_or(ApiError::BasicUnauthorized)?;
         if username.is_empty() || username.len() > MAX_USERNAME {
             return Err(ApiError::BasicUnauthorized);
@@ -190,12 +205,12 @@ impl FromRequestParts<AppState> for ServiceAccount {
 
 /// The uncached path: throttles, a verification lane, the user row, argon2.
 async fn verify_service_account(
-    state: &AppState,
+    state: &BasicContext,
     username: String,
     password: String,
     address: String,
 ) -> Result<Arc<String>, ApiError> {
-    let guard = &state.basic;
+    let guard = &state.guard;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
     // Per username *from this address* and per address: a flood of wrong

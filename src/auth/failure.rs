@@ -76,7 +76,7 @@ impl AuthError {
     /// The HTTP answer; `resource_metadata` is the RFC 9728 URL when an
     /// authorization server is configured.
     pub fn into_response_with(self, resource_metadata: Option<&str>) -> Response {
-        crate::auth::layer::closing(self.response(resource_metadata))
+        closing(self.response(resource_metadata))
     }
 
     fn response(self, resource_metadata: Option<&str>) -> Response {
@@ -116,4 +116,12 @@ impl AuthError {
             AuthError::ForeignSession => (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
         }
     }
+}
+
+/// Refusals are sent before the request body is read: close the connection so
+/// a keep-alive client never writes its next request into an unread body.
+pub fn closing(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    r
 }

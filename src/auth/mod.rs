@@ -4,7 +4,6 @@ pub mod basic;
 pub mod cache;
 pub mod failure;
 pub mod jwt;
-pub mod layer;
 pub mod principal;
 pub mod resolver;
 

@@ -3,6 +3,7 @@
 //! auth layer in front resolves every request's bearer.
 
 pub mod args;
+pub mod guard;
 pub mod server;
 pub mod sessions;
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use axum::{middleware, Router};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::startup::AppState;
+use crate::state::AppState;
 
 pub use server::KnowledgeServer;
 
@@ -30,8 +31,8 @@ pub fn routes(state: AppState) -> Router<AppState> {
     // Host and Origin are checked by our layer first (so a foreign Origin is 403
     // before any auth work); rmcp checks them again.
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(state.allowed_hosts.iter().cloned())
-        .with_allowed_origins(state.allowed_origins.iter().cloned())
+        .with_allowed_hosts(state.mcp.allowed_hosts.iter().cloned())
+        .with_allowed_origins(state.mcp.allowed_origins.iter().cloned())
         .enforce_origin_validation()
         // Stateless (2026-07-28) answers as plain JSON unless a tool streams
         // progress first: less framing per request than SSE.
@@ -41,11 +42,11 @@ pub fn routes(state: AppState) -> Router<AppState> {
     let s = state.clone();
     let service = StreamableHttpService::new(
         move || Ok(KnowledgeServer::new(s.clone(), router.clone())),
-        state.sessions.clone(),
+        state.mcp.sessions.clone(),
         config,
     );
     Router::new()
         .route_service("/mcp", service.clone())
         .route_service("/mcp/", service)
-        .layer(middleware::from_fn_with_state(state, crate::auth::layer::mcp_auth))
+        .layer(middleware::from_fn_with_state(state.mcp.clone(), guard::guard))
 }

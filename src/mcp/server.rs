@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use super::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
 use crate::auth::{Principal, Scope};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::graph::knowledge::{ChunkView, CollectionView, ItemView, LibraryView, SearchHit};
 use crate::store::graph::GraphError;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use mnemosyne::auth::jwt;
 use mnemosyne::config::Settings;
-use mnemosyne::startup::{AppState, Application};
+use mnemosyne::startup::Application;
+use mnemosyne::state::AppState;
 use mnemosyne::store::graph::GraphStore;
 use mnemosyne::store::pg::{self, keys, users};
 use reqwest::StatusCode;

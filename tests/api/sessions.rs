@@ -242,7 +242,7 @@ async fn the_global_session_cap_answers_429_and_a_refused_turn_can_retry() {
     let ex = app.mcp(&turn).initialize().await;
     assert_eq!(ex.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(ex.headers.contains_key("retry-after"));
-    assert_eq!(app.state.sessions.open(), 2);
+    assert_eq!(app.state.mcp.sessions.open(), 2);
     delete_session(&app, &a, ca.session.as_deref().unwrap()).await;
     // The refused turn's jti was given back: the same token opens its session.
     assert_eq!(app.mcp(&turn).initialize().await.status, StatusCode::OK);
@@ -257,15 +257,15 @@ async fn idle_sessions_expire_and_give_their_place_back() {
     .await;
     let token = app.opaque_token(&[]).await;
     let mut c = app.mcp(&token).connect().await;
-    assert_eq!(app.state.sessions.open(), 1);
+    assert_eq!(app.state.mcp.sessions.open(), 1);
     // Bounded wait for the idle timeout to close it (not a timing assertion).
     for _ in 0..100 {
-        if app.state.sessions.open() == 0 {
+        if app.state.mcp.sessions.open() == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(app.state.sessions.open(), 0, "the idle session was closed");
+    assert_eq!(app.state.mcp.sessions.open(), 0, "the idle session was closed");
     assert_eq!(c.list_tools().await.status, StatusCode::NOT_FOUND);
     assert_eq!(app.mcp(&token).initialize().await.status, StatusCode::OK);
 }

@@ -1,7 +1,8 @@
-//! The axum layer in front of `/mcp`: Host/Origin checks, bearer resolution on
-//! every HTTP request, and the binding of MCP sessions to their principal
-//! (rmcp does not do this). Tool handlers read the `Principal` from the request
-//! extensions; a request that fails here never reaches rmcp.
+//! The guard in front of `/mcp`: Host/Origin checks, bearer resolution on
+//! every HTTP request, rate limits, and the binding of MCP sessions to the
+//! credential that opened them (rmcp does not do this). Tool handlers read the
+//! `Principal` from the request extensions; a request that fails here never
+//! reaches rmcp.
 
 use axum::{
     extract::{Request, State},
@@ -13,11 +14,71 @@ use axum::{
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::json;
 
-use super::failure::AuthError;
-use super::principal::Principal;
-use super::resolver::RequestContext;
-use crate::mcp::sessions::{Opener, Refusal, OPENER};
-use crate::startup::AppState;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::auth::failure::{closing, AuthError};
+use crate::auth::resolver::RequestContext;
+use crate::auth::{Authenticator, Principal};
+use crate::config::Settings;
+use crate::limits::RateLimits;
+use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, OPENER};
+use crate::metrics::Metrics;
+
+/// What the guard needs: one per replica, shared by every `/mcp` request.
+pub struct Guard {
+    pub settings: Arc<Settings>,
+    pub auth: Arc<Authenticator>,
+    pub metrics: Metrics,
+    /// Host header values accepted (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    /// Origin header values accepted.
+    pub allowed_origins: Vec<String>,
+    /// Legacy MCP sessions with their owners (rmcp's session manager inside).
+    pub sessions: Arc<OwnedSessions>,
+    /// Per-principal and per-tool token buckets (in memory, per replica).
+    pub limits: Arc<RateLimits>,
+}
+
+impl Guard {
+    pub fn new(settings: Arc<Settings>, auth: Arc<Authenticator>, metrics: Metrics, addr: SocketAddr) -> Self {
+        let (allowed_hosts, allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
+        Guard {
+            sessions: Arc::new(OwnedSessions::new(settings.session_limits())),
+            limits: Arc::new(RateLimits::new(
+                settings.rate_limit_per_minute,
+                settings.tool_rate_limit_per_minute,
+            )),
+            settings,
+            auth,
+            metrics,
+            allowed_hosts,
+            allowed_origins,
+        }
+    }
+}
+
+/// Hosts and origins accepted on `/mcp`: the public URL's, plus the bound
+/// loopback address itself (so a local client of the actual port works).
+fn allowed_hosts_and_origins(public_url: &str, addr: SocketAddr) -> (Vec<String>, Vec<String>) {
+    let mut hosts = Vec::new();
+    let mut origins = Vec::new();
+    if let Ok(uri) = public_url.parse::<http::Uri>() {
+        if let Some(auth) = uri.authority() {
+            hosts.push(auth.as_str().to_ascii_lowercase());
+            hosts.push(auth.host().to_ascii_lowercase());
+            let scheme = uri.scheme_str().unwrap_or("http");
+            origins.push(format!("{scheme}://{}", auth.as_str().to_ascii_lowercase()));
+        }
+    }
+    if addr.ip().is_loopback() {
+        for h in ["127.0.0.1", "localhost"] {
+            hosts.push(format!("{h}:{}", addr.port()));
+            origins.push(format!("http://{h}:{}", addr.port()));
+        }
+    }
+    (hosts, origins)
+}
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
 pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
@@ -30,14 +91,6 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
     let v = header_str(h, header::AUTHORIZATION)?;
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Refusals are sent before the request body is read: close the connection so
-/// a keep-alive client never writes its next request into an unread body.
-pub fn closing(mut r: Response) -> Response {
-    r.headers_mut()
-        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
-    r
 }
 
 fn forbidden(msg: &str) -> Response {
@@ -161,7 +214,7 @@ fn tool_rate_limited(id: serde_json::Value, tool: &str, retry_after_secs: u64) -
 /// Everything before rmcp: cheap checks first (Host, Origin, protocol header,
 /// session id, the session's existence), then the bearer, then the session's
 /// owner; a request that fails here never reaches rmcp and consumes nothing.
-pub async fn mcp_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     match header(headers, header::HOST) {
         Header::Absent => {}
