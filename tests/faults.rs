@@ -441,8 +441,10 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
         let lib = lib.to_owned();
         let g = g.clone();
         async move {
-            let scope = mnemosyne::auth::Scope::new([lib]);
-            g.search(&scope, "pelican", 1, None).await.unwrap()[0].chunk_uid.clone()
+            let principal = mnemosyne::auth::Principal::for_tests([lib]);
+            g.scoped(&principal).search("pelican", 1, None).await.unwrap()[0]
+                .chunk_uid
+                .clone()
         }
     };
     let token = app.opaque_token(&[lib_a.clone()]).await;

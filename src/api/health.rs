@@ -6,6 +6,8 @@ use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::ge
 use serde_json::json;
 
 use crate::state::AppState;
+use crate::store::graph::knowledge::KnowledgeGraph;
+use sqlx::PgPool;
 
 /// How long readiness waits for each store.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
@@ -26,27 +28,48 @@ async fn healthz() -> impl IntoResponse {
 
 /// Each store's state: `Ok(())` or a short reason. Probed concurrently.
 pub async fn probe_stores(state: &AppState, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
-    let pg = async {
-        match tokio::time::timeout(timeout, crate::store::pg::ping(&state.pg)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %short(&e.to_string()), "postgres probe failed");
-                Err("unreachable".to_owned())
-            }
-            Err(_) => Err("timed out".to_owned()),
+    Probes::new(state).run(timeout).await
+}
+
+/// The store probes and nothing else (what the MCP `get_health` tool holds).
+#[derive(Clone)]
+pub struct Probes {
+    pg: PgPool,
+    graph: KnowledgeGraph,
+}
+
+impl Probes {
+    pub fn new(state: &AppState) -> Self {
+        Probes {
+            pg: state.pg.clone(),
+            graph: state.graph.knowledge(),
         }
-    };
-    let graph = async {
-        match tokio::time::timeout(timeout, state.graph.ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %short(&e.to_string()), "graph probe failed");
-                Err("unreachable".to_owned())
+    }
+
+    /// Each store's state: `Ok(())` or a short reason. Probed concurrently.
+    pub async fn run(&self, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
+        let pg = async {
+            match tokio::time::timeout(timeout, crate::store::pg::ping(&self.pg)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %short(&e.to_string()), "postgres probe failed");
+                    Err("unreachable".to_owned())
+                }
+                Err(_) => Err("timed out".to_owned()),
             }
-            Err(_) => Err("timed out".to_owned()),
-        }
-    };
-    tokio::join!(pg, graph)
+        };
+        let graph = async {
+            match tokio::time::timeout(timeout, self.graph.ping()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %short(&e.to_string()), "graph probe failed");
+                    Err("unreachable".to_owned())
+                }
+                Err(_) => Err("timed out".to_owned()),
+            }
+        };
+        tokio::join!(pg, graph)
+    }
 }
 
 fn short(s: &str) -> String {

@@ -17,8 +17,8 @@ use text_splitter::{ChunkConfig, MarkdownSplitter};
 use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
 use crate::state::AppState;
+use crate::store::graph::ingest::AdminGraph;
 use crate::store::graph::ingest::{derived_uid, ItemOutcome, ItemWrite};
-use crate::store::graph::GraphStore;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -97,7 +97,7 @@ async fn ingest(
     ApiJson(body): ApiJson<IngestBody>,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let out = ingest_document(&state.graph, state.settings.chunk_max_chars, body).await?;
+    let out = ingest_document(&state.graph.admin(), state.settings.chunk_max_chars, body).await?;
     state.metrics.ingest_duration.observe(started.elapsed().as_secs_f64());
     if out.status != "unchanged" {
         state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
@@ -139,7 +139,7 @@ pub struct Ingested {
 /// the library and collection, then upsert the item with its chunks in one
 /// graph transaction.
 pub async fn ingest_document(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     chunk_max_chars: usize,
     body: IngestBody,
 ) -> Result<Ingested, ApiError> {
@@ -284,7 +284,7 @@ async fn delete_item(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     check_uid("item_uid", &uid)?;
-    if !state.graph.delete_item(&uid).await? {
+    if !state.graph.admin().delete_item(&uid).await? {
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
     }
     tracing::info!(actor = %sa.username, item = %uid, "item deleted");
@@ -297,7 +297,7 @@ async fn workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     check_len("workspace_id", &ws, 1, 64)?;
-    let libs = state.graph.workspace_libraries(&ws).await?;
+    let libs = state.graph.admin().workspace_libraries(&ws).await?;
     let Some(lib) = libs.first() else {
         return Err(ApiError::NotFound(format!("workspace has no library: {ws}")));
     };
@@ -325,7 +325,7 @@ async fn delete_workspace(
         .await?
         .remove(&ws)
         .unwrap_or_default();
-    state.graph.delete_libraries(&libs).await?;
+    state.graph.admin().delete_libraries(&libs).await?;
     if !libs.is_empty() {
         state.changes.announce_workspace(&ws).await;
     }
@@ -356,7 +356,12 @@ async fn create_library(
         }
         None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
     };
-    if !state.graph.create_library(&uid, &body.name, &description).await? {
+    if !state
+        .graph
+        .admin()
+        .create_library(&uid, &body.name, &description)
+        .await?
+    {
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
     }
     tracing::info!(actor = %sa.username, library = %uid, "library created");

@@ -54,7 +54,7 @@ fn random_password() -> String {
 }
 
 pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> anyhow::Result<()> {
-    let graph = GraphStore::connect(settings).await?;
+    let graph = GraphStore::connect(settings).await?.admin();
     let mut libs = std::collections::HashMap::new();
     for (ws, title, content) in DOCS {
         let body = IngestBody {

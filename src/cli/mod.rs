@@ -192,7 +192,7 @@ pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
         Command::SigningKey(c) => signing_key(&pool, c).await?,
         Command::Library(LibraryCmd::List) => {
             let graph = GraphStore::connect(&settings).await?;
-            let libs = graph.all_libraries().await?;
+            let libs = graph.admin().all_libraries().await?;
             println!("{:<40} {:<24} {:<30} NAME", "UID", "WORKSPACE", "ITEMS");
             for l in libs {
                 println!(

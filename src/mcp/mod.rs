@@ -39,9 +39,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .with_json_response(true)
         .with_max_request_body_bytes(state.settings.body_limit_bytes);
     let router = Arc::new(KnowledgeServer::router());
-    let s = state.clone();
+    let tools = server::ToolState::new(&state);
     let service = StreamableHttpService::new(
-        move || Ok(KnowledgeServer::new(s.clone(), router.clone())),
+        move || Ok(KnowledgeServer::new(tools.clone(), router.clone())),
         state.mcp.sessions.clone(),
         config,
     );

@@ -22,9 +22,13 @@ use serde_json::{json, Value};
 use tracing::Instrument;
 
 use super::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
-use crate::auth::{Principal, Scope};
+use crate::api::health::Probes;
+use crate::auth::Principal;
+use crate::metrics::Metrics;
 use crate::state::AppState;
-use crate::store::graph::knowledge::{ChunkView, CollectionView, ItemView, LibraryView, SearchHit};
+use crate::store::graph::knowledge::{
+    ChunkView, CollectionView, ItemView, KnowledgeGraph, LibraryView, ScopedGraph, SearchHit,
+};
 use crate::store::graph::GraphError;
 
 #[derive(Serialize, JsonSchema)]
@@ -207,16 +211,6 @@ fn page_cursor<T>(
     page.last().map(|last| encode_cursor(listing, filter, uid(last)))
 }
 
-/// The caller's scope, from the principal the auth layer put on the request.
-/// No principal (cannot happen behind the layer) means nothing: fail closed.
-fn scope_of(parts: &Parts) -> Scope {
-    parts
-        .extensions
-        .get::<Principal>()
-        .map(|p| p.libraries.clone())
-        .unwrap_or_default()
-}
-
 fn snippet(text: &str, n: usize) -> String {
     let mut out = String::with_capacity(n.min(text.len()) + 4);
     for (count, word) in text.split_whitespace().enumerate() {
@@ -234,16 +228,47 @@ fn snippet(text: &str, n: usize) -> String {
     out
 }
 
+/// What the tools reach: scoped views of the graph, the store probes, the
+/// call deadline and the metrics — never the admin handle.
+#[derive(Clone)]
+pub struct ToolState {
+    knowledge: KnowledgeGraph,
+    probes: Probes,
+    metrics: Metrics,
+    deadline: Duration,
+}
+
+impl ToolState {
+    pub fn new(state: &AppState) -> Self {
+        ToolState {
+            knowledge: state.graph.knowledge(),
+            probes: Probes::new(state),
+            metrics: state.metrics.clone(),
+            deadline: Duration::from_millis(state.settings.tool_deadline_ms),
+        }
+    }
+
+    /// The caller's view of the graph, from the principal the auth layer put
+    /// on the request. No principal (cannot happen behind the layer) reads
+    /// nothing: fail closed.
+    fn graph_of(&self, parts: &Parts) -> ScopedGraph {
+        match parts.extensions.get::<Principal>() {
+            Some(p) => self.knowledge.scoped(p),
+            None => self.knowledge.nothing(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct KnowledgeServer {
-    state: AppState,
+    state: ToolState,
     /// Shared: rmcp builds a server per session and per stateless request.
     tool_router: Arc<ToolRouter<KnowledgeServer>>,
 }
 
 #[tool_router]
 impl KnowledgeServer {
-    pub fn new(state: AppState, tool_router: Arc<ToolRouter<KnowledgeServer>>) -> Self {
+    pub fn new(state: ToolState, tool_router: Arc<ToolRouter<KnowledgeServer>>) -> Self {
         KnowledgeServer { state, tool_router }
     }
 
@@ -278,7 +303,7 @@ impl KnowledgeServer {
         let span = tracing::info_span!("mcp.tool", tool, outcome = tracing::field::Empty);
         Self::progress(ctx, tool, "started").await;
         // One deadline for the whole call, however many store queries it makes.
-        let deadline = Duration::from_millis(self.state.settings.tool_deadline_ms);
+        let deadline = self.state.deadline;
         let out = tokio::time::timeout(deadline, work)
             .instrument(span.clone())
             .await
@@ -319,7 +344,12 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, &parts, "search", self.do_search(scope_of(&parts), &args))
+            .run(
+                &ctx,
+                &parts,
+                "search",
+                self.do_search(self.state.graph_of(&parts), &args),
+            )
             .await)
     }
 
@@ -336,7 +366,12 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, &parts, "get_chunk", self.do_get_chunk(scope_of(&parts), &args))
+            .run(
+                &ctx,
+                &parts,
+                "get_chunk",
+                self.do_get_chunk(self.state.graph_of(&parts), &args),
+            )
             .await)
     }
 
@@ -357,7 +392,7 @@ impl KnowledgeServer {
                 &ctx,
                 &parts,
                 "list_libraries",
-                self.do_list_libraries(scope_of(&parts), &args),
+                self.do_list_libraries(self.state.graph_of(&parts), &args),
             )
             .await)
     }
@@ -379,7 +414,7 @@ impl KnowledgeServer {
                 &ctx,
                 &parts,
                 "list_collections",
-                self.do_list_collections(scope_of(&parts), &args),
+                self.do_list_collections(self.state.graph_of(&parts), &args),
             )
             .await)
     }
@@ -397,7 +432,12 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         Ok(self
-            .run(&ctx, &parts, "list_items", self.do_list_items(scope_of(&parts), &args))
+            .run(
+                &ctx,
+                &parts,
+                "list_items",
+                self.do_list_items(self.state.graph_of(&parts), &args),
+            )
             .await)
     }
 
@@ -425,7 +465,7 @@ impl KnowledgeServer {
         Outcome::Text(self.health().await.to_string())
     }
 
-    async fn do_search(&self, scope: Scope, args: &JsonObject) -> Outcome {
+    async fn do_search(&self, graph: ScopedGraph, args: &JsonObject) -> Outcome {
         let a = Args(args);
         let parsed = (|| {
             a.only(&["query", "limit", "library_uids", "collection_uid"])?;
@@ -439,16 +479,11 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let scope = match &libs {
-            Some(only) => scope.narrow(only),
-            None => scope,
+        let graph = match &libs {
+            Some(only) => graph.narrow(only),
+            None => graph,
         };
-        let hits = match self
-            .state
-            .graph
-            .search(&scope, &q, limit as usize, col.as_deref())
-            .await
-        {
+        let hits = match graph.search(&q, limit as usize, col.as_deref()).await {
             Ok(h) => h,
             Err(e) => return e.into(),
         };
@@ -470,7 +505,7 @@ impl KnowledgeServer {
         ok(&SearchOut { results: hits }, text)
     }
 
-    async fn do_get_chunk(&self, scope: Scope, args: &JsonObject) -> Outcome {
+    async fn do_get_chunk(&self, graph: ScopedGraph, args: &JsonObject) -> Outcome {
         let a = Args(args);
         let parsed = (|| {
             a.only(&["chunk_uid", "context"])?;
@@ -480,7 +515,7 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        match self.state.graph.get_chunk(&scope, &uid, context).await {
+        match graph.get_chunk(&uid, context).await {
             Ok(Some((chunk, neighbors))) => {
                 let text = format!(
                     "{} — chunk {} #{} (item {}; collection {}; library {})\n\n{}{}",
@@ -504,11 +539,11 @@ impl KnowledgeServer {
         }
     }
 
-    async fn do_list_libraries(&self, scope: Scope, args: &JsonObject) -> Outcome {
+    async fn do_list_libraries(&self, graph: ScopedGraph, args: &JsonObject) -> Outcome {
         if let Err(e) = Args(args).only(&[]) {
             return e.into();
         }
-        match self.state.graph.list_libraries(&scope).await {
+        match graph.list_libraries().await {
             Ok(libraries) => {
                 let mut text = format!(
                     "{} librar{}",
@@ -535,22 +570,17 @@ impl KnowledgeServer {
         }
     }
 
-    /// The scope narrowed to one library, or "not found" when it is outside
+    /// The view narrowed to one library, or "not found" when it is outside
     /// the scope or does not exist (indistinguishable).
-    async fn one_library(&self, scope: &Scope, uid: &str) -> Result<Scope, Outcome> {
-        // Scope first (no store call for a foreign uid), then one indexed
-        // existence lookup — not list_libraries, which counts every item.
-        if !scope.contains(uid) {
-            return Err(not_found("library", uid));
-        }
-        match self.state.graph.find_library(uid).await {
-            Ok(Some(_)) => Ok(scope.narrow(&[uid.to_owned()])),
+    async fn one_library(graph: &ScopedGraph, uid: &str) -> Result<ScopedGraph, Outcome> {
+        match graph.library(uid).await {
+            Ok(Some(g)) => Ok(g),
             Ok(None) => Err(not_found("library", uid)),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn do_list_collections(&self, scope: Scope, args: &JsonObject) -> Outcome {
+    async fn do_list_collections(&self, graph: ScopedGraph, args: &JsonObject) -> Outcome {
         let a = Args(args);
         let parsed = (|| {
             a.only(&["library_uid", "cursor", "limit"])?;
@@ -564,19 +594,14 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let scope = match &lib {
-            Some(uid) => match self.one_library(&scope, uid).await {
-                Ok(s) => s,
+        let graph = match &lib {
+            Some(uid) => match Self::one_library(&graph, uid).await {
+                Ok(g) => g,
                 Err(o) => return o,
             },
-            None => scope,
+            None => graph,
         };
-        let mut page = match self
-            .state
-            .graph
-            .list_collections(&scope, &after, limit as usize + 1)
-            .await
-        {
+        let mut page = match graph.list_collections(&after, limit as usize + 1).await {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
@@ -606,7 +631,7 @@ impl KnowledgeServer {
         )
     }
 
-    async fn do_list_items(&self, scope: Scope, args: &JsonObject) -> Outcome {
+    async fn do_list_items(&self, graph: ScopedGraph, args: &JsonObject) -> Outcome {
         let a = Args(args);
         let parsed = (|| {
             a.only(&["library_uid", "collection_uid", "cursor", "limit"])?;
@@ -628,26 +653,21 @@ impl KnowledgeServer {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let scope = match &lib {
-            Some(uid) => match self.one_library(&scope, uid).await {
-                Ok(s) => s,
+        let graph = match &lib {
+            Some(uid) => match Self::one_library(&graph, uid).await {
+                Ok(g) => g,
                 Err(o) => return o,
             },
-            None => scope,
+            None => graph,
         };
         if let Some(c) = &col {
-            match self.state.graph.collection_in_scope(&scope, c).await {
+            match graph.has_collection(c).await {
                 Ok(true) => {}
                 Ok(false) => return not_found("collection", c),
                 Err(e) => return e.into(),
             }
         }
-        let mut page = match self
-            .state
-            .graph
-            .list_items(&scope, col.as_deref(), &after, limit as usize + 1)
-            .await
-        {
+        let mut page = match graph.list_items(col.as_deref(), &after, limit as usize + 1).await {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
@@ -672,7 +692,7 @@ impl KnowledgeServer {
     /// with a message when not ok. Both probes run concurrently, bounded.
     pub async fn health(&self) -> Value {
         let started = std::time::Instant::now();
-        let (pg, graph) = crate::api::health::probe_stores(&self.state, Duration::from_millis(700)).await;
+        let (pg, graph) = self.state.probes.run(Duration::from_millis(700)).await;
         let elapsed = started.elapsed();
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut down = Vec::new();
