@@ -2,10 +2,10 @@
 //! session-based revisions and the stateless 2026-07-28 on one endpoint; the
 //! auth layer in front resolves every request's bearer.
 
-pub mod args;
 pub mod guard;
 pub mod server;
 pub mod sessions;
+pub mod tools;
 
 use std::sync::Arc;
 
