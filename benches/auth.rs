@@ -36,9 +36,10 @@ async fn fixture() -> Fixture {
     let (lib, _) = graph.admin().ensure_workspace_library(&ws).await.unwrap().unwrap();
     users::create(&pool, "bench", None, false).await.unwrap();
     users::grant(&pool, "bench", &lib, users::Role::Owner).await.unwrap();
-    let (_, opaque) = mnemosyne::cli::create_token(&pool, "bench", "b", &[lib.clone()], None)
+    let opaque = mnemosyne::service::tokens::mint(&pool, "bench", "b", &[lib.clone()], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     let key = keys::newest_active(&pool).await.unwrap().unwrap();
     let secret = hex::decode(&key.secret_hex).unwrap();
     let team_id = Uuid::new_v4();

@@ -166,9 +166,10 @@ async fn run() {
     users::grant(&pool, "reader", &library, users::Role::Owner)
         .await
         .unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "reader", "load", &[library.clone()], None)
+    let token = mnemosyne::service::tokens::mint(&pool, "reader", "load", &[library.clone()], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     let load = Arc::new(Load {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
         url: format!("{base}/mcp/"),

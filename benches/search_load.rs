@@ -273,9 +273,10 @@ async fn run() {
 
     users::create(&pool, "load", None, false).await.unwrap();
     users::grant(&pool, "load", &tenant, users::Role::Owner).await.unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "load", "load", &[tenant.clone()], None)
+    let token = mnemosyne::service::tokens::mint(&pool, "load", "load", &[tenant.clone()], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     // In process by default; with LOAD_SERVER_BIN=path/to/mnemosyne the server
     // runs as its own process (as deployed), the load generator here.
     let mut server = None;

@@ -24,9 +24,10 @@ async fn run() {
     let conc: usize = common::setting("CONCURRENCY", 16);
     let (settings, pool, admin) = common::fresh_settings("sessions").await;
     users::create(&pool, "mem", None, false).await.unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "mem", "mem", &[], None)
+    let token = mnemosyne::service::tokens::mint(&pool, "mem", "mem", &[], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     let caps = (sessions + 1).to_string();
     let idle_s = idle.to_string();
     let server = common::ServerProcess::start(

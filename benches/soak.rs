@@ -181,9 +181,10 @@ async fn run() {
     for l in &libraries {
         users::grant(&pool, "reader", l, users::Role::Owner).await.unwrap();
     }
-    let (_, token) = mnemosyne::cli::create_token(&pool, "reader", "soak", &libraries, None)
+    let token = mnemosyne::service::tokens::mint(&pool, "reader", "soak", &libraries, None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     let team = uuid::Uuid::new_v4();
     let r = soak
         .http

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::auth::basic::{BasicContext, BasicGuard};
-use crate::auth::cache::{AuthCaches, Unconfirmed};
+use crate::auth::cache::AuthCaches;
+use crate::auth::changes::AuthChanges;
 use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::mcp::guard::Guard;
@@ -63,7 +64,7 @@ impl AppState {
         ));
         let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
         Ok(AppState {
-            changes: AuthChanges { pg: pg.clone(), caches },
+            changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,
             graph,
@@ -83,39 +84,5 @@ impl axum::extract::FromRef<AppState> for BasicContext {
             guard: state.basic.clone(),
             metrics: state.metrics.clone(),
         }
-    }
-}
-
-/// Makes committed auth changes visible on every replica's next request.
-#[derive(Clone)]
-pub struct AuthChanges {
-    pg: PgPool,
-    caches: Arc<AuthCaches>,
-}
-
-impl AuthChanges {
-    /// A workspace's Library was created or deleted: teams holding the
-    /// workspace see the change on their next request, on every replica.
-    /// Never fails the caller's write: when the announcement cannot be sent,
-    /// this replica drops its workspace cache and the staleness bound covers
-    /// the others (logged loudly).
-    pub async fn announce_workspace(&self, workspace: &str) {
-        match pg::notify(&self.pg, &format!("workspace:{workspace}")).await {
-            // Unconfirmed replicas have stopped trusting their caches.
-            Ok(()) => {
-                let _ = self.fence().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, workspace, "could not announce workspace change");
-                self.caches.workspace_libraries.invalidate_all();
-            }
-        }
-    }
-
-    /// Waits (bounded) until every live replica has seen the changes committed
-    /// so far; `Err` says how many did not confirm (they stopped trusting
-    /// their caches).
-    pub async fn fence(&self) -> Result<(), Unconfirmed> {
-        self.caches.fence(&self.pg).await
     }
 }

@@ -51,9 +51,10 @@ async fn spans_reach_the_collector_without_secrets() {
     users::grant(&pool, "tracer", "lib_otlp_test", users::Role::Owner)
         .await
         .unwrap();
-    let (_, token) = mnemosyne::cli::create_token(&pool, "tracer", "t", &["lib_otlp_test".into()], None)
+    let token = mnemosyne::service::tokens::mint(&pool, "tracer", "t", &["lib_otlp_test".into()], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
 
     // The server, exporting to the receiver.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -1,7 +1,7 @@
 #![no_main]
 //! `POST /library/api/ingest/` bodies: raw bytes through the real extractor
 //! (`ApiJson<IngestBody>`: JSON, then serde with `deny_unknown_fields`), then
-//! the field validation that `ingest_document` runs before touching a store.
+//! the field validation ingest runs before touching a store (`Document::parse`).
 //!
 //! Properties:
 //! - the extractor accepts exactly the JSON objects with `item` (an object with a
@@ -19,8 +19,10 @@ use axum::extract::FromRequest;
 use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::api::library::{check_len, check_uid, valid_uid, IngestBody};
+use mnemosyne::api::library::IngestBody;
 use mnemosyne::error::{ApiError, ApiJson};
+use mnemosyne::ids::is_uid;
+use mnemosyne::service::ingest::Document;
 use mnemosyne::store::graph::ingest::derived_uid;
 use serde_json::Value;
 
@@ -31,27 +33,6 @@ fn now<F: Future>(f: F) -> F::Output {
         Poll::Ready(v) => v,
         Poll::Pending => panic!("extractor did not complete on an in-memory body"),
     }
-}
-
-/// The validation at the top of `ingest_document` (src/api/library.rs), in its order.
-fn validate(b: &IngestBody) -> Result<(), ApiError> {
-    match (&b.workspace_id, &b.library_uid) {
-        (Some(_), Some(_)) | (None, None) => return Err(ApiError::bad_field("workspace_id", "one of")),
-        (Some(ws), None) => check_len("workspace_id", ws, 1, 64)?,
-        (None, Some(l)) => check_uid("library_uid", l)?,
-    }
-    check_len("collection", b.collection.as_deref().unwrap_or("Files"), 1, 200)?;
-    check_len("item.title", &b.item.title, 1, 500)?;
-    if let Some(u) = &b.item.uid {
-        check_uid("item.uid", u)?;
-    }
-    if let Some(s) = &b.item.source_uri {
-        check_len("item.source_uri", s, 0, 2000)?;
-    }
-    if let Some(m) = &b.item.mime_type {
-        check_len("item.mime_type", m, 0, 200)?;
-    }
-    Ok(())
 }
 
 fn chars_in(s: &str, min: usize, max: usize) -> bool {
@@ -127,10 +108,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(field_str(item, "mime_type"), body.item.mime_type.as_deref());
 
     for u in [&body.library_uid, &body.item.uid].into_iter().flatten() {
-        assert_eq!(valid_uid(u), uid_chars(u), "valid_uid({u:?})");
+        assert_eq!(is_uid(u), uid_chars(u), "is_uid({u:?})");
     }
-    match validate(&body) {
-        Ok(()) => {
+    match Document::parse(body.clone().into()) {
+        Ok(_) => {
             assert!(body.workspace_id.is_some() != body.library_uid.is_some());
             if let Some(ws) = &body.workspace_id {
                 assert!(chars_in(ws, 1, 64));
@@ -155,10 +136,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(uid_chars(&item_uid), "item uid {item_uid:?}");
         }
         Err(e) => {
-            let ApiError::BadRequest { field: Some(f), .. } = &e else {
-                panic!("{e:?}")
-            };
-            assert!(!f.is_empty());
+            assert!(!e.field.is_empty(), "{e:?}");
+            let api: ApiError = e.into();
+            assert_eq!(api.into_response().status(), StatusCode::BAD_REQUEST);
         }
     }
 });

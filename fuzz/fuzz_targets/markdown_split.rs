@@ -9,7 +9,7 @@
 //! max(max_chars, 64) characters, and the chunks are pieces of the document in
 //! order: removing whitespace, their concatenation is the document's text.
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::api::library::split;
+use mnemosyne::service::ingest::split;
 
 fn non_ws(s: &str) -> impl Iterator<Item = char> + '_ {
     s.chars().filter(|c| !c.is_whitespace())

@@ -5,9 +5,8 @@ use std::time::Duration;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
 use serde_json::json;
 
+use crate::service::health::probe_stores;
 use crate::state::AppState;
-use crate::store::graph::knowledge::KnowledgeGraph;
-use sqlx::PgPool;
 
 /// How long readiness waits for each store.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
@@ -26,58 +25,8 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Each store's state: `Ok(())` or a short reason. Probed concurrently.
-pub async fn probe_stores(state: &AppState, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
-    Probes::new(state).run(timeout).await
-}
-
-/// The store probes and nothing else (what the MCP `get_health` tool holds).
-#[derive(Clone)]
-pub struct Probes {
-    pg: PgPool,
-    graph: KnowledgeGraph,
-}
-
-impl Probes {
-    pub fn new(state: &AppState) -> Self {
-        Probes {
-            pg: state.pg.clone(),
-            graph: state.graph.knowledge(),
-        }
-    }
-
-    /// Each store's state: `Ok(())` or a short reason. Probed concurrently.
-    pub async fn run(&self, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
-        let pg = async {
-            match tokio::time::timeout(timeout, crate::store::pg::ping(&self.pg)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %short(&e.to_string()), "postgres probe failed");
-                    Err("unreachable".to_owned())
-                }
-                Err(_) => Err("timed out".to_owned()),
-            }
-        };
-        let graph = async {
-            match tokio::time::timeout(timeout, self.graph.ping()).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %short(&e.to_string()), "graph probe failed");
-                    Err("unreachable".to_owned())
-                }
-                Err(_) => Err("timed out".to_owned()),
-            }
-        };
-        tokio::join!(pg, graph)
-    }
-}
-
-fn short(s: &str) -> String {
-    s.chars().take(200).collect()
-}
-
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let (pg, graph) = probe_stores(&state, PROBE_TIMEOUT).await;
+    let (pg, graph) = probe_stores(&state.pg, &state.graph, PROBE_TIMEOUT).await;
     let mut failing = Vec::new();
     let mut checks = serde_json::Map::new();
     for (name, r) in [("postgres", &pg), ("graph", &graph)] {
@@ -124,7 +73,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         m.pg_acquire_seconds.set(started.elapsed().as_secs_f64());
         drop(conn);
     }
-    let (pg, graph) = probe_stores(&state, Duration::from_millis(500)).await;
+    let (pg, graph) = probe_stores(&state.pg, &state.graph, Duration::from_millis(500)).await;
     m.store_up.with_label_values(&["postgres"]).set(i64::from(pg.is_ok()));
     m.store_up.with_label_values(&["graph"]).set(i64::from(graph.is_ok()));
     crate::metrics::handler(State(state.metrics.clone())).await

@@ -2,6 +2,7 @@
 
 pub mod basic;
 pub mod cache;
+pub mod changes;
 pub mod failure;
 pub mod jwt;
 pub mod principal;

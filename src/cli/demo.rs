@@ -9,11 +9,13 @@ use clap::Args;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::api::library::{ingest_document, IngestBody, ItemIn};
+use crate::auth::changes::AuthChanges;
 use crate::auth::{basic::hash_password, jwt};
 use crate::config::Settings;
+use crate::service::ingest::{self, Document, DocumentIn};
+use crate::service::{teams, tokens};
 use crate::store::graph::GraphStore;
-use crate::store::pg::{self, keys, teams, users};
+use crate::store::pg::{keys, users};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -55,46 +57,41 @@ fn random_password() -> String {
 
 pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> anyhow::Result<()> {
     let graph = GraphStore::connect(settings).await?.admin();
+    let changes = AuthChanges::new(pool.clone(), None);
+    let load = |doc: DocumentIn| {
+        let (graph, changes) = (&graph, &changes);
+        async move {
+            let title = doc.title.clone();
+            let doc = Document::parse(doc).map_err(|e| anyhow::anyhow!("{title}: {e}"))?;
+            ingest::ingest(graph, changes, settings.chunk_max_chars, doc)
+                .await
+                .map_err(|e| anyhow::anyhow!("ingesting {title}: {e}"))
+        }
+    };
     let mut libs = std::collections::HashMap::new();
     for (ws, title, content) in DOCS {
-        let body = IngestBody {
+        let out = load(DocumentIn {
             workspace_id: Some((*ws).to_owned()),
-            item: ItemIn {
-                title: (*title).to_owned(),
-                mime_type: Some("text/markdown".into()),
-                ..Default::default()
-            },
+            title: (*title).to_owned(),
+            mime_type: Some("text/markdown".into()),
             content: (*content).to_owned(),
             ..Default::default()
-        };
-        let out = ingest_document(&graph, settings.chunk_max_chars, body)
-            .await
-            .map_err(|e| anyhow::anyhow!("ingesting {title}: {e}"))?;
-        if out.created_workspace.is_some() {
-            pg::notify(pool, &format!("workspace:{ws}")).await?;
-        }
+        })
+        .await?;
         libs.insert(*ws, out.library_uid);
     }
     graph
         .create_library(HANDBOOK, "Team handbook", "House style and citation rules")
         .await?;
-    ingest_document(
-        &graph,
-        settings.chunk_max_chars,
-        IngestBody {
-            library_uid: Some(HANDBOOK.into()),
-            collection: Some("Guides".into()),
-            item: ItemIn {
-                title: "Writing style handbook".into(),
-                mime_type: Some("text/markdown".into()),
-                ..Default::default()
-            },
-            content: include_str!("../../demo/handbook-style.md").into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("ingesting the handbook: {e}"))?;
+    load(DocumentIn {
+        library_uid: Some(HANDBOOK.into()),
+        collection: Some("Guides".into()),
+        title: "Writing style handbook".into(),
+        mime_type: Some("text/markdown".into()),
+        content: include_str!("../../demo/handbook-style.md").into(),
+        ..Default::default()
+    })
+    .await?;
     let research = libs[WS_RESEARCH].clone();
     let ops = libs[WS_OPS].clone();
 
@@ -113,14 +110,15 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
     }
     users::grant(pool, "demo-user", HANDBOOK, users::Role::Owner).await?;
     users::grant(pool, "demo-user", &research, users::Role::Manager).await?;
-    let (_, opaque) = crate::cli::create_token(
+    let opaque = tokens::mint(
         pool,
         "demo-user",
         "demo",
         &[HANDBOOK.to_owned(), research.clone()],
         None,
     )
-    .await?;
+    .await?
+    .plaintext;
 
     // A team attached to the research workspace only.
     let key = keys::newest_active(pool)
@@ -128,20 +126,9 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs) -> an
         .context("no active signing key: run `mnemosyne migrate` first")?;
     let secret = hex::decode(&key.secret_hex)?;
     let team_id = Uuid::parse_str(TEAM_ID)?;
-    let jti = Uuid::new_v4();
-    match teams::create(pool, "demo", team_id, "Demo research team", jti).await? {
-        teams::Created::New(_) => {}
-        teams::Created::Existing(_) => {
-            sqlx::query("UPDATE teams SET active = TRUE, active_jti = $2 WHERE id = $1")
-                .bind(team_id)
-                .bind(jti)
-                .execute(pool)
-                .await?;
-        }
-    }
-    teams::replace_workspaces(pool, "demo", team_id, &[WS_RESEARCH.to_owned()]).await?;
+    let (team_jwt, _) = teams::ensure_active(pool, &changes, "demo", team_id, "Demo research team").await?;
+    let _ = teams::set_workspaces(pool, &changes, "demo", team_id, vec![WS_RESEARCH.to_owned()]).await?;
     let now = Utc::now().timestamp();
-    let team_jwt = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now)?;
     let per_turn = jwt::sign_hs256(
         &json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
                 "jti": Uuid::new_v4().to_string(), "ws": WS_OPS, "libs": [ops]}),

@@ -3,13 +3,12 @@
 use std::io::Read;
 
 use anyhow::{anyhow, bail, Context};
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
-use rand::RngCore;
 
-use crate::auth::{basic::hash_password, resolver::token_hash};
+use crate::auth::basic::hash_password;
 use crate::config::Settings;
+use crate::service::tokens::{self as tokens_service, Minted, TokenError};
 use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
 
@@ -155,13 +154,6 @@ fn read_password_stdin() -> anyhow::Result<String> {
     Ok(p)
 }
 
-/// Generates an opaque token plaintext: `mnm_` + 32 random bytes, base64url.
-pub fn new_token_plaintext() -> String {
-    let mut b = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    format!("mnm_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
-}
-
 /// Runs a CLI command other than `serve`.
 pub async fn run(settings: Settings, command: Command) -> anyhow::Result<()> {
     let pool = pg::pool(&settings.database_url, settings.store_timeout())?;
@@ -295,39 +287,6 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Mints a token after checking the membership rule (spec §4.1); returns
-/// (id, plaintext). Shared by the CLI and the demo.
-pub async fn create_token(
-    pool: &sqlx::PgPool,
-    username: &str,
-    name: &str,
-    libraries: &[String],
-    expires_at: Option<DateTime<Utc>>,
-) -> anyhow::Result<(i64, String)> {
-    let user = users::by_username(pool, username)
-        .await?
-        .ok_or_else(|| anyhow!("no such user: {username}"))?;
-    let mut libs = Vec::new();
-    for l in libraries {
-        if !libs.contains(l) {
-            libs.push(l.clone());
-        }
-    }
-    let refused = users::unscopable_libraries(pool, user.id, &libs).await?;
-    if !refused.is_empty() {
-        bail!(
-            "{username} is not owner or manager of: {} (grant a role with `mnemosyne membership grant`)",
-            refused.join(", ")
-        );
-    }
-    if expires_at.is_some_and(|e| e <= Utc::now()) {
-        bail!("--expires-at is in the past");
-    }
-    let plaintext = new_token_plaintext();
-    let id = tokens::create(pool, user.id, name, &token_hash(&plaintext), &libs, expires_at).await?;
-    Ok((id, plaintext))
-}
-
 async fn token(pool: &sqlx::PgPool, c: TokenCmd) -> anyhow::Result<()> {
     match c {
         TokenCmd::Create {
@@ -336,7 +295,15 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd) -> anyhow::Result<()> {
             name,
             expires_at,
         } => {
-            let (id, plaintext) = create_token(pool, &user, &name, &libraries, expires_at).await?;
+            let Minted { id, plaintext } = tokens_service::mint(pool, &user, &name, &libraries, expires_at)
+                .await
+                .map_err(|e| match e {
+                    TokenError::NotOwnerOrManager { .. } => {
+                        anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
+                    }
+                    TokenError::ExpiryInPast => anyhow!("--expires-at is in the past"),
+                    e => e.into(),
+                })?;
             println!("token {id} created for {user}. Copy it now; it is not shown again:\n{plaintext}");
         }
         TokenCmd::List { user } => {

@@ -15,9 +15,9 @@ use rmcp::{
 use tracing::Instrument;
 
 use super::tools::{into_result, Reply, ToolError};
-use crate::api::health::Probes;
 use crate::auth::Principal;
 use crate::metrics::Metrics;
+use crate::service::health::Probes;
 use crate::state::AppState;
 use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 
@@ -35,7 +35,7 @@ impl ToolState {
     pub fn new(state: &AppState) -> Self {
         ToolState {
             knowledge: state.graph.knowledge(),
-            probes: Probes::new(state),
+            probes: Probes::new(&state.pg, &state.graph),
             metrics: state.metrics.clone(),
             deadline: Duration::from_millis(state.settings.tool_deadline_ms),
         }

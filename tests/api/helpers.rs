@@ -211,9 +211,10 @@ impl TestApp {
         for l in libs {
             users::grant(&self.pg, &name, l, users::Role::Owner).await.unwrap();
         }
-        let (_, plaintext) = mnemosyne::cli::create_token(&self.pg, &name, "test", libs, None)
+        let plaintext = mnemosyne::service::tokens::mint(&self.pg, &name, "test", libs, None)
             .await
-            .unwrap();
+            .unwrap()
+            .plaintext;
         plaintext
     }
 

@@ -537,7 +537,7 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
         let candidates: Vec<Vec<String>> = requests
             .iter()
             .filter(|(u, _)| *u == uid)
-            .map(|(_, c)| mnemosyne::api::library::split(c, max))
+            .map(|(_, c)| mnemosyne::service::ingest::split(c, max))
             .collect();
         assert!(
             candidates.contains(&stored),

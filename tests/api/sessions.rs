@@ -335,9 +335,10 @@ async fn a_membership_revoke_removes_the_library_from_the_tokens_next_request_on
             .await
             .unwrap();
     }
-    let (_, token) = mnemosyne::cli::create_token(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
+    let token = mnemosyne::service::tokens::mint(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
         .await
-        .unwrap();
+        .unwrap()
+        .plaintext;
     let mut on_b = b.mcp(&token).connect().await;
     assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
     // Revoked through the CLI (a separate process, as an operator would).

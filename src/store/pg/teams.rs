@@ -164,3 +164,20 @@ pub async fn replace_workspaces(
     tx.commit().await?;
     Ok(Some(stored))
 }
+
+/// Re-activates a deleted team under a new active jti (the demo re-running
+/// after its team was deleted). False when the team does not exist.
+pub async fn reactivate(pool: &PgPool, actor: &str, id: Uuid, jti: Uuid) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let n = sqlx::query("UPDATE teams SET active = TRUE, active_jti = $2, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(jti)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n == 1 {
+        audit(&mut tx, actor, "team_reactivated", &id.to_string(), json!({})).await?;
+    }
+    tx.commit().await?;
+    Ok(n == 1)
+}

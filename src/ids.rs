@@ -1,0 +1,144 @@
+//! The identifiers callers hand us, each with one rule and one `parse()`,
+//! used by the REST APIs, the MCP tools, the CLI and the admin console alike.
+//!
+//! - A **uid** (library, collection, item, chunk) is 1–64 characters of ASCII
+//!   letters, digits and `_ - . :` — every uid this server stores or derives
+//!   has that shape, so anything else cannot name a stored object.
+//! - A **workspace id** is Daedalus's: 1–64 characters of any kind, not blank.
+//!
+//! A failed parse names the field it came from, so each adapter answers in
+//! its own words (REST: 400 with `field`; MCP: `Invalid argument `…``).
+
+use std::fmt;
+
+/// Longest uid or workspace id, in characters.
+pub const MAX_ID_CHARS: usize = 64;
+
+/// A value that is not a valid identifier, and the field it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {message}")]
+pub struct InvalidId {
+    pub field: String,
+    pub message: String,
+}
+
+impl InvalidId {
+    fn new(field: &str, message: &str) -> Self {
+        InvalidId {
+            field: field.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// Whether `s` has the shape of a uid (see the module docs).
+pub fn is_uid(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_ID_CHARS && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $check:expr, $rule:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The rule, as error messages and docs state it.
+            pub const RULE: &'static str = $rule;
+
+            /// `field` names the value in the error.
+            pub fn parse(field: &str, value: impl Into<String>) -> Result<Self, InvalidId> {
+                let value = value.into();
+                let check: fn(&str) -> bool = $check;
+                if check(&value) {
+                    Ok($name(value))
+                } else {
+                    Err(InvalidId::new(field, concat!("must be ", $rule)))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Library's uid.
+    LibraryUid,
+    is_uid,
+    "1-64 characters of letters, digits, _ - . :"
+);
+id_type!(
+    /// A Collection's, Item's or Chunk's uid (same rule as a Library's).
+    Uid,
+    is_uid,
+    "1-64 characters of letters, digits, _ - . :"
+);
+id_type!(
+    /// A Daedalus workspace id.
+    WorkspaceId,
+    |s| !s.trim().is_empty() && s.chars().count() <= MAX_ID_CHARS,
+    "1-64 characters, not blank"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID_RULE: &str = "1-64 characters of letters, digits, _ - . :";
+
+    #[test]
+    fn uids_have_one_rule() {
+        assert_eq!(LibraryUid::RULE, UID_RULE);
+        assert_eq!(Uid::RULE, UID_RULE);
+        assert!(LibraryUid::parse("library_uid", "lib_a-1.x:y").is_ok());
+        for bad in ["", "has space", "ünï", &"x".repeat(65)] {
+            let e = LibraryUid::parse("library_uid", bad).unwrap_err();
+            assert_eq!(e.field, "library_uid");
+            assert_eq!(e.to_string(), format!("library_uid must be {UID_RULE}"));
+            assert!(Uid::parse("item.uid", bad).is_err());
+        }
+        assert!(LibraryUid::parse("x", "x".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn workspace_ids_are_any_characters_not_blank() {
+        assert!(WorkspaceId::parse("workspace_id", "Équipe 7 / α").is_ok());
+        assert!(WorkspaceId::parse("workspace_id", "é".repeat(64)).is_ok());
+        assert!(WorkspaceId::parse("workspace_id", "é".repeat(65)).is_err());
+        assert!(WorkspaceId::parse("workspace_id", "   ").is_err());
+        assert!(WorkspaceId::parse("workspace_id", "").is_err());
+    }
+}

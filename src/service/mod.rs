@@ -1,0 +1,48 @@
+//! The workflows, each with its own input, result and error types. The
+//! adapters — the REST APIs (`api`), the MCP tools (`mcp`), the CLI (`cli`)
+//! and the admin console — only translate to and from them.
+
+pub mod health;
+pub mod ingest;
+pub mod teams;
+pub mod tokens;
+
+use crate::auth::cache::Unconfirmed;
+use crate::ids::InvalidId;
+
+/// A field that does not fit, named as the caller sent it (e.g. `item.title`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BadField {
+    pub field: String,
+    pub message: String,
+}
+
+impl From<InvalidId> for BadField {
+    fn from(e: InvalidId) -> Self {
+        BadField {
+            message: e.to_string(),
+            field: e.field,
+        }
+    }
+}
+
+pub(crate) fn bad(field: &str, message: impl Into<String>) -> BadField {
+    BadField {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// `min..=max` characters, and not blank when `min > 0`.
+pub fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), BadField> {
+    let n = v.chars().count();
+    if n < min || n > max || (min > 0 && v.trim().is_empty()) {
+        return Err(bad(field, format!("{field} must be {min} to {max} characters")));
+    }
+    Ok(())
+}
+
+/// Whether every live replica confirmed a committed change in time (see
+/// `AuthChanges::fence`). The change is committed either way.
+pub type Propagation = Result<(), Unconfirmed>;
