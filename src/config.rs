@@ -318,11 +318,56 @@ impl Settings {
     pub fn store_timeout(&self) -> Duration {
         Duration::from_millis(self.store_timeout_ms)
     }
+}
 
-    /// Loads `.dev/env` (written by `scripts/dev`) into the environment without
-    /// overriding variables that are already set.
-    pub fn load_dev_env() {
-        let _ = dotenvy::from_path(".dev/env");
+/// Where settings files come from. Production reads only its environment
+/// (and flags); a settings file is loaded only when asked for with
+/// `--env-file PATH`, or when the binary runs from a development checkout
+/// (`<checkout>/target/<profile>/mnemosyne` next to `<checkout>/Cargo.toml`),
+/// which loads that checkout's `.dev/env` (written by `scripts/dev`) — never a
+/// file from whatever the working directory happens to be. A loaded file never
+/// overrides a variable that is already set.
+pub mod env_file {
+    use std::path::{Path, PathBuf};
+
+    /// `--env-file PATH` / `--env-file=PATH` among the arguments (read before
+    /// clap parses, since the file feeds clap's `env` defaults).
+    pub fn requested(args: &[String]) -> Option<PathBuf> {
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--env-file" {
+                return it.next().map(PathBuf::from);
+            }
+            if let Some(p) = a.strip_prefix("--env-file=") {
+                return Some(PathBuf::from(p));
+            }
+        }
+        None
+    }
+
+    /// The checkout's `.dev/env` when `exe` is a build of that checkout.
+    pub fn of_checkout(exe: &Path) -> Option<PathBuf> {
+        let profile_dir = exe.parent()?;
+        let target = profile_dir.parent()?;
+        if target.file_name()? != "target" {
+            return None;
+        }
+        let checkout = target.parent()?;
+        let env = checkout.join(".dev/env");
+        (checkout.join("Cargo.toml").is_file() && env.is_file()).then_some(env)
+    }
+
+    /// Loads the file to use, if any; returns its path (to log once logging
+    /// is up). An explicit file that cannot be read is an error.
+    pub fn load(args: &[String]) -> Result<Option<PathBuf>, String> {
+        if let Some(p) = requested(args) {
+            dotenvy::from_path(&p).map_err(|e| format!("--env-file {}: {e}", p.display()))?;
+            return Ok(Some(p));
+        }
+        let Some(p) = std::env::current_exe().ok().and_then(|e| of_checkout(&e)) else {
+            return Ok(None);
+        };
+        Ok(dotenvy::from_path(&p).ok().map(|_| p))
     }
 }
 
@@ -333,10 +378,11 @@ struct EnvOnly {
 }
 
 impl Settings {
-    /// Settings from the environment (and `.dev/env`) alone, with defaults —
-    /// what `serve` would use with no flags. Used by tests and benchmarks.
+    /// Settings from the environment (and this checkout's `.dev/env`) alone,
+    /// with defaults — what `serve` would use with no flags. Used by tests and
+    /// benchmarks, which always run from the checkout.
     pub fn from_env() -> Result<Self, clap::Error> {
-        Self::load_dev_env();
+        let _ = dotenvy::from_path(concat!(env!("CARGO_MANIFEST_DIR"), "/.dev/env"));
         use clap::Parser;
         EnvOnly::try_parse_from(["mnemosyne"]).map(|e| e.settings)
     }
@@ -345,6 +391,31 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn env_file_is_explicit_or_the_checkouts_own() {
+        use std::path::Path;
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            env_file::requested(&args(&["mnemosyne", "--env-file", "/etc/m.env", "serve"])),
+            Some("/etc/m.env".into())
+        );
+        assert_eq!(
+            env_file::requested(&args(&["mnemosyne", "--env-file=x.env"])),
+            Some("x.env".into())
+        );
+        assert_eq!(env_file::requested(&args(&["mnemosyne", "serve"])), None);
+        // An installed binary never picks up a file of the working directory.
+        assert_eq!(env_file::of_checkout(Path::new("/usr/local/bin/mnemosyne")), None);
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let exe = checkout.join("target/debug/mnemosyne");
+        let expected = checkout.join(".dev/env");
+        assert_eq!(
+            env_file::of_checkout(&exe),
+            expected.is_file().then_some(expected),
+            "a build inside the checkout loads the checkout's .dev/env (when scripts/dev wrote one)"
+        );
+    }
 
     #[test]
     fn debug_of_settings_shows_no_password() {

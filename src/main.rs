@@ -1,12 +1,19 @@
 use clap::Parser;
 use mnemosyne::cli::{Cli, Command};
-use mnemosyne::config::Settings;
+use mnemosyne::config::env_file;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     release_large_blocks();
-    Settings::load_dev_env();
-    let cli = Cli::parse();
+    let args: Vec<String> = std::env::args().collect();
+    let env_file = match env_file::load(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let cli = Cli::parse_from(args);
     let _telemetry = match mnemosyne::telemetry::install(cli.settings.log_format, cli.settings.otlp_endpoint.as_deref())
     {
         Ok(t) => t,
@@ -15,6 +22,9 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if let Some(p) = env_file {
+        tracing::info!(file = %p.display(), "settings file loaded (variables already set win)");
+    }
     let result = match cli.command {
         Command::Serve => match mnemosyne::startup::Application::build(cli.settings).await {
             Ok(app) => app.run().await,

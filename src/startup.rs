@@ -168,8 +168,15 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-/// Every route, declared in one place.
+/// Every route, declared once without a trailing slash: a path that ends in
+/// `/` (Daedalus writes `/mcp_server/api/teams/`, clients `/mcp/`) is served
+/// by the same route, before routing.
 pub fn router(state: AppState) -> Router {
+    let routes = routes(state);
+    Router::new().fallback_service(tower_http::normalize_path::NormalizePath::trim_trailing_slash(routes))
+}
+
+fn routes(state: AppState) -> Router {
     let body_limit = state.settings.body_limit_bytes;
     let metrics = state.metrics.clone();
     let rest = crate::api::teams::routes()

@@ -22,13 +22,9 @@ use crate::state::AppState;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/library/api/ingest", post(ingest))
-        .route("/library/api/ingest/", post(ingest))
         .route("/library/api/items/{uid}", delete(delete_item))
-        .route("/library/api/items/{uid}/", delete(delete_item))
         .route("/library/api/workspaces/{ws}", get(workspace).delete(delete_workspace))
-        .route("/library/api/workspaces/{ws}/", get(workspace).delete(delete_workspace))
         .route("/library/api/libraries", post(create_library))
-        .route("/library/api/libraries/", post(create_library))
 }
 
 fn bad(e: impl Into<BadField>) -> ApiError {

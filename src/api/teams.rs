@@ -22,13 +22,9 @@ use crate::state::AppState;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/mcp_server/api/teams", post(create))
-        .route("/mcp_server/api/teams/", post(create))
         .route("/mcp_server/api/teams/{id}", get(detail).delete(delete))
-        .route("/mcp_server/api/teams/{id}/", get(detail).delete(delete))
         .route("/mcp_server/api/teams/{id}/workspaces", put(workspaces))
-        .route("/mcp_server/api/teams/{id}/workspaces/", put(workspaces))
         .route("/mcp_server/api/teams/{id}/rotate", post(rotate))
-        .route("/mcp_server/api/teams/{id}/rotate/", post(rotate))
 }
 
 impl From<TeamError> for ApiError {

@@ -85,7 +85,44 @@ where
         Ok(v)
     }
 
-    /// A lookup without a load (multi-key and negative caches), counted.
+    /// The read-through of several keys at once: cached values are taken,
+    /// and the missing keys loaded with one call of `load` (a key it does not
+    /// return gets `V::default()`), cached unless an invalidation raced it.
+    /// Values come back in `keys` order.
+    pub async fn read_through_many<E, F, Fut>(&self, usable: bool, keys: &[K], load: F) -> Result<Vec<V>, E>
+    where
+        K: Clone,
+        V: Default,
+        F: FnOnce(Vec<K>) -> Fut,
+        Fut: Future<Output = Result<std::collections::HashMap<K, V>, E>>,
+    {
+        let generation = self.generation();
+        let mut values: Vec<Option<V>> = Vec::with_capacity(keys.len());
+        for k in keys {
+            values.push(self.lookup(usable, k).await);
+        }
+        let missing: Vec<K> = keys
+            .iter()
+            .zip(&values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !missing.is_empty() {
+            let mut fetched = load(missing).await?;
+            for (slot, k) in values.iter_mut().zip(keys) {
+                if slot.is_none() {
+                    let v = fetched.remove(k).unwrap_or_default();
+                    if usable {
+                        self.insert_if_current(generation, k.clone(), v.clone()).await;
+                    }
+                    *slot = Some(v);
+                }
+            }
+        }
+        Ok(values.into_iter().flatten().collect())
+    }
+
+    /// A lookup without a load, counted.
     pub async fn lookup(&self, usable: bool, k: &K) -> Option<V> {
         if !usable {
             self.bypassed.inc();
@@ -100,7 +137,7 @@ where
         v
     }
 
-    pub fn generation(&self) -> u64 {
+    fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
@@ -109,7 +146,7 @@ where
     }
 
     /// Inserts unless an invalidation happened after `generation` was read.
-    pub async fn insert_if_current(&self, generation: u64, k: K, v: V) {
+    async fn insert_if_current(&self, generation: u64, k: K, v: V) {
         if self.generation() == generation {
             self.cache.insert(k, v).await;
             // An invalidation may have landed between the check and the insert.
@@ -127,6 +164,30 @@ where
     pub fn invalidate_all(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.cache.invalidate_all();
+    }
+}
+
+impl<K> Named<K, ()>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// A negative cache: `Ok(None)` straight away when `key` was not found
+    /// before; otherwise `load`, and a `None` it returns is remembered unless
+    /// an invalidation raced it.
+    pub async fn remember_absent<T, E, F, Fut>(&self, usable: bool, key: K, load: F) -> Result<Option<T>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Option<T>, E>>,
+    {
+        if self.lookup(usable, &key).await.is_some() {
+            return Ok(None);
+        }
+        let generation = self.generation();
+        let found = load().await?;
+        if found.is_none() && usable {
+            self.insert_if_current(generation, key, ()).await;
+        }
+        Ok(found)
     }
 }
 

@@ -221,22 +221,17 @@ impl Authenticator {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
     {
-        if self.caches.unknown.lookup(usable, &negative).await.is_some() {
-            return Ok(None);
-        }
-        let generation = self.caches.unknown.generation();
-        let found = {
-            let _slot = self
-                .cold
-                .acquire()
-                .await
-                .map_err(|_| AuthError::Unavailable("postgres"))?;
-            load().await.map_err(pg_down)?
-        };
-        if found.is_none() && usable {
-            self.caches.unknown.insert_if_current(generation, negative, ()).await;
-        }
-        Ok(found)
+        self.caches
+            .unknown
+            .remember_absent(usable, negative, || async {
+                let _slot = self
+                    .cold
+                    .acquire()
+                    .await
+                    .map_err(|_| AuthError::Unavailable("postgres"))?;
+                load().await.map_err(pg_down)
+            })
+            .await
     }
 
     async fn resolve_opaque(&self, bearer: &str) -> Result<Principal, AuthError> {
@@ -356,42 +351,19 @@ impl Authenticator {
     /// Libraries of the workspaces, in assignment order then uid order, from the
     /// cache and one graph query for the workspaces it lacks.
     async fn workspace_libraries(&self, workspace_ids: &[String]) -> Result<Scope, AuthError> {
-        let use_cache = self.caches.usable();
-        let mut per_ws: Vec<Option<Arc<Vec<String>>>> = Vec::with_capacity(workspace_ids.len());
-        let mut missing = Vec::new();
-        for ws in workspace_ids {
-            let hit = self.caches.workspace_libraries.lookup(use_cache, ws).await;
-            if hit.is_none() {
-                missing.push(ws.clone());
-            }
-            per_ws.push(hit);
-        }
-        if !missing.is_empty() {
-            let generation = self.caches.workspace_libraries.generation();
-            let mut fetched = self
-                .graph
-                .libraries_for_workspaces(&missing)
-                .await
-                .map_err(|_| AuthError::Unavailable("graph"))?;
-            for (slot, ws) in per_ws.iter_mut().zip(workspace_ids) {
-                if slot.is_none() {
-                    let libs = Arc::new(fetched.remove(ws).unwrap_or_default());
-                    if use_cache {
-                        self.caches
-                            .workspace_libraries
-                            .insert_if_current(generation, ws.clone(), libs.clone())
-                            .await;
-                    }
-                    *slot = Some(libs);
-                }
-            }
-        }
-        Ok(Scope::new(
-            per_ws
-                .into_iter()
-                .flatten()
-                .flat_map(|l| l.iter().cloned().collect::<Vec<_>>()),
-        ))
+        let per_ws = self
+            .caches
+            .workspace_libraries
+            .read_through_many(self.caches.usable(), workspace_ids, |missing| async move {
+                let fetched = self
+                    .graph
+                    .libraries_for_workspaces(&missing)
+                    .await
+                    .map_err(|_| AuthError::Unavailable("graph"))?;
+                Ok::<_, AuthError>(fetched.into_iter().map(|(ws, libs)| (ws, Arc::new(libs))).collect())
+            })
+            .await?;
+        Ok(Scope::new(per_ws.iter().flat_map(|l| l.iter().cloned())))
     }
 
     /// Writes `last_used_at` for the tokens used since the last call.

@@ -20,6 +20,11 @@ use crate::store::pg::{self, keys, tokens, users, users::Role};
     propagate_version = true
 )]
 pub struct Cli {
+    /// Load settings from this file first (KEY=value lines; variables already
+    /// set win). Without it, only a development build loads its checkout's
+    /// `.dev/env`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub env_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub settings: Settings,
     #[command(subcommand)]

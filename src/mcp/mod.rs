@@ -1,4 +1,4 @@
-//! MCP over Streamable HTTP at `/mcp` and `/mcp/` (DESIGN §5): rmcp serves the
+//! MCP over Streamable HTTP at `/mcp` (and `/mcp/`, DESIGN §5): rmcp serves the
 //! session-based revisions and the stateless 2026-07-28 on one endpoint; the
 //! auth layer in front resolves every request's bearer.
 
@@ -46,7 +46,6 @@ pub fn routes(state: AppState) -> Router<AppState> {
         config,
     );
     Router::new()
-        .route_service("/mcp", service.clone())
-        .route_service("/mcp/", service)
+        .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(state.mcp.clone(), guard::guard))
 }
