@@ -462,7 +462,7 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
                 content: content.into(),
                 ..Default::default()
             };
-            ingest::ingest(&g, &changes, 2000, Document::parse(doc).unwrap())
+            ingest::ingest(&g.admin(), &changes, 2000, Document::parse(doc).unwrap())
                 .await
                 .expect("seeding the test's own graph")
                 .library_uid
