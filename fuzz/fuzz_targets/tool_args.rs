@@ -14,7 +14,7 @@
 //!   issued for one listing and filter never decodes for another listing or
 //!   filter (filters as the list tools build them, from the same arguments).
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::mcp::tools::args::NoArgs;
+use mnemosyne::mcp::tools::args::{text, NoArgs, UID};
 use mnemosyne::mcp::tools::cursor::{decode_cursor, encode_cursor};
 use mnemosyne::mcp::tools::get_chunk::GetChunkArgs;
 use mnemosyne::mcp::tools::list_collections::ListCollectionsArgs;
@@ -155,17 +155,13 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // Cursors issued for one listing and (library, collection) pair never
-    // decode for another made of the strings given.
+    // decode for another made of the strings given — uids as the tools take
+    // them (an empty or blank one is refused before any cursor is read).
+    let uid = |v: &&str| text("uid", v, UID).is_ok();
     let s = |k: &str| o.get(k).and_then(Value::as_str);
-    let (lib, col) = (s("library_uid"), s("collection_uid"));
+    let (lib, col) = (s("library_uid").filter(uid), s("collection_uid").filter(uid));
     let strings: Vec<Option<&str>> = std::iter::once(None)
-        .chain(
-            o.values()
-                .filter_map(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .take(4)
-                .map(Some),
-        )
+        .chain(o.values().filter_map(Value::as_str).filter(uid).take(4).map(Some))
         .collect();
     let after = s("cursor").filter(|c| !c.is_empty()).unwrap_or("item_1");
     for listing in LISTINGS {
