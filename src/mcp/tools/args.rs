@@ -129,6 +129,20 @@ pub fn text(name: &str, value: &str, len: Len) -> Result<(), ArgError> {
     }
 }
 
+/// Checks a uid argument: the one rule of `ids` (1-64 characters of letters,
+/// digits, `_ - . :`), which every stored uid follows — so a refused value
+/// could not have named anything.
+pub fn uid(name: &str, value: &str) -> Result<(), ArgError> {
+    crate::ids::Uid::parse(name, value)
+        .map(|_| ())
+        .map_err(|_| ArgError::new(name, format!("must be {}", crate::ids::Uid::RULE)))
+}
+
+/// Checks an optional uid argument (absent is fine).
+pub fn opt_uid(name: &str, value: &Option<String>) -> Result<(), ArgError> {
+    value.as_deref().map_or(Ok(()), |v| uid(name, v))
+}
+
 /// Checks an optional string argument (absent is fine).
 pub fn opt_text(name: &str, value: &Option<String>, len: Len) -> Result<(), ArgError> {
     value.as_deref().map_or(Ok(()), |v| text(name, v, len))
@@ -178,6 +192,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn uids_follow_the_one_rule_of_ids() {
+        assert!(uid("chunk_uid", "chk_0a1b").is_ok());
+        let e = uid("library_uid", "lib a").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Invalid argument `library_uid`: must be 1-64 characters of letters, digits, _ - . :"
+        );
+        assert!(opt_uid("collection_uid", &Some("ü".into())).is_err());
+        assert!(opt_uid("collection_uid", &None).is_ok());
+    }
 
     #[derive(Debug, serde::Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]

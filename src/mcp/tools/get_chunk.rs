@@ -10,7 +10,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::args::{int, null_is_absent, parse, text, ArgError, Range, ToolArgs, UID};
+use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{ChunkView, ScopedGraph};
@@ -35,7 +35,7 @@ pub struct GetChunkArgs {
 
 impl ToolArgs for GetChunkArgs {
     fn check(&self) -> Result<(), ArgError> {
-        text("chunk_uid", &self.chunk_uid, UID)?;
+        uid("chunk_uid", &self.chunk_uid)?;
         int("context", self.context, CONTEXT).map(|_| ())
     }
 }

@@ -10,7 +10,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::args::{int, null_is_absent, opt_text, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
+use super::args::{int, null_is_absent, opt_text, opt_uid, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
 use super::cursor::{decode_cursor, page_cursor};
 use super::{input_schema, one_library, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
@@ -31,7 +31,7 @@ pub struct ListCollectionsArgs {
 
 impl ToolArgs for ListCollectionsArgs {
     fn check(&self) -> Result<(), ArgError> {
-        opt_text("library_uid", &self.library_uid, UID)?;
+        opt_uid("library_uid", &self.library_uid)?;
         int("limit", self.limit, PAGE)?;
         opt_text("cursor", &self.cursor, CURSOR)
     }

@@ -10,7 +10,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::args::{int, null_is_absent, opt_text, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
+use super::args::{int, null_is_absent, opt_text, opt_uid, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
 use super::cursor::{decode_cursor, items_filter, page_cursor};
 use super::{input_schema, one_library, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
@@ -39,8 +39,8 @@ pub struct ListItemsArgs {
 
 impl ToolArgs for ListItemsArgs {
     fn check(&self) -> Result<(), ArgError> {
-        opt_text("library_uid", &self.library_uid, UID)?;
-        opt_text("collection_uid", &self.collection_uid, UID)?;
+        opt_uid("library_uid", &self.library_uid)?;
+        opt_uid("collection_uid", &self.collection_uid)?;
         if self.library_uid.is_none() && self.collection_uid.is_none() {
             return Err(ArgError::new(
                 "collection_uid",

@@ -11,7 +11,7 @@ use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::args::{int, null_is_absent, opt_text, parse, text, ArgError, Len, Range, ToolArgs, UID};
+use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{ScopedGraph, SearchHit};
@@ -63,15 +63,14 @@ impl ToolArgs for SearchArgs {
                     format!("must have at most {LIBRARY_UIDS} entries"),
                 ));
             }
-            // Bytes, as before the arguments were derived.
-            if uids.iter().any(|u| u.is_empty() || u.len() > UID.max) {
+            if uids.iter().any(|u| !crate::ids::is_uid(u)) {
                 return Err(ArgError::new(
                     "library_uids",
-                    "must be a list of library uids (non-empty strings)",
+                    format!("must be a list of library uids ({})", crate::ids::Uid::RULE),
                 ));
             }
         }
-        opt_text("collection_uid", &self.collection_uid, UID)
+        opt_uid("collection_uid", &self.collection_uid)
     }
 }
 
