@@ -33,7 +33,7 @@ async fn fixture() -> Fixture {
     let graph = GraphStore::connect(&settings).await.unwrap();
     graph.bootstrap_schema().await.unwrap();
     let ws = format!("bench_{}", &Uuid::new_v4().simple().to_string()[..8]);
-    let (lib, _) = graph.ensure_workspace_library(&ws).await.unwrap().unwrap();
+    let (lib, _) = graph.admin().ensure_workspace_library(&ws).await.unwrap().unwrap();
     users::create(&pool, "bench", None, false).await.unwrap();
     users::grant(&pool, "bench", &lib, users::Role::Owner).await.unwrap();
     let opaque = mnemosyne::service::tokens::mint(&pool, "bench", "b", &[lib.clone()], None)

@@ -202,6 +202,6 @@ async fn run() {
     );
     drop(server);
     let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
-    let _ = graph.delete_libraries(&[library]).await;
+    let _ = graph.admin().delete_libraries(&[library]).await;
     common::drop_db(&admin, &settings.database_url).await;
 }

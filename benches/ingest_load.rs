@@ -246,7 +246,7 @@ async fn run() {
         let tag = format!("{ns}-bolt{clients}");
         let libs: Vec<String> = (0..workspaces).map(|w| format!("{tag}-lib{w}")).collect();
         for l in &libs {
-            graph.create_library(l, l, "baseline").await.unwrap();
+            graph.admin().create_library(l, l, "baseline").await.unwrap();
         }
         libraries.extend(libs.iter().cloned());
         let (bolt, docs2, libs) = (bolt.clone(), docs.clone(), Arc::new(libs));
@@ -357,6 +357,6 @@ async fn run() {
     let (txns, retries, gave_up) = state.graph.txn_stats();
     println!("graph transactions of the server: {txns}, retried {retries}, gave up {gave_up}");
 
-    graph.delete_libraries(&libraries).await.unwrap();
+    graph.admin().delete_libraries(&libraries).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }

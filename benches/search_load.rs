@@ -20,9 +20,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemosyne::auth::Scope;
+use mnemosyne::auth::Principal;
 use mnemosyne::startup::Application;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
+use mnemosyne::store::graph::knowledge::ScopedGraph;
 use mnemosyne::store::graph::GraphStore;
 use mnemosyne::store::pg::users;
 use serde_json::json;
@@ -43,13 +44,14 @@ fn chunk_text(seed: usize) -> String {
 
 /// Writes `n` chunks into `lib` as items of up to 250 chunks.
 async fn fill(graph: &GraphStore, lib: &str, start: usize, n: usize) {
-    let col = graph.ensure_collection(lib, "Load").await.unwrap();
+    let col = graph.admin().ensure_collection(lib, "Load").await.unwrap();
     let mut done = 0;
     while done < n {
         let k = (n - done).min(250);
         let chunks: Vec<String> = (0..k).map(|i| chunk_text(start + done + i)).collect();
         let uid = derived_uid("item", &[lib, &(start + done).to_string()]);
         graph
+            .admin()
             .write_item(&ItemWrite {
                 uid: &uid,
                 library_uid: lib,
@@ -91,8 +93,8 @@ struct Target {
     http: reqwest::Client,
     url: String,
     token: String,
-    graph: GraphStore,
-    scope: Scope,
+    /// The tenant's view of the graph (the same reads the tool makes).
+    graph: ScopedGraph,
 }
 
 impl Target {
@@ -162,7 +164,7 @@ impl Target {
     }
 
     async fn raw_search(&self) {
-        let hits = self.graph.search(&self.scope, "quasar tidal", 10, None).await.unwrap();
+        let hits = self.graph.search("quasar tidal", 10, None).await.unwrap();
         assert!(!hits.is_empty());
     }
 }
@@ -257,7 +259,7 @@ async fn run() {
     let tenant = format!("{ns}_tenant");
     let others: Vec<String> = (0..10).map(|i| format!("{ns}_other_{i}")).collect();
     for l in std::iter::once(&tenant).chain(&others) {
-        graph.create_library(l, l, "load").await.unwrap();
+        graph.admin().create_library(l, l, "load").await.unwrap();
     }
     let t0 = Instant::now();
     fill(&graph, &tenant, 0, tenant_chunks).await;
@@ -307,8 +309,7 @@ async fn run() {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
         url,
         token,
-        graph: graph.clone(),
-        scope: Scope::new([tenant.clone()]),
+        graph: graph.scoped(&Principal::for_tests([tenant.clone()])),
     });
 
     let t = target.clone();
@@ -408,6 +409,6 @@ async fn run() {
 
     drop(server);
     let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
-    graph.delete_libraries(&all).await.unwrap();
+    graph.admin().delete_libraries(&all).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }

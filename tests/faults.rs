@@ -462,7 +462,7 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
                 content: content.into(),
                 ..Default::default()
             };
-            ingest::ingest(&g, &changes, 2000, Document::parse(doc).unwrap())
+            ingest::ingest(&g.admin(), &changes, 2000, Document::parse(doc).unwrap())
                 .await
                 .expect("seeding the test's own graph")
                 .library_uid
@@ -479,8 +479,10 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
         let lib = lib.to_owned();
         let g = g.clone();
         async move {
-            let scope = mnemosyne::auth::Scope::new([lib]);
-            g.search(&scope, "pelican", 1, None).await.unwrap()[0].chunk_uid.clone()
+            let principal = mnemosyne::auth::Principal::for_tests([lib]);
+            g.scoped(&principal).search("pelican", 1, None).await.unwrap()[0]
+                .chunk_uid
+                .clone()
         }
     };
     let token = app.opaque_token(&[lib_a.clone()]).await;

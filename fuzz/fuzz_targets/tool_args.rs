@@ -1,73 +1,121 @@
 #![no_main]
-//! Tool arguments (an arbitrary JSON object) through the `Args` parsers with
-//! the declarations of every tool in src/mcp/server.rs, and pagination cursors.
+//! Tool arguments (an arbitrary JSON object) through every tool's argument
+//! parser (src/mcp/tools/), and pagination cursors.
 //!
 //! Properties:
-//! - `only` refuses exactly the objects with an undeclared key, naming one;
-//! - an accepted string has the declared length in characters and is not blank,
-//!   an accepted int is in range (the default when absent or null), an accepted
-//!   list has at most the declared entries, each a 1-64 byte string;
-//! - a refusal names the argument it is about;
+//! - what a tool accepts satisfies the schema it publishes: only declared
+//!   arguments (`additionalProperties: false`); each string within its
+//!   published `minLength`/`maxLength` characters, and an argument with a
+//!   `minLength` not blank; each integer within `minimum`/`maximum`; each list within
+//!   `maxItems`, each entry within the entries' bounds; a required argument
+//!   present (`list_items`: one of its `anyOf`);
+//! - a refusal names an argument the object has, or a required one it lacks;
 //! - `decode_cursor` gives back what `encode_cursor` was given, and a cursor
 //!   issued for one listing and filter never decodes for another listing or
 //!   filter (filters as the list tools build them, from the same arguments).
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::mcp::args::{decode_cursor, encode_cursor, items_filter, ArgError, Args};
+use mnemosyne::mcp::tools::args::{text, NoArgs, UID};
+use mnemosyne::mcp::tools::cursor::{decode_cursor, encode_cursor};
+use mnemosyne::mcp::tools::get_chunk::GetChunkArgs;
+use mnemosyne::mcp::tools::list_collections::ListCollectionsArgs;
+use mnemosyne::mcp::tools::list_items::ListItemsArgs;
+use mnemosyne::mcp::tools::search::SearchArgs;
+use mnemosyne::mcp::tools::{input_schema, parse, ToolArgs};
 use serde_json::{Map, Value};
 
-/// Each tool's declared arguments (src/mcp/server.rs).
-const TOOLS: &[&[&str]] = &[
-    &["query", "limit", "library_uids", "collection_uid"],
-    &["chunk_uid", "context"],
-    &["library_uid", "cursor", "limit"],
-    &["library_uid", "collection_uid", "cursor", "limit"],
-    &[],
-];
-
-fn string(a: &Args, o: &Map<String, Value>, name: &str, min: usize, max: usize) -> Option<String> {
-    match a.string(name, min, max) {
-        Ok(Some(s)) => {
-            let n = s.chars().count();
-            assert!(n >= min && n <= max, "{name}: {n} chars outside {min}..={max}");
-            assert!(min == 0 || !s.trim().is_empty(), "{name}: blank accepted");
-            assert_eq!(o.get(name).and_then(Value::as_str), Some(s.as_str()));
-            Some(s)
-        }
-        Ok(None) => {
-            assert!(o.get(name).is_none_or(Value::is_null));
-            None
+/// Parses `o` as `T`'s arguments and checks the properties above against
+/// `T`'s published schema. Returns the parsed arguments when accepted.
+fn tool<T: ToolArgs>(o: &Map<String, Value>) -> Option<T> {
+    let schema = input_schema::<T>();
+    let props = schema["properties"].as_object().expect("properties");
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match parse::<T>(o.clone()) {
+        Ok(parsed) => {
+            for (k, v) in o {
+                let p = props.get(k).unwrap_or_else(|| panic!("undeclared {k} accepted"));
+                if !v.is_null() {
+                    conforms(k, v, p, true);
+                }
+            }
+            for r in &required {
+                assert!(o.get(*r).is_some_and(|v| !v.is_null()), "{r} missing, accepted");
+            }
+            if let Some(any) = schema.get("anyOf").and_then(Value::as_array) {
+                assert!(any.iter().any(|alt| alt["required"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|r| o.get(r.as_str().unwrap()).is_some_and(|v| !v.is_null()))));
+            }
+            Some(parsed)
         }
         Err(e) => {
-            named(&e, name);
+            assert!(
+                o.contains_key(&e.name) || props.contains_key(&e.name),
+                "refusal names {}, not an argument",
+                e.name
+            );
+            assert!(e.to_string().contains(&format!("`{}`", e.name)));
             None
         }
     }
 }
 
-fn named(e: &ArgError, name: &str) {
-    assert_eq!(e.name, name);
-    assert!(e.to_string().contains(name));
-}
-
-fn int(a: &Args, o: &Map<String, Value>, name: &str, min: i64, max: i64, default: i64) {
-    match a.int(name, min, max, default) {
-        Ok(v) if o.get(name).is_none_or(Value::is_null) => assert_eq!(v, default),
-        Ok(v) => {
-            assert!((min..=max).contains(&v));
-            assert_eq!(o[name].as_i64(), Some(v));
+/// An accepted value satisfies its published property schema; an argument
+/// (`top`, not a list entry) with a `minLength` is also not blank.
+fn conforms(name: &str, v: &Value, p: &Value, top: bool) {
+    let bound = |k: &str| p.get(k).and_then(Value::as_u64);
+    match p["type"].as_str() {
+        Some("string") => {
+            let s = v.as_str().unwrap_or_else(|| panic!("{name}: non-string accepted"));
+            let n = s.chars().count() as u64;
+            assert!(bound("minLength").is_none_or(|m| n >= m), "{name}: {n} chars");
+            assert!(bound("maxLength").is_none_or(|m| n <= m), "{name}: {n} chars");
+            assert!(
+                !top || bound("minLength").is_none_or(|m| m == 0) || !s.trim().is_empty(),
+                "{name}: blank"
+            );
         }
-        Err(e) => named(&e, name),
+        Some("integer") => {
+            let i = v.as_i64().unwrap_or_else(|| panic!("{name}: non-integer accepted"));
+            assert!(p["minimum"].as_i64().is_none_or(|m| i >= m), "{name}: {i}");
+            assert!(p["maximum"].as_i64().is_none_or(|m| i <= m), "{name}: {i}");
+        }
+        Some("array") => {
+            let a = v.as_array().unwrap_or_else(|| panic!("{name}: non-list accepted"));
+            assert!(bound("maxItems").is_none_or(|m| a.len() as u64 <= m), "{name}: {} entries", a.len());
+            for e in a {
+                conforms(name, e, &p["items"], false);
+            }
+        }
+        other => panic!("{name}: unexpected schema type {other:?}"),
     }
 }
 
-/// The listings and the filter each builds from its arguments
-/// (src/mcp/server.rs: list_collections, list_items).
+/// The listings and the filter each builds from its arguments.
 const LISTINGS: [&str; 2] = ["collections", "items"];
 
 fn filter(listing: &str, lib: Option<&str>, col: Option<&str>) -> String {
+    let (lib, col) = (lib.map(str::to_owned), col.map(str::to_owned));
     match listing {
-        "collections" => lib.unwrap_or("").to_owned(),
-        _ => items_filter(lib, col),
+        "collections" => ListCollectionsArgs {
+            cursor: None,
+            limit: None,
+            library_uid: lib,
+        }
+        .filter()
+        .to_owned(),
+        _ => ListItemsArgs {
+            collection_uid: col,
+            cursor: None,
+            library_uid: lib,
+            limit: None,
+        }
+        .filter(),
     }
 }
 
@@ -84,43 +132,21 @@ fuzz_target!(|data: &[u8]| {
     let Ok(o) = serde_json::from_slice::<Map<String, Value>>(data) else {
         return;
     };
-    let a = Args(&o);
-
-    for allowed in TOOLS {
-        match a.only(allowed) {
-            Ok(()) => assert!(o.keys().all(|k| allowed.contains(&k.as_str()))),
-            Err(e) => {
-                assert!(o.contains_key(&e.name) && !allowed.contains(&e.name.as_str()));
-            }
-        }
-    }
-    // search
-    string(&a, &o, "query", 1, 1000);
-    int(&a, &o, "limit", 1, 50, 10);
-    match a.string_list("library_uids", 1000) {
-        Ok(Some(l)) => {
-            assert!(l.len() <= 1000);
-            assert!(l.iter().all(|s| !s.is_empty() && s.len() <= 64));
-        }
-        Ok(None) => assert!(o.get("library_uids").is_none_or(Value::is_null)),
-        Err(e) => named(&e, "library_uids"),
-    }
-    string(&a, &o, "collection_uid", 1, 64);
-    // get_chunk
-    string(&a, &o, "chunk_uid", 1, 64);
-    int(&a, &o, "context", 0, 5, 0);
-    // list_collections / list_items
-    let lib = string(&a, &o, "library_uid", 1, 64);
-    let col = string(&a, &o, "collection_uid", 1, 64);
-    int(&a, &o, "limit", 1, 200, 50);
-    let cursor = string(&a, &o, "cursor", 1, 1000);
+    tool::<SearchArgs>(&o);
+    tool::<GetChunkArgs>(&o);
+    tool::<NoArgs>(&o);
+    let collections = tool::<ListCollectionsArgs>(&o);
+    let items = tool::<ListItemsArgs>(&o);
 
     // A cursor as given: it decodes for at most one listing and filter, and
     // re-encodes to the same page position.
-    if let Some(c) = &cursor {
-        for listing in LISTINGS {
-            let f = filter(listing, lib.as_deref(), col.as_deref());
-            if let Ok(after) = decode_cursor(Some(c), listing, &f) {
+    let accepted = [
+        collections.as_ref().map(|a| ("collections", a.cursor.clone(), a.filter().to_owned())),
+        items.as_ref().map(|a| ("items", a.cursor.clone(), a.filter())),
+    ];
+    for (listing, cursor, f) in accepted.into_iter().flatten() {
+        if let Some(c) = cursor {
+            if let Ok(after) = decode_cursor(Some(&c), listing, &f) {
                 assert!(!after.is_empty());
                 let again = encode_cursor(listing, &f, &after);
                 assert_eq!(decode_cursor(Some(&again), listing, &f).as_deref(), Ok(after.as_str()));
@@ -128,21 +154,19 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    // Cursors issued for these arguments' listings never decode for another
-    // listing or another (library, collection) pair made of the strings given.
+    // Cursors issued for one listing and (library, collection) pair never
+    // decode for another made of the strings given — uids as the tools take
+    // them (an empty or blank one is refused before any cursor is read).
+    let uid = |v: &&str| text("uid", v, UID).is_ok();
+    let s = |k: &str| o.get(k).and_then(Value::as_str);
+    let (lib, col) = (s("library_uid").filter(uid), s("collection_uid").filter(uid));
     let strings: Vec<Option<&str>> = std::iter::once(None)
-        .chain(
-            o.values()
-                .filter_map(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .take(4)
-                .map(Some),
-        )
+        .chain(o.values().filter_map(Value::as_str).filter(uid).take(4).map(Some))
         .collect();
-    let after = cursor.as_deref().unwrap_or("item_1");
+    let after = s("cursor").filter(|c| !c.is_empty()).unwrap_or("item_1");
     for listing in LISTINGS {
-        let mine = meaning(listing, lib.as_deref(), col.as_deref());
-        let f = filter(listing, lib.as_deref(), col.as_deref());
+        let mine = meaning(listing, lib, col);
+        let f = filter(listing, lib, col);
         let c = encode_cursor(listing, &f, after);
         assert_eq!(decode_cursor(Some(&c), listing, &f).as_deref(), Ok(after));
         for l2 in &strings {

@@ -19,7 +19,7 @@ use crate::store::pg::users::{self, Role};
 
 /// GET /admin/libraries.
 pub async fn list(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
-    let libs = state.graph.library_overview().await?;
+    let libs = state.graph.admin().library_overview().await?;
     let members = users::memberships(&state.pg, None, None).await?;
     let mut count: HashMap<&str, usize> = HashMap::new();
     for m in &members {
@@ -60,7 +60,13 @@ async fn detail_page(
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let lib = state.graph.library_overview().await?.into_iter().find(|l| l.uid == uid);
+    let lib = state
+        .graph
+        .admin()
+        .library_overview()
+        .await?
+        .into_iter()
+        .find(|l| l.uid == uid);
     let members = users::memberships(&state.pg, None, Some(uid)).await?;
     if lib.is_none() && members.is_empty() {
         return Err(AdminError::NotFound);

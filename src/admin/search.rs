@@ -14,8 +14,9 @@ use maud::html;
 use super::session::Staff;
 use super::view;
 use super::AdminError;
-use crate::auth::{AuthError, Scope};
+use crate::auth::AuthError;
 use crate::state::AppState;
+use crate::store::graph::knowledge::ScopedGraph;
 use crate::store::pg::{teams, tokens};
 
 /// Results per search.
@@ -26,7 +27,8 @@ enum As {
     Everything,
     Principal {
         label: String,
-        outcome: Result<Scope, String>,
+        /// Its view of the graph, or why `/mcp` would refuse it.
+        outcome: Result<Box<ScopedGraph>, String>,
     },
 }
 
@@ -43,7 +45,7 @@ async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
         let id = uuid::Uuid::parse_str(id).map_err(|_| AdminError::NotFound)?;
         let label = format!("team {id}");
         let outcome = match state.auth.resolve_team_now(id).await {
-            Ok(p) => Ok(p.libraries),
+            Ok(p) => Ok(Box::new(state.graph.scoped(&p))),
             Err(e) => Err(refused(e)?),
         };
         return Ok(As::Principal { label, outcome });
@@ -53,7 +55,7 @@ async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
         let hash = tokens::hash_of(&state.pg, id).await?.ok_or(AdminError::NotFound)?;
         let label = format!("token {id}");
         let outcome = match state.auth.resolve_stored_token(&hash).await {
-            Ok(p) => Ok(p.libraries),
+            Ok(p) => Ok(Box::new(state.graph.scoped(&p))),
             Err(e) => Err(refused(e)?),
         };
         return Ok(As::Principal { label, outcome });
@@ -70,27 +72,27 @@ pub async fn search(
     let text = q.get("q").map(|t| t.trim()).unwrap_or("");
     let library = q.get("library").map(String::as_str).unwrap_or("");
     let as_raw = q.get("as").map(String::as_str).unwrap_or("");
-    let libs = state.graph.all_libraries().await?;
+    let libs = state.graph.admin().all_libraries().await?;
     let team_list = teams::list(&state.pg).await?;
     let token_list = tokens::list(&state.pg, None).await?;
     let who = resolve_as(&state, as_raw).await?;
-    // Spec §3.3: an admin search's resolved libraries are every library uid.
-    let scope = match &who {
-        As::Everything => Some(state.graph.every_library_scope().await?),
-        As::Principal { outcome: Ok(scope), .. } => Some(scope.clone()),
+    // Spec §3.3: an admin search's resolved libraries are every library uid;
+    // "search as" reads exactly what the principal's view reads.
+    let view = match &who {
+        As::Everything => Some(state.graph.admin().every_library().await?),
+        As::Principal { outcome: Ok(view), .. } => Some(view.as_ref().clone()),
         As::Principal { outcome: Err(_), .. } => None,
     };
-    let scope = scope.map(|sc| {
+    let view = view.map(|v| {
         if library.is_empty() {
-            sc
+            v
         } else {
-            sc.narrow(&[library.to_owned()])
+            v.narrow(&[library.to_owned()])
         }
     });
     let too_long = text.chars().count() > 1000;
-    let hits = match (&scope, text.is_empty() || too_long) {
-        // switch to ScopedGraph: AdminGraph::every_library() / graph.scoped(&principal) once on main
-        (Some(sc), false) => Some(state.graph.search(sc, text, LIMIT, None).await?),
+    let hits = match (&view, text.is_empty() || too_long) {
+        (Some(v), false) => Some(v.search(text, LIMIT, None).await?),
         _ => None,
     };
     let body = html! {
@@ -124,7 +126,8 @@ pub async fn search(
             section.card {
                 h2 { "As " (label) }
                 @match outcome {
-                    Ok(sc) => {
+                    Ok(view) => {
+                        @let sc = view.scope();
                         p { "resolved_libraries (" (sc.len()) "): "
                             @if sc.is_empty() { span.muted { "none — it sees nothing (fail-closed)" } }
                             @for l in sc.uids() { code { (l) } " " } }

@@ -87,7 +87,13 @@ async fn ingest(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let doc = Document::parse(body.into()).map_err(bad)?;
-    let out = ingest::ingest(&state.graph, &state.changes, state.settings.chunk_max_chars, doc).await?;
+    let out = ingest::ingest(
+        &state.graph.admin(),
+        &state.changes,
+        state.settings.chunk_max_chars,
+        doc,
+    )
+    .await?;
     state.metrics.ingest_duration.observe(started.elapsed().as_secs_f64());
     if out.status != Status::Unchanged {
         state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
@@ -115,7 +121,7 @@ async fn delete_item(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let uid = Uid::parse("item_uid", uid).map_err(bad)?;
-    if !state.graph.delete_item(&uid).await? {
+    if !state.graph.admin().delete_item(&uid).await? {
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
     }
     tracing::info!(actor = %sa.username, item = %uid, "item deleted");
@@ -128,7 +134,7 @@ async fn workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     let ws = WorkspaceId::parse("workspace_id", ws).map_err(bad)?;
-    let libs = state.graph.workspace_libraries(&ws).await?;
+    let libs = state.graph.admin().workspace_libraries(&ws).await?;
     let Some(lib) = libs.first() else {
         return Err(ApiError::NotFound(format!("workspace has no library: {ws}")));
     };
@@ -156,7 +162,7 @@ async fn delete_workspace(
         .await?
         .remove(ws.as_str())
         .unwrap_or_default();
-    state.graph.delete_libraries(&libs).await?;
+    state.graph.admin().delete_libraries(&libs).await?;
     if !libs.is_empty() {
         state.changes.announce_workspace(&ws).await;
     }
@@ -184,7 +190,12 @@ async fn create_library(
         Some(u) => LibraryUid::parse("uid", u).map_err(bad)?.into_string(),
         None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
     };
-    if !state.graph.create_library(&uid, &body.name, &description).await? {
+    if !state
+        .graph
+        .admin()
+        .create_library(&uid, &body.name, &description)
+        .await?
+    {
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
     }
     tracing::info!(actor = %sa.username, library = %uid, "library created");

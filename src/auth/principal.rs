@@ -44,17 +44,40 @@ pub struct Principal {
     pub libraries: Scope,
 }
 
-/// `resolved_libraries` as a type: knowledge queries take a `&Scope`, so none can
-/// be written without it. Only the auth layer (and tests) construct one.
+impl Principal {
+    /// An opaque-token principal reading `libraries`, for tests and benches
+    /// only: production principals come from the auth layer.
+    #[doc(hidden)]
+    pub fn for_tests<I: IntoIterator<Item = S>, S: Into<String>>(libraries: I) -> Self {
+        Principal {
+            kind: PrincipalKind::Token,
+            subject: "token:test".into(),
+            credential: "token:test".into(),
+            libraries: Scope::for_tests(libraries),
+        }
+    }
+}
+
+/// `resolved_libraries` as a type: the knowledge reads live on a `ScopedGraph`
+/// made from a `Principal`'s scope, so none can be written without one. Only
+/// this crate (the auth layer, the admin handle) builds a non-empty one;
+/// tests and benches use `for_tests`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scope(Arc<[String]>);
 
 impl Scope {
     /// Keeps the first occurrence of each uid, in order (DESIGN §3).
-    pub fn new<I: IntoIterator<Item = String>>(uids: I) -> Self {
+    pub(crate) fn new<I: IntoIterator<Item = String>>(uids: I) -> Self {
         let mut seen = std::collections::HashSet::new();
         let v: Vec<String> = uids.into_iter().filter(|u| seen.insert(u.clone())).collect();
         Scope(v.into())
+    }
+
+    /// `new`, for tests and benches only: production scopes come from the
+    /// auth layer.
+    #[doc(hidden)]
+    pub fn for_tests<I: IntoIterator<Item = S>, S: Into<String>>(uids: I) -> Self {
+        Scope::new(uids.into_iter().map(Into::into))
     }
 
     pub fn uids(&self) -> &[String] {

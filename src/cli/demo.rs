@@ -58,7 +58,7 @@ fn random_password() -> String {
 /// Loads the demo and prints its credentials once: as text, or with `json`
 /// as one JSON document (for scripts).
 pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json: bool) -> anyhow::Result<()> {
-    let graph = GraphStore::connect(settings).await?;
+    let graph = GraphStore::connect(settings).await?.admin();
     let changes = AuthChanges::new(pool.clone(), None);
     let load = |doc: DocumentIn| {
         let (graph, changes) = (&graph, &changes);

@@ -221,7 +221,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         Command::SigningKey(c) => signing_key(&pool, c, json).await?,
         Command::Library(LibraryCmd::List) => {
             let graph = GraphStore::connect(&settings).await?;
-            let libs = graph.all_libraries().await?;
+            let libs = graph.admin().all_libraries().await?;
             let value = serde_json::Value::Array(
                 libs.iter()
                     .map(|l| {

@@ -2,10 +2,10 @@
 //! session-based revisions and the stateless 2026-07-28 on one endpoint; the
 //! auth layer in front resolves every request's bearer.
 
-pub mod args;
 pub mod guard;
 pub mod server;
 pub mod sessions;
+pub mod tools;
 
 use std::sync::Arc;
 
@@ -39,9 +39,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .with_json_response(true)
         .with_max_request_body_bytes(state.settings.body_limit_bytes);
     let router = Arc::new(KnowledgeServer::router());
-    let s = state.clone();
+    let tools = server::ToolState::new(&state);
     let service = StreamableHttpService::new(
-        move || Ok(KnowledgeServer::new(s.clone(), router.clone())),
+        move || Ok(KnowledgeServer::new(tools.clone(), router.clone())),
         state.mcp.sessions.clone(),
         config,
     );

@@ -7,6 +7,7 @@ use chrono::{SecondsFormat, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use crate::store::graph::knowledge::KnowledgeGraph;
 use crate::store::graph::GraphStore;
 
 /// Each store's state: `Ok(())` or a short reason ("unreachable", "timed
@@ -16,6 +17,39 @@ pub async fn probe_stores(
     graph: &GraphStore,
     timeout: Duration,
 ) -> (Result<(), String>, Result<(), String>) {
+    probe(pg, &graph.knowledge(), timeout).await
+}
+
+/// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store down),
+/// with a message when not ok, and a timestamp.
+pub async fn report(pg: &PgPool, graph: &GraphStore) -> Value {
+    report_of(pg, &graph.knowledge()).await
+}
+
+/// The stores as far as health needs them, a ping each: what the MCP
+/// `get_health` tool holds (it reaches nothing else of the stores).
+#[derive(Clone)]
+pub struct Probes {
+    pg: PgPool,
+    graph: KnowledgeGraph,
+}
+
+impl Probes {
+    pub fn new(pg: &PgPool, graph: &GraphStore) -> Self {
+        Probes {
+            pg: pg.clone(),
+            graph: graph.knowledge(),
+        }
+    }
+
+    /// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store
+    /// down), with a message when not ok, and a timestamp.
+    pub async fn report(&self) -> Value {
+        report_of(&self.pg, &self.graph).await
+    }
+}
+
+async fn probe(pg: &PgPool, graph: &KnowledgeGraph, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
     let pg = async {
         match tokio::time::timeout(timeout, crate::store::pg::ping(pg)).await {
             Ok(Ok(())) => Ok(()),
@@ -48,11 +82,9 @@ const REPORT_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
 /// Slower than this (both probes together) is `degraded`.
 const DEGRADED_AFTER: Duration = Duration::from_millis(300);
 
-/// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store down),
-/// with a message when not ok, and a timestamp.
-pub async fn report(pg: &PgPool, graph: &GraphStore) -> Value {
+async fn report_of(pg: &PgPool, graph: &KnowledgeGraph) -> Value {
     let started = Instant::now();
-    let (pg, graph) = probe_stores(pg, graph, REPORT_PROBE_TIMEOUT).await;
+    let (pg, graph) = probe(pg, graph, REPORT_PROBE_TIMEOUT).await;
     let elapsed = started.elapsed();
     let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
     let mut down = Vec::new();

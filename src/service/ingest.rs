@@ -9,8 +9,8 @@ use text_splitter::{ChunkConfig, MarkdownSplitter};
 use super::{bad, check_len, BadField};
 use crate::auth::changes::AuthChanges;
 use crate::ids::{LibraryUid, Uid, WorkspaceId};
-use crate::store::graph::ingest::{derived_uid, ItemOutcome, ItemWrite};
-use crate::store::graph::{GraphError, GraphStore};
+use crate::store::graph::ingest::{derived_uid, AdminGraph, ItemOutcome, ItemWrite};
+use crate::store::graph::GraphError;
 
 /// Where a document goes.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ const MAX_LIBRARY_ROUNDS: usize = 6;
 /// Ingests one document; a workspace Library it creates is announced through
 /// `changes` before this returns.
 pub async fn ingest(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     changes: &AuthChanges,
     chunk_max_chars: usize,
     doc: Document,
@@ -169,7 +169,7 @@ pub async fn ingest(
     Ok(out)
 }
 
-async fn write(graph: &GraphStore, chunk_max_chars: usize, doc: &Document) -> Result<Ingested, IngestError> {
+async fn write(graph: &AdminGraph, chunk_max_chars: usize, doc: &Document) -> Result<Ingested, IngestError> {
     let sha = hex::encode(Sha256::digest(doc.content.as_bytes()));
     let mut created_workspace = None;
     let mut chunks: Option<Vec<String>> = None;

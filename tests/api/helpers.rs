@@ -301,13 +301,14 @@ impl Drop for TestApp {
 
 async fn cleanup_graph(g: &GraphStore, ns: &str) -> Result<(), mnemosyne::store::graph::GraphError> {
     let libs: Vec<String> = g
+        .admin()
         .all_libraries()
         .await?
         .into_iter()
         .filter(|l| l.uid.starts_with(ns) || l.workspace_id.as_deref().is_some_and(|w| w.starts_with(ns)))
         .map(|l| l.uid)
         .collect();
-    g.delete_libraries(&libs).await
+    g.admin().delete_libraries(&libs).await
 }
 
 /// A hand-rolled Streamable HTTP MCP client: it lets tests control every header

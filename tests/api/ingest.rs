@@ -139,8 +139,13 @@ async fn workspace_delete_cascades_and_an_attached_team_loses_it_on_the_next_req
     // nothing of it is left in the graph
     let lib = out["library_uid"].as_str().unwrap();
     let g = &app.state.graph;
-    assert!(g.find_library(lib).await.unwrap().is_none());
-    assert!(g.find_item(out["item_uid"].as_str().unwrap()).await.unwrap().is_none());
+    assert!(g.admin().find_library(lib).await.unwrap().is_none());
+    assert!(g
+        .admin()
+        .find_item(out["item_uid"].as_str().unwrap())
+        .await
+        .unwrap()
+        .is_none());
     let token = app.opaque_token(&[lib.to_owned()]).await;
     let mut c = app.mcp(&token).connect().await;
     assert_eq!(
@@ -232,7 +237,13 @@ async fn bad_ingest_input_is_400_naming_the_field_and_changes_nothing() {
         assert_eq!(out["error"], "bad_request");
     }
     assert!(
-        app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty(),
+        app.state
+            .graph
+            .admin()
+            .workspace_libraries(&ws)
+            .await
+            .unwrap()
+            .is_empty(),
         "nothing was written"
     );
 }
@@ -244,7 +255,14 @@ async fn oversized_ingest_is_413_and_changes_nothing() {
     let body = json!({"workspace_id": ws, "item": {"title": "Big"}, "content": "word ".repeat(2000)});
     let (status, out) = send(app.service(Method::POST, "/library/api/ingest/").json(&body)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
-    assert!(app.state.graph.workspace_libraries(&ws).await.unwrap().is_empty());
+    assert!(app
+        .state
+        .graph
+        .admin()
+        .workspace_libraries(&ws)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -362,7 +380,17 @@ async fn an_item_uid_never_moves_between_libraries() {
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(app.state.graph.find_item(&item).await.unwrap().unwrap().library_uid, a);
+    assert_eq!(
+        app.state
+            .graph
+            .admin()
+            .find_item(&item)
+            .await
+            .unwrap()
+            .unwrap()
+            .library_uid,
+        a
+    );
 }
 
 #[tokio::test]
@@ -383,7 +411,7 @@ async fn a_workspace_never_ingests_into_a_library_it_does_not_own() {
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    app.state.graph.delete_libraries(&[squat]).await.unwrap();
+    app.state.graph.admin().delete_libraries(&[squat]).await.unwrap();
 }
 
 // ---- concurrency, no-ops, delete races and outages (issue 10) ----
@@ -463,7 +491,7 @@ async fn sixty_four_concurrent_first_ingests_into_one_new_workspace_all_succeed(
     for (status, body) in &results {
         assert!(status.is_success(), "{status} {body}");
     }
-    let libs = app.state.graph.workspace_libraries(&ws).await.unwrap();
+    let libs = app.state.graph.admin().workspace_libraries(&ws).await.unwrap();
     assert_eq!(libs.len(), 1, "one Library per workspace");
     assert_eq!(libs[0].item_count, 64);
     assert_eq!(libs[0].collection_count, 1);
@@ -498,7 +526,7 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
     for (status, body) in &results {
         assert!(status.is_success(), "{status} {body}");
     }
-    let libs = app.state.graph.workspace_libraries(&ws).await.unwrap();
+    let libs = app.state.graph.admin().workspace_libraries(&ws).await.unwrap();
     assert_eq!(libs.len(), 1);
     assert_eq!(libs[0].item_count, 8);
     let max = app.settings.chunk_max_chars;
@@ -516,7 +544,7 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
             "item {uid}: its {} chunks are not exactly those of one request",
             stored.len()
         );
-        let item = app.state.graph.find_item(&uid).await.unwrap().unwrap();
+        let item = app.state.graph.admin().find_item(&uid).await.unwrap().unwrap();
         assert_eq!(item.chunk_count, stored.len() as i64);
         total += stored.len() as i64;
     }
@@ -562,7 +590,7 @@ async fn unchanged_reingest_writes_nothing_and_keeps_updated_at() {
     let (status, out) = post_ingest(&app, retitled).await;
     assert_eq!(status, StatusCode::OK, "{out}");
     assert_eq!(
-        app.state.graph.find_item(&uid).await.unwrap().unwrap().title,
+        app.state.graph.admin().find_item(&uid).await.unwrap().unwrap().title,
         "Doc, renamed"
     );
 }
@@ -614,7 +642,7 @@ async fn ingests_racing_a_workspace_delete_leave_no_orphans() {
             );
         }
         // Invariants: nothing under a library that is gone, nothing half-written.
-        let library_exists = app.state.graph.find_library(&lib).await.unwrap().is_some();
+        let library_exists = app.state.graph.admin().find_library(&lib).await.unwrap().is_some();
         let chunks = graph_count(
             &app,
             "MATCH (c:Chunk) WHERE c.library_uid = $lib RETURN count(c) AS n",
@@ -700,7 +728,7 @@ async fn an_item_delete_racing_its_reingest_leaves_it_whole_or_gone() {
         assert!(s1.is_success(), "{s1} {b1}");
         assert!(s2 == StatusCode::NO_CONTENT || s2 == StatusCode::NOT_FOUND, "{s2} {b2}");
         let texts = chunk_texts(&app, &uid).await;
-        match app.state.graph.find_item(&uid).await.unwrap() {
+        match app.state.graph.admin().find_item(&uid).await.unwrap() {
             Some(item) => assert_eq!(item.chunk_count, texts.len() as i64),
             None => assert!(texts.is_empty(), "round {round}: chunks of a deleted item"),
         }
@@ -812,7 +840,12 @@ async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
     let real = mnemosyne::store::graph::GraphStore::connect(&base_settings())
         .await
         .unwrap();
-    let item = real.find_item(&uid).await.unwrap().expect("the item is still there");
+    let item = real
+        .admin()
+        .find_item(&uid)
+        .await
+        .unwrap()
+        .expect("the item is still there");
     assert_eq!(item.chunk_count, first["chunk_count"].as_i64().unwrap());
     let texts = chunk_texts_in(&real, &uid).await;
     assert_eq!(texts.len() as i64, item.chunk_count, "half-written chunks");

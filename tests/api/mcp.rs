@@ -528,3 +528,35 @@ async fn server_discover_advertises_this_server() {
     assert_eq!(info["name"], "mnemosyne", "{result}");
     assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
 }
+
+/// The staff admin search (spec §3.3) reads every library, named explicitly;
+/// a principal's view reads only its own.
+#[tokio::test]
+async fn admin_search_over_every_library_and_a_principals_view() {
+    let app = TestApp::spawn().await;
+    let s = seed(&app).await;
+    let every = app.state.graph.admin().every_library().await.unwrap();
+    for lib in [&s.lib_a, &s.lib_b, &s.lib_c] {
+        assert!(every.scope().contains(lib), "{lib}");
+    }
+    let mut libs: Vec<String> = every
+        .search("zanzibarine", 50, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.library_uid)
+        .filter(|l| [&s.lib_a, &s.lib_b, &s.lib_c].contains(&l))
+        .collect();
+    libs.sort();
+    libs.dedup();
+    let mut want = vec![s.lib_a.clone(), s.lib_b.clone(), s.lib_c.clone()];
+    want.sort();
+    assert_eq!(libs, want);
+
+    let principal = mnemosyne::auth::Principal::for_tests([s.lib_b.clone()]);
+    let mine = app.state.graph.scoped(&principal);
+    let hits = mine.search("zanzibarine", 50, None).await.unwrap();
+    assert!(!hits.is_empty() && hits.iter().all(|h| h.library_uid == s.lib_b));
+    assert!(mine.library(&s.lib_a).await.unwrap().is_none(), "outside the scope");
+    assert!(mine.library(&s.lib_b).await.unwrap().is_some());
+}

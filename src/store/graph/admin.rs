@@ -1,11 +1,10 @@
-//! Unscoped reads for the admin console (staff only): every library with its
-//! counts. Spec §3.3: admin searches use "every Library UID the database
-//! contains" as their resolved libraries — `every_library_scope` builds that.
+//! The admin console's operator read (staff only): every library with its
+//! counts. (Its searches use `AdminGraph::every_library`, spec §3.3.)
 
 use neo4rs::query;
 
-use super::{GraphError, GraphStore};
-use crate::auth::Scope;
+use super::ingest::AdminGraph;
+use super::GraphError;
 
 /// A library with its workspace and counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,12 +18,12 @@ pub struct LibraryOverview {
     pub chunk_count: i64,
 }
 
-impl GraphStore {
+impl AdminGraph {
     /// Every library, uid order, with collection, item and chunk counts.
     pub async fn library_overview(&self) -> Result<Vec<LibraryOverview>, GraphError> {
         let q = query(include_str!("../../../cypher/admin_libraries.cypher"));
         let mut out = Vec::new();
-        for row in self.rows("admin_libraries.cypher", q).await? {
+        for row in self.0.rows("admin_libraries.cypher", q).await? {
             out.push(LibraryOverview {
                 uid: row.get("uid")?,
                 name: row.get::<Option<String>>("name")?.unwrap_or_default(),
@@ -36,12 +35,5 @@ impl GraphStore {
             });
         }
         Ok(out)
-    }
-
-    /// Spec §3.3: the resolved libraries of an admin-initiated search are every
-    /// library uid the database contains.
-    // switch to ScopedGraph / AdminGraph::every_library() once it is on main
-    pub async fn every_library_scope(&self) -> Result<Scope, GraphError> {
-        Ok(Scope::new(self.all_libraries().await?.into_iter().map(|l| l.uid)))
     }
 }

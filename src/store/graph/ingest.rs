@@ -1,5 +1,6 @@
 //! Writes (ingest, workspace lifecycle) and operator reads that are not scoped
-//! by a bearer: only the Basic-authenticated APIs and the CLI call these.
+//! by a bearer: methods of `AdminGraph`, which only the Basic-authenticated
+//! APIs, the admin console and the CLI hold (`GraphStore::admin`).
 //! Multi-statement writes run in one explicit transaction: all or nothing.
 
 use std::collections::HashMap;
@@ -10,7 +11,8 @@ use chrono::{SecondsFormat, Utc};
 use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
-use super::{GraphError, GraphStore, Step, Txn};
+use super::{knowledge::ScopedGraph, GraphError, GraphStore, Step, Txn};
+use crate::auth::Scope;
 
 #[derive(Clone, Debug)]
 pub struct LibraryRow {
@@ -159,10 +161,49 @@ fn opt(s: Option<&str>) -> BoltType {
     s.map(str::to_owned).into()
 }
 
+/// Ingest, workspace lifecycle and operator reads, unscoped: for the
+/// Basic-authenticated APIs, the admin console and the CLI — never for a
+/// bearer's request.
+#[derive(Clone)]
+pub struct AdminGraph(pub(super) GraphStore);
+
 impl GraphStore {
+    /// The unscoped ingest and admin handle.
+    pub fn admin(&self) -> AdminGraph {
+        AdminGraph(self.clone())
+    }
+}
+
+/// (workspace id, fenced) of a library, or None if it does not exist.
+pub(super) async fn library_state(store: &GraphStore, uid: &str) -> Result<Option<(Option<String>, bool)>, GraphError> {
+    let rows = store
+        .rows(
+            "ingest_find_library.cypher",
+            query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid),
+        )
+        .await?;
+    match rows.first() {
+        Some(r) => Ok(Some((
+            r.get::<Option<String>>("workspace_id")?,
+            r.get::<Option<i64>>("fences")?.is_some(),
+        ))),
+        None => Ok(None),
+    }
+}
+
+impl AdminGraph {
+    /// A view of every library, in uid order: the staff admin search
+    /// (spec §3.3: admin searches name every Library uid explicitly).
+    pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
+        let mut uids: Vec<String> = self.all_libraries().await?.into_iter().map(|l| l.uid).collect();
+        uids.sort();
+        Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
+    }
+
     /// Every library (operator listing).
     pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
         let rows = self
+            .0
             .rows(
                 "all_libraries.cypher",
                 query(include_str!("../../../cypher/all_libraries.cypher")),
@@ -182,24 +223,7 @@ impl GraphStore {
 
     /// The library's workspace id, or None if the library does not exist.
     pub async fn find_library(&self, uid: &str) -> Result<Option<Option<String>>, GraphError> {
-        Ok(self.library_state(uid).await?.map(|(ws, _)| ws))
-    }
-
-    /// (workspace id, fenced) of a library, or None if it does not exist.
-    async fn library_state(&self, uid: &str) -> Result<Option<(Option<String>, bool)>, GraphError> {
-        let rows = self
-            .rows(
-                "ingest_find_library.cypher",
-                query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid),
-            )
-            .await?;
-        match rows.first() {
-            Some(r) => Ok(Some((
-                r.get::<Option<String>>("workspace_id")?,
-                r.get::<Option<i64>>("fences")?.is_some(),
-            ))),
-            None => Ok(None),
-        }
+        Ok(library_state(&self.0, uid).await?.map(|(ws, _)| ws))
     }
 
     fn fence_step<A>(uid: &str) -> Step<A> {
@@ -218,13 +242,13 @@ impl GraphStore {
     pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
         let uid = derived_uid("lib", &["workspace", workspace_id]);
         let key = format!("ws:{workspace_id}");
-        if self.known.get(&key).await.is_some() {
+        if self.0.known.get(&key).await.is_some() {
             return Ok(Some((uid, false)));
         }
-        match self.library_state(&uid).await? {
+        match library_state(&self.0, &uid).await? {
             Some((ws, _)) if ws.as_deref() != Some(workspace_id) => return Ok(None),
             Some((_, true)) => {
-                self.known.insert(key, uid.clone()).await;
+                self.0.known.insert(key, uid.clone()).await;
                 return Ok(Some((uid, false)));
             }
             _ => {}
@@ -257,9 +281,9 @@ impl GraphStore {
             ),
             Self::fence_step(&uid),
         ];
-        match self.transaction("ensure workspace library", true, steps).await? {
+        match self.0.transaction("ensure workspace library", true, steps).await? {
             Txn::Committed => {
-                self.known.insert(key, uid.clone()).await;
+                self.0.known.insert(key, uid.clone()).await;
                 Ok(Some((uid, created.load(Ordering::Relaxed))))
             }
             Txn::Stopped(()) => Ok(None),
@@ -270,20 +294,21 @@ impl GraphStore {
     /// before fences); false if the library does not exist.
     pub async fn ensure_library_fenced(&self, uid: &str) -> Result<bool, GraphError> {
         let key = format!("lib:{uid}");
-        if self.known.get(&key).await.is_some() {
+        if self.0.known.get(&key).await.is_some() {
             return Ok(true);
         }
-        let exists = match self.library_state(uid).await? {
+        let exists = match library_state(&self.0, uid).await? {
             None => false,
             Some((_, true)) => true,
             Some((_, false)) => {
-                self.transaction::<()>("fence library", true, vec![Self::fence_step(uid)])
+                self.0
+                    .transaction::<()>("fence library", true, vec![Self::fence_step(uid)])
                     .await?;
-                self.library_state(uid).await?.is_some()
+                library_state(&self.0, uid).await?.is_some()
             }
         };
         if exists {
-            self.known.insert(key, uid.to_owned()).await;
+            self.0.known.insert(key, uid.to_owned()).await;
         }
         Ok(exists)
     }
@@ -293,9 +318,10 @@ impl GraphStore {
     pub async fn forget_library(&self, uid: &str) {
         let uid = uid.to_owned();
         let _ = self
+            .0
             .known
             .invalidate_entries_if(move |k, v| *v == uid || k.ends_with(&format!(":{uid}")));
-        self.known.run_pending_tasks().await;
+        self.0.known.run_pending_tasks().await;
     }
 
     /// Creates a user-managed Library (with its fences); false if the uid is taken.
@@ -304,6 +330,7 @@ impl GraphStore {
             return Ok(false);
         }
         match self
+            .0
             .transaction::<()>(
                 "create library",
                 false,
@@ -332,17 +359,18 @@ impl GraphStore {
     pub async fn collection_in(&self, library_uid: &str, name: &str) -> Result<Option<String>, GraphError> {
         let uid = derived_uid("col", &[library_uid, name]);
         let key = format!("col:{uid}");
-        if self.known.get(&key).await.is_some() {
+        if self.0.known.get(&key).await.is_some() {
             return Ok(Some(uid));
         }
         let rows = self
+            .0
             .rows(
                 "ingest_find_collection.cypher",
                 query(include_str!("../../../cypher/ingest_find_collection.cypher")).param("uid", uid.as_str()),
             )
             .await?;
         if !rows.is_empty() {
-            self.known.insert(key, library_uid.to_owned()).await;
+            self.0.known.insert(key, library_uid.to_owned()).await;
             return Ok(Some(uid));
         }
         let steps = vec![Step::check(
@@ -352,9 +380,9 @@ impl GraphStore {
                 .param("name", name),
             |rows| Ok(rows.is_empty().then_some(())),
         )];
-        match self.transaction("ensure collection", true, steps).await? {
+        match self.0.transaction("ensure collection", true, steps).await? {
             Txn::Committed => {
-                self.known.insert(key, library_uid.to_owned()).await;
+                self.0.known.insert(key, library_uid.to_owned()).await;
                 Ok(Some(uid))
             }
             Txn::Stopped(()) => Ok(None),
@@ -370,6 +398,7 @@ impl GraphStore {
 
     pub async fn find_item(&self, uid: &str) -> Result<Option<ExistingItem>, GraphError> {
         let rows = self
+            .0
             .rows(
                 "ingest_find_item.cypher",
                 query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
@@ -480,7 +509,7 @@ impl GraphStore {
         }
         // Find-or-create: two first ingests of one uid race on the Item's
         // uniqueness; the loser's next attempt finds the winner's item.
-        Ok(match self.transaction("write item", true, steps).await? {
+        Ok(match self.0.transaction("write item", true, steps).await? {
             Txn::Committed => ItemOutcome::Written {
                 replaced: existed.load(Ordering::Relaxed),
             },
@@ -498,11 +527,12 @@ impl GraphStore {
             Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid)),
             Step::run(query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid)),
         ];
-        Ok(self.transaction("delete item", false, steps).await? == Txn::Committed)
+        Ok(self.0.transaction("delete item", false, steps).await? == Txn::Committed)
     }
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
         let rows = self
+            .0
             .rows(
                 "workspace_libraries.cypher",
                 query(include_str!("../../../cypher/workspace_libraries.cypher")).param("workspace_id", workspace_id),
@@ -541,13 +571,14 @@ impl GraphStore {
         // Close first: a single write to the Library nodes, which item writes
         // only read, so it commits at once; item writes that start after it
         // write nothing, and the final transaction is not starved by them.
-        self.write_txn(
-            "close libraries",
-            vec![query(include_str!("../../../cypher/delete_libraries_close.cypher"))
-                .param("libs", l.clone())
-                .param("now", now())],
-        )
-        .await?;
+        self.0
+            .write_txn(
+                "close libraries",
+                vec![query(include_str!("../../../cypher/delete_libraries_close.cypher"))
+                    .param("libs", l.clone())
+                    .param("now", now())],
+            )
+            .await?;
         for (what, file) in [
             (
                 "delete library chunks",
@@ -561,21 +592,22 @@ impl GraphStore {
             loop {
                 let done = Arc::new(AtomicI64::new(0));
                 let n = done.clone();
-                self.transaction::<()>(
-                    what,
-                    false,
-                    vec![Step::check(
-                        query(file).param("libs", l.clone()).param("batch", BATCH),
-                        move |rows| {
-                            n.store(
-                                rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0),
-                                Ordering::Relaxed,
-                            );
-                            Ok(None)
-                        },
-                    )],
-                )
-                .await?;
+                self.0
+                    .transaction::<()>(
+                        what,
+                        false,
+                        vec![Step::check(
+                            query(file).param("libs", l.clone()).param("batch", BATCH),
+                            move |rows| {
+                                n.store(
+                                    rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0),
+                                    Ordering::Relaxed,
+                                );
+                                Ok(None)
+                            },
+                        )],
+                    )
+                    .await?;
                 if done.load(Ordering::Relaxed) < BATCH {
                     break;
                 }
@@ -585,18 +617,20 @@ impl GraphStore {
             self.forget_library(lib).await;
         }
         let fences: Vec<String> = libs.iter().flat_map(|lib| fence_uids(lib)).collect();
-        self.write_txn(
-            "delete libraries",
-            vec![
-                query(include_str!("../../../cypher/delete_libraries_fences.cypher")).param("fences", fences),
-                query(include_str!("../../../cypher/delete_libraries_remaining_chunks.cypher"))
-                    .param("libs", l.clone()),
-                query(include_str!("../../../cypher/delete_libraries_remaining_items.cypher")).param("libs", l.clone()),
-                query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
-                query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
-            ],
-        )
-        .await
+        self.0
+            .write_txn(
+                "delete libraries",
+                vec![
+                    query(include_str!("../../../cypher/delete_libraries_fences.cypher")).param("fences", fences),
+                    query(include_str!("../../../cypher/delete_libraries_remaining_chunks.cypher"))
+                        .param("libs", l.clone()),
+                    query(include_str!("../../../cypher/delete_libraries_remaining_items.cypher"))
+                        .param("libs", l.clone()),
+                    query(include_str!("../../../cypher/delete_libraries_collections.cypher")).param("libs", l.clone()),
+                    query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
+                ],
+            )
+            .await
     }
 }
 

@@ -1,5 +1,7 @@
 //! The Bolt graph (Libraries, Collections, Items, Chunks). Every statement is a
-//! file in `cypher/`; every knowledge read takes a `&Scope`.
+//! file in `cypher/`. Knowledge reads are on `ScopedGraph` (`scoped`, made from
+//! a resolved `Principal`); ingest and admin operations on `AdminGraph`
+//! (`admin`).
 
 pub mod admin;
 pub mod flavor;

@@ -1,0 +1,90 @@
+//! `get_chunk`: one chunk by uid, with neighbouring chunks of its item.
+
+use http::request::Parts;
+use rmcp::{
+    handler::server::tool::{schema_for_output, Extension},
+    model::{CallToolResult, JsonObject},
+    service::RequestContext,
+    tool, tool_router, ErrorData as McpError, RoleServer,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UID};
+use super::{input_schema, Reply, ToolError};
+use crate::mcp::KnowledgeServer;
+use crate::store::graph::knowledge::{ChunkView, ScopedGraph};
+
+const CONTEXT: Range = Range {
+    min: 0,
+    max: 5,
+    default: 0,
+};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = null_is_absent)]
+pub struct GetChunkArgs {
+    /// The chunk to read
+    #[schemars(length(min = UID.min, max = UID.max))]
+    pub chunk_uid: String,
+    /// Neighbouring chunks to include on each side
+    #[schemars(range(min = CONTEXT.min, max = CONTEXT.max), extend("default" = CONTEXT.default))]
+    pub context: Option<i64>,
+}
+
+impl ToolArgs for GetChunkArgs {
+    fn check(&self) -> Result<(), ArgError> {
+        uid("chunk_uid", &self.chunk_uid)?;
+        int("context", self.context, CONTEXT).map(|_| ())
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ChunkOut {
+    pub chunk: ChunkView,
+    pub neighbors: Vec<ChunkView>,
+}
+
+#[tool_router(router = get_chunk_router, vis = "pub(crate)")]
+impl KnowledgeServer {
+    #[tool(
+        description = "Read one chunk by uid, optionally with up to 5 neighbouring chunks of the same item on each side.",
+        input_schema = input_schema::<GetChunkArgs>(),
+        output_schema = schema_for_output::<ChunkOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_chunk(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        let graph = self.graph_of(&parts);
+        Ok(self.run(&ctx, &parts, "get_chunk", call(graph, args)).await)
+    }
+}
+
+async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+    let a: GetChunkArgs = parse(args)?;
+    let context = int("context", a.context, CONTEXT)?;
+    let Some((chunk, neighbors)) = graph.get_chunk(&a.chunk_uid, context).await? else {
+        return Err(ToolError::not_found("chunk", &a.chunk_uid));
+    };
+    let text = format!(
+        "{} — chunk {} #{} (item {}; collection {}; library {})\n\n{}{}",
+        chunk.item_title,
+        chunk.uid,
+        chunk.ordinal,
+        chunk.item_uid,
+        chunk.collection_uid,
+        chunk.library_uid,
+        chunk.text,
+        if neighbors.is_empty() {
+            String::new()
+        } else {
+            format!("\n\n(+{} neighbouring chunk(s))", neighbors.len())
+        }
+    );
+    Reply::structured(&ChunkOut { chunk, neighbors }, text)
+}

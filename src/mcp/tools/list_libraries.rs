@@ -1,0 +1,65 @@
+//! `list_libraries`: the caller's libraries, in its order, with counts.
+
+use http::request::Parts;
+use rmcp::{
+    handler::server::tool::{schema_for_output, Extension},
+    model::{CallToolResult, JsonObject},
+    service::RequestContext,
+    tool, tool_router, ErrorData as McpError, RoleServer,
+};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::args::{parse, NoArgs};
+use super::{input_schema, Reply, ToolError};
+use crate::mcp::KnowledgeServer;
+use crate::store::graph::knowledge::{LibraryView, ScopedGraph};
+
+#[derive(Serialize, JsonSchema)]
+pub struct LibrariesOut {
+    pub libraries: Vec<LibraryView>,
+}
+
+#[tool_router(router = list_libraries_router, vis = "pub(crate)")]
+impl KnowledgeServer {
+    #[tool(
+        description = "List the libraries you may read, in your order, with collection and item counts.",
+        input_schema = input_schema::<NoArgs>(),
+        output_schema = schema_for_output::<LibrariesOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_libraries(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        let graph = self.graph_of(&parts);
+        Ok(self.run(&ctx, &parts, "list_libraries", call(graph, args)).await)
+    }
+}
+
+async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+    let NoArgs {} = parse(args)?;
+    let libraries = graph.list_libraries().await?;
+    let mut text = format!(
+        "{} librar{}",
+        libraries.len(),
+        if libraries.len() == 1 { "y" } else { "ies" }
+    );
+    for l in &libraries {
+        text.push_str(&format!(
+            "\n- {} ({}): {} collection(s), {} item(s){}",
+            l.name,
+            l.uid,
+            l.collection_count,
+            l.item_count,
+            if l.description.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", l.description)
+            }
+        ));
+    }
+    Reply::structured(&LibrariesOut { libraries }, text)
+}

@@ -1,0 +1,146 @@
+//! `search`: full-text search over the chunks of the caller's libraries.
+
+use http::request::Parts;
+use rmcp::{
+    handler::server::tool::{schema_for_output, Extension},
+    model::{CallToolResult, JsonObject},
+    service::RequestContext,
+    tool, tool_router, ErrorData as McpError, RoleServer,
+};
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
+use super::{input_schema, Reply, ToolError};
+use crate::mcp::KnowledgeServer;
+use crate::store::graph::knowledge::{ScopedGraph, SearchHit};
+
+const QUERY: Len = Len { min: 1, max: 1000 };
+const LIMIT: Range = Range {
+    min: 1,
+    max: 50,
+    default: 10,
+};
+const LIBRARY_UIDS: usize = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = null_is_absent)]
+pub struct SearchArgs {
+    /// Plain text to look for (no query syntax: * and ? are ordinary characters)
+    #[schemars(length(min = QUERY.min, max = QUERY.max))]
+    pub query: String,
+    #[schemars(range(min = LIMIT.min, max = LIMIT.max), extend("default" = LIMIT.default))]
+    pub limit: Option<i64>,
+    /// Only these libraries (narrows the caller's libraries, never widens)
+    #[schemars(
+        length(max = LIBRARY_UIDS),
+        inner(length(min = UID.min, max = UID.max)),
+        transform = library_uid_items
+    )]
+    pub library_uids: Option<Vec<String>>,
+    /// Only this collection
+    #[schemars(length(min = UID.min, max = UID.max))]
+    pub collection_uid: Option<String>,
+}
+
+/// Each entry of `library_uids` says what it is.
+fn library_uid_items(schema: &mut Schema) {
+    if let Some(items) = schema.get_mut("items").and_then(Value::as_object_mut) {
+        items.insert("description".into(), "Library uid".into());
+    }
+}
+
+impl ToolArgs for SearchArgs {
+    fn check(&self) -> Result<(), ArgError> {
+        text("query", &self.query, QUERY)?;
+        int("limit", self.limit, LIMIT)?;
+        if let Some(uids) = &self.library_uids {
+            if uids.len() > LIBRARY_UIDS {
+                return Err(ArgError::new(
+                    "library_uids",
+                    format!("must have at most {LIBRARY_UIDS} entries"),
+                ));
+            }
+            if uids.iter().any(|u| !crate::ids::is_uid(u)) {
+                return Err(ArgError::new(
+                    "library_uids",
+                    format!("must be a list of library uids ({})", crate::ids::Uid::RULE),
+                ));
+            }
+        }
+        opt_uid("collection_uid", &self.collection_uid)
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct SearchOut {
+    pub results: Vec<SearchHit>,
+}
+
+#[tool_router(router = search_router, vis = "pub(crate)")]
+impl KnowledgeServer {
+    #[tool(
+        description = "Full-text search over the chunks of the libraries you may read. Returns the best-matching chunks with their library, collection and item uids.",
+        input_schema = input_schema::<SearchArgs>(),
+        output_schema = schema_for_output::<SearchOut>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn search(
+        &self,
+        Extension(parts): Extension<Parts>,
+        ctx: RequestContext<RoleServer>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, McpError> {
+        let graph = self.graph_of(&parts);
+        Ok(self.run(&ctx, &parts, "search", call(graph, args)).await)
+    }
+}
+
+async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+    let a: SearchArgs = parse(args)?;
+    let graph = match &a.library_uids {
+        Some(only) => graph.narrow(only),
+        None => graph,
+    };
+    let limit = int("limit", a.limit, LIMIT)?;
+    let hits = graph
+        .search(&a.query, limit as usize, a.collection_uid.as_deref())
+        .await?;
+    let mut text = format!("{} result(s) for \"{}\"", hits.len(), a.query);
+    for (i, h) in hits.iter().enumerate() {
+        text.push_str(&format!(
+            "\n\n{}. {} (score {:.3}; chunk {} #{}; item {}; collection {}; library {})\n{}",
+            i + 1,
+            h.item_title,
+            h.score,
+            h.chunk_uid,
+            h.ordinal,
+            h.item_uid,
+            h.collection_uid,
+            h.library_uid,
+            snippet(&h.text, 400)
+        ));
+    }
+    Reply::structured(&SearchOut { results: hits }, text)
+}
+
+/// The first `n` characters of `text` with its whitespace collapsed, and `…`
+/// when cut.
+fn snippet(text: &str, n: usize) -> String {
+    let mut out = String::with_capacity(n.min(text.len()) + 4);
+    for (count, word) in text.split_whitespace().enumerate() {
+        if count > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.len() >= n {
+            let cut = out.char_indices().nth(n).map(|(i, _)| i).unwrap_or(out.len());
+            out.truncate(cut);
+            out.push('…');
+            break;
+        }
+    }
+    out
+}
