@@ -156,6 +156,31 @@ impl Browser {
         }
     }
 
+    /// The path (and query) once it is `want`, waiting up to 10 s for a
+    /// navigation a click started.
+    async fn wait_path(&self, want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.path().await;
+            if now == want || Instant::now() > deadline {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The page's text once it contains `needle` (up to 10 s).
+    async fn wait_text(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let body = self.body().await;
+            if body.contains(needle) || Instant::now() > deadline {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn shot(&self, name: &str) {
         let png = self.c.screenshot().await.unwrap();
         std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap();
@@ -250,7 +275,7 @@ async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
     br.fill("input[name=username]", "sam").await;
     br.fill("input[name=password]", PASSWORD).await;
     br.click("form[action='/admin/login'] button[type=submit]").await;
-    assert_eq!(br.path().await, "/admin/");
+    assert_eq!(br.wait_path("/admin/").await, "/admin/");
     assert!(br.body().await.contains("Store health: ok"), "{}", br.body().await);
     br.shot("02-overview").await;
 
@@ -279,7 +304,10 @@ async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
     assert!(!br.c.source().await.unwrap().contains(&plaintext));
     br.shot("06-tokens").await;
     br.click("form[action='/admin/tokens/revoke'] button").await;
-    assert_eq!(br.path().await, "/admin/tokens?ok=token-revoked");
+    assert_eq!(
+        br.wait_path("/admin/tokens?ok=token-revoked").await,
+        "/admin/tokens?ok=token-revoked"
+    );
     let refused = app.mcp(&plaintext).initialize().await;
     assert_eq!(refused.status, reqwest::StatusCode::UNAUTHORIZED);
 
@@ -314,7 +342,7 @@ async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
         .await
         .unwrap();
     br.click("form[action='/admin/search'] button[type=submit]").await;
-    let body = br.body().await;
+    let body = br.wait_text("resolved_libraries (1)").await;
     assert!(body.contains("resolved_libraries (1)"), "{body}");
     br.shot("11-search-as-team").await;
 
@@ -347,7 +375,7 @@ async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
 
     // Sign out: the console is closed again.
     br.click("form.signout button").await;
-    assert_eq!(br.path().await, "/admin/login");
+    assert_eq!(br.wait_path("/admin/login").await, "/admin/login");
     br.goto("/admin/").await;
     assert_eq!(br.path().await, "/admin/login");
     br.shot("20-signed-out").await;
