@@ -18,7 +18,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::{view, AdminError, FormData};
-use crate::auth::basic::{client_address, verify_password, BasicContext};
+use crate::auth::basic::{client_address, verify_password, Accept, BasicContext};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::pg::admin::{self as store, SessionUser};
@@ -229,7 +229,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     }
     // People only: a service account's right password answers like a wrong one.
     let basic = <BasicContext as axum::extract::FromRef<AppState>>::from_ref(&state);
-    match verify_password(&basic, username.clone(), password, address, |u| !u.is_service).await {
+    match verify_password(&basic, username.clone(), password, address, Accept::Person).await {
         Ok(user) => {
             // A new id on every sign-in (no fixation); the browser's previous
             // session, if any, ends here.

@@ -272,7 +272,9 @@ pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm
 }
 
 fn parse_id(form: &super::FormData) -> Result<i64, AdminError> {
-    form.get("id").parse().map_err(|_| AdminError::NotFound)
+    form.get("id")
+        .parse()
+        .map_err(|_| crate::error::ApiError::bad_field("id", "id must be a token id (a number)").into())
 }
 
 /// Revokes (only `owner`'s token, when given); the propagation notice.

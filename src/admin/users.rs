@@ -145,10 +145,20 @@ fn not_self(s: &Session, form: &FormData) -> Result<(), AdminError> {
     Ok(())
 }
 
+/// A switch field: exactly `on` or `off` (anything else is a 400 naming it,
+/// never read as "off").
+fn on_off(form: &FormData, field: &str) -> Result<bool, AdminError> {
+    match form.get(field) {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(crate::error::ApiError::bad_field(field, format!("{field} must be on or off")).into()),
+    }
+}
+
 /// POST /admin/users/active (active=on|off).
 pub async fn set_active(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
     not_self(&s, &form)?;
-    let on = form.get("active") == "on";
+    let on = on_off(&form, "active")?;
     match accounts::set_active(&state.pg, &actor(s.username()), form.get("username"), on).await {
         Ok(()) => {
             let unconfirmed = fence(&state).await;
@@ -165,7 +175,7 @@ pub async fn set_active(State(state): State<AppState>, StaffForm(s, form): Staff
 /// POST /admin/users/staff (staff=on|off).
 pub async fn set_staff(State(state): State<AppState>, StaffForm(s, form): StaffForm) -> Result<Response, AdminError> {
     not_self(&s, &form)?;
-    let on = form.get("staff") == "on";
+    let on = on_off(&form, "staff")?;
     match accounts::set_staff(&state.pg, &actor(s.username()), form.get("username"), on).await {
         Ok(()) => Ok(super::see_other("/admin/users?ok=user-staff")),
         Err(e) => {

@@ -129,7 +129,7 @@ impl BasicGuard {
         (!left.is_zero()).then(|| left.as_secs_f64().ceil().max(1.0) as u64)
     }
 
-    fn record_failure(&self, keys: [String; 2]) {
+    fn record_failure(&self, keys: Vec<String>) {
         let Some(f) = &self.failures else { return };
         for key in keys {
             if let Err(not_until) = f.check_key(&key) {
@@ -195,7 +195,7 @@ where
         let username = caches
             .basic
             .read_through(caches.usable(), key, || async {
-                let u = verify_password(state, username, password, address, |u| u.is_service).await?;
+                let u = verify_password(state, username, password, address, Accept::ServiceAccount).await?;
                 Ok::<_, ApiError>(Arc::new(u.username))
             })
             .await?;
@@ -205,25 +205,38 @@ where
     }
 }
 
-/// A password check with the flood protection of HTTP Basic: throttles per
-/// username from an address and per address, a bounded verification lane,
-/// the user row, argon2. `accept` says which kind of active user may pass
-/// (service accounts for Basic; people for the admin console sign-in); any
-/// other answers exactly like a wrong password.
+/// Who may pass a password check, and how failures are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accept {
+    /// HTTP Basic: active service accounts. Failures count per username from
+    /// an address and per address only — a flood of wrong passwords for the
+    /// service account from elsewhere cannot lock out its own address
+    /// (argon2's permits already bound the cost).
+    ServiceAccount,
+    /// Console sign-in: active people. Failures also count per account from
+    /// every address, so guessing a staff password from many addresses is
+    /// throttled too (a right password seen before on this replica still
+    /// passes: it takes the known-good lane).
+    Person,
+}
+
+/// A password check with the flood protection of HTTP Basic: throttles, a
+/// bounded verification lane, the user row, argon2. Any user `accept` does
+/// not admit answers exactly like a wrong password.
 pub async fn verify_password(
     state: &BasicContext,
     username: String,
     password: String,
     address: String,
-    accept: fn(&users::User) -> bool,
+    accept: Accept,
 ) -> Result<users::User, ApiError> {
     let guard = &state.guard;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
-    // Per username *from this address* and per address: a flood of wrong
-    // passwords for the service account from elsewhere cannot lock out the
-    // service account's own address (argon2's permits already bound the cost).
-    let throttle_keys = [format!("u:{username}|a:{address}"), format!("a:{address}")];
+    let mut throttle_keys = vec![format!("u:{username}|a:{address}"), format!("a:{address}")];
+    if accept == Accept::Person {
+        throttle_keys.push(format!("acct:{username}"));
+    }
     if !known {
         if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
             state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
@@ -259,7 +272,9 @@ pub async fn verify_password(
     // A right password of a non-service or disabled account answers exactly
     // like a wrong one.
     match user {
-        Some(u) if ok && u.active && u.password_hash.is_some() && accept(&u) => {
+        Some(u)
+            if ok && u.active && u.password_hash.is_some() && u.is_service == (accept == Accept::ServiceAccount) =>
+        {
             guard.known_good.insert(fingerprint, ());
             Ok(u)
         }

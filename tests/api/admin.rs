@@ -1040,3 +1040,82 @@ async fn a_console_revoke_applies_on_the_next_request_of_another_replica() {
     let refused = other.mcp(&token).initialize().await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn a_staff_user_with_a_150_character_name_can_write_and_is_audited() {
+    let app = TestApp::spawn().await;
+    let name = "s".repeat(150);
+    staff(&app, &name).await;
+    let mut c = Console::signed_in(&app, &name, STAFF_PASSWORD).await;
+    let r = c
+        .post(
+            "/admin/users",
+            &[("username", "newcomer"), ("password", "a-long-password")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(audit_actions(&app, &format!("admin:{name}")).await, ["user_created"]);
+}
+
+#[tokio::test]
+async fn a_switch_field_other_than_on_or_off_is_a_400_naming_it_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    staff(&app, "sam").await;
+    person(&app, "pat").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+    for (path, field) in [("/admin/users/active", "active"), ("/admin/users/staff", "staff")] {
+        let r = c.post(path, &[("username", "pat"), (field, "true")]).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(r.body.contains(&format!("{field} must be on or off")), "{}", r.body);
+    }
+    let pat = users::by_username(&app.pg, "pat").await.unwrap().unwrap();
+    assert!(pat.active && !pat.is_staff);
+    let r = c.post("/admin/tokens/revoke", &[("id", "not-a-number")]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("id must be a token id"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn console_sign_in_failures_count_per_account_across_addresses() {
+    use axum::extract::FromRef;
+    use mnemosyne::auth::basic::{verify_password, Accept, BasicContext};
+    let app = TestApp::spawn_with(|s| s.basic_failures_per_minute = 6).await;
+    staff(&app, "sam").await;
+    let ctx = BasicContext::from_ref(&app.state);
+    // A guess from each of 20 addresses: each address stays under its own
+    // limit, but the account's limit is reached.
+    let mut throttled = 0;
+    for i in 0..20 {
+        let r = verify_password(
+            &ctx,
+            "sam".into(),
+            format!("guess-{i}"),
+            format!("10.0.0.{i}"),
+            Accept::Person,
+        )
+        .await;
+        match r {
+            Err(mnemosyne::error::ApiError::RateLimited { .. }) => throttled += 1,
+            Err(mnemosyne::error::ApiError::BasicUnauthorized) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(throttled > 0, "guessing from many addresses is throttled per account");
+    // HTTP Basic keeps counting per address only: the service account is not
+    // locked out by guesses from elsewhere.
+    let mut basic_throttled = 0;
+    for i in 0..20 {
+        let r = verify_password(
+            &ctx,
+            SERVICE_USER.into(),
+            format!("guess-{i}"),
+            format!("10.1.0.{i}"),
+            Accept::ServiceAccount,
+        )
+        .await;
+        if matches!(r, Err(mnemosyne::error::ApiError::RateLimited { .. })) {
+            basic_throttled += 1;
+        }
+    }
+    assert_eq!(basic_throttled, 0);
+}
