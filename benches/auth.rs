@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use mnemosyne::auth::cache::{listen, AuthCaches};
+use mnemosyne::auth::cache::{heartbeat, listen, AuthCaches};
 use mnemosyne::auth::resolver::RequestContext;
 use mnemosyne::auth::{jwt, Authenticator};
 use mnemosyne::metrics::Metrics;
@@ -56,8 +56,12 @@ async fn fixture() -> Fixture {
     )
     .unwrap();
     let caches = Arc::new(AuthCaches::new(Duration::from_secs(300)));
+    // The listener and its heartbeat, as a server runs them: caches are used
+    // only while this instance hears its own heartbeat (without it every
+    // "warm" resolution was a bypassed, cold one: 0.3 ms instead of 0.6 µs).
     tokio::spawn(listen(pool.clone(), caches.clone()));
-    while !caches.listener_up() {
+    tokio::spawn(heartbeat(pool.clone(), caches.clone()));
+    while !caches.usable() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let auth = Arc::new(Authenticator::new(
