@@ -112,6 +112,8 @@ pub enum AdminError {
     NotStaff,
     /// A POST without the session's CSRF token.
     Csrf,
+    /// The same rendered form posted a second time (a reload).
+    AlreadySubmitted,
     NotFound,
     Api(ApiError),
 }
@@ -148,6 +150,13 @@ impl IntoResponse for AdminError {
                 "Form refused",
                 "The form did not carry this session's token (it may be from an old page or another \
                  site). Go back, reload the page and try again."
+                    .to_owned(),
+            ),
+            AdminError::AlreadySubmitted => (
+                StatusCode::CONFLICT,
+                "Already done",
+                "This form was already submitted (reloading a result page sends it again); nothing was done \
+                 a second time. Open the page again to start over."
                     .to_owned(),
             ),
             AdminError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is no such page.".to_owned()),

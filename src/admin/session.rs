@@ -28,7 +28,7 @@ pub const COOKIE: &str = "mnemosyne_admin";
 /// The sign-in form's double-submit CSRF cookie (there is no session yet).
 pub const LOGIN_COOKIE: &str = "mnemosyne_admin_login";
 
-fn random_token() -> String {
+pub(super) fn random_token() -> String {
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
@@ -154,6 +154,13 @@ impl FromRequest<AppState> for PersonForm {
         if !same(form.get("csrf"), s.csrf()) {
             tracing::info!(user = %s.username(), "admin console: form without the session's CSRF token");
             return Err(AdminError::Csrf);
+        }
+        // A form the console rendered carries `once`: its second submission
+        // (a reload of the result page) is refused, so a rotation, a token or
+        // a key is never made twice by accident.
+        let once = form.get("once");
+        if !once.is_empty() && (once.len() > 100 || !store::first_submission(&state.pg, &s.id_hash, once).await?) {
+            return Err(AdminError::AlreadySubmitted);
         }
         Ok(PersonForm(s, form))
     }

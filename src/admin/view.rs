@@ -115,9 +115,14 @@ pub fn login(username: &str, csrf_token: &str, error: Option<&str>) -> Html<Stri
     )
 }
 
-/// The hidden CSRF field every form carries.
+/// The hidden fields every form carries: the session's CSRF token, and a
+/// fresh random `once` that makes a second submission of this very form (a
+/// reload of its result page) a refusal instead of a repeat.
 pub fn csrf(s: &Session) -> Markup {
-    html! { input type="hidden" name="csrf" value=(s.csrf()); }
+    html! {
+        input type="hidden" name="csrf" value=(s.csrf());
+        input type="hidden" name="once" value=(super::session::random_token());
+    }
 }
 
 /// A one-button POST form (revoke, rotate…) with hidden fields.

@@ -1119,3 +1119,56 @@ async fn console_sign_in_failures_count_per_account_across_addresses() {
     }
     assert_eq!(basic_throttled, 0);
 }
+
+/// The value of the first `name="once"` hidden field.
+fn once_in(html: &str) -> String {
+    let at = html.find("name=\"once\" value=\"").expect("a once field") + "name=\"once\" value=\"".len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn reloading_a_result_page_does_not_create_a_key_or_rotate_a_team_twice() {
+    let app = TestApp::spawn().await;
+    staff(&app, "sam").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+    let keys_before: i64 = sqlx::query_scalar("SELECT count(*) FROM mcp_signing_keys")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    let page = c.get("/admin/keys").await;
+    let once = once_in(&page.body);
+    let csrf = c.csrf.clone();
+    // The browser sends the form; then a reload sends exactly the same body.
+    let first = c.post_raw("/admin/keys", &[("csrf", &csrf), ("once", &once)]).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let again = c.post_raw("/admin/keys", &[("csrf", &csrf), ("once", &once)]).await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.body.contains("already submitted"), "{}", again.body);
+    let keys_after: i64 = sqlx::query_scalar("SELECT count(*) FROM mcp_signing_keys")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(keys_after, keys_before + 1, "one key, not two");
+    // A rotation: the JWT shown by the first answer stays the team's JWT.
+    let (team, _) = app.create_team("Reloaded").await;
+    let detail = c.get(&format!("/admin/teams/{team}")).await;
+    let once = once_in(&detail.body);
+    let csrf = c.csrf.clone();
+    let path = format!("/admin/teams/{team}/rotate");
+    let rotated = c.post_raw(&path, &[("csrf", &csrf), ("once", &once)]).await;
+    assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.body);
+    let jwt = jwt_in(&rotated.body).expect("the new JWT on the result page");
+    assert_eq!(
+        c.post_raw(&path, &[("csrf", &csrf), ("once", &once)]).await.status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(app.mcp(&jwt).initialize().await.status, StatusCode::OK);
+    // A fresh form (the page opened again) works as before.
+    let detail = c.get(&format!("/admin/teams/{team}")).await;
+    let once = once_in(&detail.body);
+    let csrf = c.csrf.clone();
+    assert_eq!(
+        c.post_raw(&path, &[("csrf", &csrf), ("once", &once)]).await.status,
+        StatusCode::OK
+    );
+}

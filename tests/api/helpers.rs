@@ -255,9 +255,13 @@ impl TestApp {
     }
 }
 
-/// Idempotent; retried because parallel test processes may race on DDL.
+/// Idempotent; retried because parallel test processes may race on DDL. Not
+/// under test: a long store timeout, so a busy graph (many test processes
+/// bootstrapping at once on 2 cores) is waited for, not failed.
 pub async fn bootstrap_graph(settings: &Settings) {
-    let g = GraphStore::connect(settings).await.unwrap();
+    let mut patient = settings.clone();
+    patient.store_timeout_ms = patient.store_timeout_ms.max(60_000);
+    let g = GraphStore::connect(&patient).await.unwrap();
     let mut last = None;
     for _ in 0..5 {
         match g.bootstrap_schema().await {

@@ -60,6 +60,21 @@ pub async fn touch_session(
     .await
 }
 
+/// Records the first submission of a form (`once`, its random value) in a
+/// session; false when it was submitted before.
+pub async fn first_submission(pool: &PgPool, session_hash: &str, once: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "INSERT INTO admin_form_submissions (session_hash, once) VALUES ($1, $2)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(session_hash)
+    .bind(once)
+    .execute(pool)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 pub async fn delete_session(pool: &PgPool, id_hash: &str) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM admin_sessions WHERE id_hash = $1")
         .bind(id_hash)
