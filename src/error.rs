@@ -10,7 +10,7 @@ use axum::{
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400: bad input; `field` names the offending field when there is one.
     #[error("{message}")]

@@ -238,9 +238,27 @@ impl Default for Metrics {
 
 /// Axum middleware: counts every request by its route template (never the raw
 /// path, so uids do not explode the label set) and observes its latency.
+/// A bounded label for a request method: the standard methods by name, any
+/// other (a caller can send any token) as `other`.
+fn method_label(m: &http::Method) -> &'static str {
+    use http::Method as M;
+    match *m {
+        M::GET => "GET",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::HEAD => "HEAD",
+        M::OPTIONS => "OPTIONS",
+        M::PATCH => "PATCH",
+        M::TRACE => "TRACE",
+        M::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 pub async fn track(State(metrics): State<Metrics>, req: Request<Body>, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().as_str().to_owned();
+    let method = method_label(req.method());
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -250,11 +268,11 @@ pub async fn track(State(metrics): State<Metrics>, req: Request<Body>, next: Nex
     let status = resp.status().as_u16().to_string();
     metrics
         .http_requests
-        .with_label_values(&[&method, &route, &status])
+        .with_label_values(&[method, &route, &status])
         .inc();
     metrics
         .http_duration
-        .with_label_values(&[&method, &route])
+        .with_label_values(&[method, &route])
         .observe(start.elapsed().as_secs_f64());
     resp
 }

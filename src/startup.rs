@@ -182,7 +182,8 @@ fn routes(state: AppState) -> Router {
     let rest = crate::api::teams::routes()
         .merge(crate::api::library::routes())
         .merge(crate::admin::routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline));
+        .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline))
+        .layer(middleware::map_response(never_cached));
     Router::new()
         .merge(crate::api::health::routes())
         .merge(rest)
@@ -192,6 +193,16 @@ fn routes(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
         .layer(middleware::from_fn(crate::telemetry::request_id))
         .with_state(state)
+}
+
+/// The REST APIs and the console hand out JWTs, tokens and key secrets:
+/// none of their answers may be stored by a cache (a response that sets its
+/// own policy, the console's stylesheet, keeps it).
+async fn never_cached(mut resp: axum::response::Response) -> axum::response::Response {
+    resp.headers_mut()
+        .entry(http::header::CACHE_CONTROL)
+        .or_insert(http::HeaderValue::from_static("no-store"));
+    resp
 }
 
 /// The whole-request timeout of the (non-streaming) REST APIs: past it the

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::rand_core::RngCore;
@@ -16,7 +17,7 @@ use axum::http::{header, request::Parts};
 use base64::Engine;
 use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{OnceCell, Semaphore};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
@@ -72,7 +73,19 @@ pub struct BasicGuard {
     /// argon2 hashes running now, and the most ever at once.
     hashing: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
+    /// argon2 hashes run so far.
+    hashed: Arc<AtomicUsize>,
+    /// Verifications in flight by credential fingerprint: identical
+    /// concurrent credentials share one lookup and one hash (a sync burst
+    /// right after a cache flush costs one argon2, not one per request).
+    flights: Mutex<HashMap<Flight, Arc<OnceCell<Verdict>>>>,
 }
+
+/// One credential checked for one kind of account.
+type Flight = ([u8; 32], Accept);
+/// What a verification found: the account, `None` for a wrong credential,
+/// or why it could not be checked.
+type Verdict = Result<Option<users::User>, ApiError>;
 
 impl BasicGuard {
     /// `permits` argon2 verifications at once in the normal lane (one more
@@ -100,12 +113,33 @@ impl BasicGuard {
                 .build(),
             hashing: Arc::new(AtomicUsize::new(0)),
             peak: Arc::new(AtomicUsize::new(0)),
+            hashed: Arc::new(AtomicUsize::new(0)),
+            flights: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Joins the verification of `key` in flight, or starts one.
+    fn join(&self, key: Flight) -> Arc<OnceCell<Verdict>> {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        flights.entry(key).or_default().clone()
+    }
+
+    /// The flight of `key` has landed: later requests start their own.
+    fn land(&self, key: &Flight, cell: &Arc<OnceCell<Verdict>>) {
+        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if flights.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
+            flights.remove(key);
         }
     }
 
     /// The most argon2 hashes that ever ran at once on this replica.
     pub fn peak_hashing(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
+    }
+
+    /// How many argon2 hashes this replica has run.
+    pub fn hashes(&self) -> usize {
+        self.hashed.load(Ordering::SeqCst)
     }
 
     /// Permits of both lanes together: the most hashes that can run at once.
@@ -206,7 +240,7 @@ where
 }
 
 /// Who may pass a password check, and how failures are counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Accept {
     /// HTTP Basic: active service accounts. Failures count per username from
     /// an address and per address only — a flood of wrong passwords for the
@@ -246,6 +280,34 @@ pub async fn verify_password(
             });
         }
     }
+    let flight = (fingerprint, accept);
+    let cell = guard.join(flight);
+    let verdict = cell
+        .get_or_init(|| check_password(state, username, password, known, accept))
+        .await
+        .clone();
+    guard.land(&flight, &cell);
+    match verdict? {
+        Some(u) => {
+            guard.known_good.insert(fingerprint, ());
+            Ok(u)
+        }
+        None => {
+            guard.record_failure(throttle_keys);
+            Err(ApiError::BasicUnauthorized)
+        }
+    }
+}
+
+/// The lookup and the hash of one flight, in the lane `known` picks.
+async fn check_password(
+    state: &BasicContext,
+    username: String,
+    password: String,
+    known: bool,
+    accept: Accept,
+) -> Verdict {
+    let guard = &state.guard;
     let lane = if known { &guard.priority } else { &guard.normal };
     let permit = tokio::time::timeout(VERIFY_QUEUE_WAIT, lane.clone().acquire_owned())
         .await
@@ -258,9 +320,10 @@ pub async fn verify_password(
         .unwrap_or_else(|| DUMMY_HASH.clone());
     // The permit moves into the hashing task: it is released when the hash
     // is done, not when the client goes away.
-    let (hashing, peak) = (guard.hashing.clone(), guard.peak.clone());
+    let (hashing, peak, hashed) = (guard.hashing.clone(), guard.peak.clone(), guard.hashed.clone());
     let ok = tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        hashed.fetch_add(1, Ordering::SeqCst);
         let now = hashing.fetch_add(1, Ordering::SeqCst) + 1;
         peak.fetch_max(now, Ordering::SeqCst);
         let ok = verify(&password, &phc);
@@ -271,16 +334,5 @@ pub async fn verify_password(
     .unwrap_or(false);
     // A right password of a non-service or disabled account answers exactly
     // like a wrong one.
-    match user {
-        Some(u)
-            if ok && u.active && u.password_hash.is_some() && u.is_service == (accept == Accept::ServiceAccount) =>
-        {
-            guard.known_good.insert(fingerprint, ());
-            Ok(u)
-        }
-        _ => {
-            guard.record_failure(throttle_keys);
-            Err(ApiError::BasicUnauthorized)
-        }
-    }
+    Ok(user.filter(|u| ok && u.active && u.password_hash.is_some() && u.is_service == (accept == Accept::ServiceAccount)))
 }

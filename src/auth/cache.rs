@@ -137,7 +137,8 @@ where
         v
     }
 
-    fn generation(&self) -> u64 {
+    /// Moves on every invalidation.
+    pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
@@ -397,6 +398,8 @@ impl AuthCaches {
 pub const LISTENER_TRUST: Duration = Duration::from_secs(2);
 /// How often each replica sends its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
+/// Heartbeats between two prunes of long-gone replicas' registrations.
+const PRUNE_EVERY_TICKS: u64 = 7_200;
 /// Longest a writer waits for the replicas' acknowledgements: past it, a
 /// replica that did not answer has stopped trusting its caches (its own
 /// heartbeat, sent before the fence, did not come back within `LISTENER_TRUST`).
@@ -421,12 +424,20 @@ impl AuthCaches {
     pub async fn fence(&self, pool: &PgPool) -> Result<(), Unconfirmed> {
         let id = Uuid::new_v4();
         let mut rx = self.subscribe();
+        // Every replica that may trust its caches: those listening now, and
+        // those whose heartbeat was sent within the trust window (plus a
+        // margin) — a replica whose listener was just lost is no longer in
+        // `pg_stat_activity` but trusts its caches until it notices or its
+        // trust lapses, so it must acknowledge (it cannot) or be reported.
         let live: Result<Vec<String>, _> = sqlx::query_scalar(
             "SELECT substr(application_name, $1) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name LIKE $2",
+              WHERE datname = current_database() AND application_name LIKE $2
+             UNION
+             SELECT instance FROM auth_replicas WHERE seen_at > now() - make_interval(secs => $3)",
         )
         .bind(LISTENER_APP.len() as i32 + 1)
         .bind(format!("{LISTENER_APP}%"))
+        .bind((LISTENER_TRUST + HEARTBEAT_EVERY).as_secs_f64())
         .fetch_all(pool)
         .await;
         let mut waiting: std::collections::HashSet<String> = match live {
@@ -472,15 +483,35 @@ impl AuthCaches {
 pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
     let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
     loop {
         tick.tick().await;
         if pool.is_closed() {
             return;
         }
         if caches.listener_up() {
-            if let Err(e) = crate::store::pg::notify(&pool, &caches.ping()).await {
+            // The ping and this replica's registration (for writers' fences)
+            // in one statement.
+            let sent = sqlx::query(
+                "INSERT INTO auth_replicas (instance, seen_at)
+                 SELECT $3, now() FROM (SELECT pg_notify($1, $2)) AS n
+                 ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at",
+            )
+            .bind(crate::store::pg::AUTH_CHANNEL)
+            .bind(caches.ping())
+            .bind(caches.instance.to_string())
+            .execute(&pool)
+            .await;
+            if let Err(e) = sent {
                 tracing::debug!(error = %e, "auth heartbeat not sent");
             }
+        }
+        ticks += 1;
+        if ticks % PRUNE_EVERY_TICKS == 0 {
+            // Replicas gone for long are forgotten (any one of them prunes).
+            let _ = sqlx::query("DELETE FROM auth_replicas WHERE seen_at < now() - interval '1 hour'")
+                .execute(&pool)
+                .await;
         }
     }
 }

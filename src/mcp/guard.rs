@@ -141,15 +141,54 @@ fn protocol_version_shaped(v: &str) -> bool {
         })
 }
 
-fn bad_protocol_header() -> Response {
-    closing(
-        (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "bad_request", "field": "MCP-Protocol-Version",
-                        "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"})),
-        )
-            .into_response(),
-    )
+/// A `MCP-Protocol-Version` this server cannot speak (not even shaped like
+/// a revision). A JSON-RPC request gets the protocol's
+/// UnsupportedProtocolVersionError (HTTP 400, its id, `data.supported` and
+/// `data.requested`), as rmcp answers a well-shaped unknown revision; the
+/// body is read against the same bounds as any body read before
+/// authentication. Anything else (a notification, no JSON) gets a plain 400
+/// naming the header.
+async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Duration) -> Response {
+    let requested: String = req
+        .headers()
+        .get(PROTOCOL_HEADER)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).chars().take(64).collect())
+        .unwrap_or_default();
+    let id = if req.method() == http::Method::POST {
+        match tokio::time::timeout(deadline, axum::body::to_bytes(req.into_body(), limit)).await {
+            Ok(Ok(body)) => request_id_of(&body),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let body = match id {
+        Some(id) => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
+            "message": "Unsupported protocol version",
+            "data": {
+                "requested": requested,
+                "supported": rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .map(|v| v.as_str())
+                    .collect::<Vec<_>>(),
+            }}}),
+        None => json!({"error": "bad_request", "field": "MCP-Protocol-Version",
+                       "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"}),
+    };
+    closing((StatusCode::BAD_REQUEST, Json(body)).into_response())
+}
+
+/// The id of a JSON-RPC request (a message with a `method` and an `id`).
+fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Message {
+        id: Option<serde_json::Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let m: Message = serde_json::from_slice(body).ok()?;
+    m.method?;
+    m.id.filter(|id| id.is_string() || id.is_number())
 }
 
 fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
@@ -229,12 +268,13 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
                 .contains(&origin.trim_end_matches('/').to_ascii_lowercase()) => {}
         _ => return forbidden("Origin is not allowed"),
     }
+    let limit = state.settings.body_limit_bytes;
+    let body_deadline = std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1));
     match header(headers, PROTOCOL_HEADER) {
         Header::Absent => {}
         Header::Value(v) if protocol_version_shaped(v) => {}
-        _ => return bad_protocol_header(),
+        _ => return bad_protocol_header(req, limit, body_deadline).await,
     }
-    let limit = state.settings.body_limit_bytes;
     let session: Option<String> = match header(headers, SESSION_HEADER) {
         Header::Absent => None,
         // rmcp's session ids are UUIDs; anything unlike a session id is simply
@@ -300,11 +340,7 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
     if state.limits.per_tool() && req.method() == http::Method::POST {
         let (parts, body) = req.into_parts();
         // Bounded in size and in time: a body that never arrives holds nothing.
-        let read = tokio::time::timeout(
-            std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1)),
-            axum::body::to_bytes(body, limit),
-        )
-        .await;
+        let read = tokio::time::timeout(body_deadline, axum::body::to_bytes(body, limit)).await;
         let bytes = match read {
             Ok(Ok(b)) => b,
             Ok(Err(_)) => return refuse(crate::error::ApiError::PayloadTooLarge.into_response()).await,

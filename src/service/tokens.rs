@@ -12,6 +12,10 @@ use crate::auth::resolver::token_hash;
 use crate::ids::LibraryUid;
 use crate::store::pg::{self, tokens, users};
 
+/// The most libraries one token may name (a form or a command line with
+/// more is refused before any work, naming `libraries`).
+pub const MAX_TOKEN_LIBRARIES: usize = 1_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
     #[error("{0}")]
@@ -86,10 +90,14 @@ pub async fn mint_by(
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Minted, TokenError> {
     check_len("name", name, 0, 200)?;
+    if libraries.len() > MAX_TOKEN_LIBRARIES {
+        return Err(super::bad("libraries", format!("at most {MAX_TOKEN_LIBRARIES} libraries per token")).into());
+    }
     let mut libs: Vec<String> = Vec::with_capacity(libraries.len());
+    let mut seen = std::collections::HashSet::with_capacity(libraries.len());
     for (i, l) in libraries.iter().enumerate() {
         let l = LibraryUid::parse(&format!("libraries[{i}]"), l.as_str()).map_err(BadField::from)?;
-        if !libs.iter().any(|x| x == l.as_str()) {
+        if seen.insert(l.as_str().to_owned()) {
             libs.push(l.into_string());
         }
     }

@@ -1,6 +1,8 @@
 //! The admin console (issue 16): sign-in, sessions, CSRF, and every page and
 //! action — through plain HTTP as a browser without JavaScript sends it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mnemosyne::service::accounts;
@@ -1171,4 +1173,42 @@ async fn reloading_a_result_page_does_not_create_a_key_or_rotate_a_team_twice() 
         c.post_raw(&path, &[("csrf", &csrf), ("once", &once)]).await.status,
         StatusCode::OK
     );
+}
+
+/// Hardening 3, row 4: a signed-in person posting a 4 MiB form of distinct
+/// `library=` values gets a prompt 400 naming `libraries` (a cap checked
+/// before any per-value work), and the server keeps answering meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_four_mib_library_form_is_a_fast_400_and_healthz_keeps_answering() {
+    let app = TestApp::spawn().await;
+    let a = app.library("mine").await;
+    person(&app, "pat").await;
+    users::grant(&app.pg, "pat", &a, Role::Owner).await.unwrap();
+    let mut c = Console::signed_in(&app, "pat", STAFF_PASSWORD).await;
+    let values: Vec<String> = (0..170_000).map(|i| format!("lib_{i:08}x")).collect();
+    let mut fields: Vec<(&str, &str)> = vec![("name", "flood")];
+    fields.extend(values.iter().map(|v| ("library", v.as_str())));
+    let done = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let (http, url, done) = (app.http.clone(), app.url("/healthz"), done.clone());
+        tokio::spawn(async move {
+            let mut answered = 0;
+            // Bounded: at most 600 probes (60 s).
+            for _ in 0..600 {
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                let r = tokio::time::timeout(Duration::from_secs(1), http.get(&url).send()).await;
+                assert!(matches!(r, Ok(Ok(ref r)) if r.status().is_success()), "healthz did not answer within 1 s");
+                answered += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answered
+        })
+    };
+    let r = c.post("/admin/me/tokens", &fields).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", &r.body[..r.body.len().min(300)]);
+    assert!(r.body.contains("libraries"), "names the field");
+    assert!(probe.await.unwrap() >= 1);
 }

@@ -866,3 +866,37 @@ async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+/// Hardening 3, row 2: right after every auth cache is flushed (a user
+/// created elsewhere), a burst of 64 identical service-account requests is
+/// verified with one argon2 hash, and every request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_concurrent_credentials_are_verified_once_after_a_flush() {
+    let app = TestApp::spawn_with(|s| s.store_timeout_ms = UNDER_LOAD_TIMEOUT_MS).await;
+    warm_service_account(&app).await;
+    // A user created through the CLI's path: its NOTIFY flushes the caches.
+    let before = app.state.basic.hashes();
+    let generation = app.state.auth.caches.basic.generation();
+    mnemosyne::store::pg::notify(&app.pg, "users:*").await.unwrap();
+    let mut flushed = false;
+    for _ in 0..200 {
+        if app.state.auth.caches.basic.generation() > generation {
+            flushed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(flushed, "the NOTIFY flushed the Basic cache");
+    let ws = app.uid("ws");
+    let results = futures::future::join_all((0..64).map(|i| {
+        post_ingest(
+            &app,
+            json!({"workspace_id": ws, "item": {"title": format!("Doc {i}"), "uid": app.uid(&format!("doc{i}"))},
+                   "content": document("burst", i, 1)}),
+        )
+    }))
+    .await;
+    let failed: Vec<_> = results.iter().filter(|(s, _)| !s.is_success()).collect();
+    assert!(failed.is_empty(), "{} of 64 failed: {:?}", failed.len(), failed.first());
+    assert_eq!(app.state.basic.hashes() - before, 1, "one argon2 hash for 64 identical credentials");
+}

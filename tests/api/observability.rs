@@ -205,3 +205,52 @@ async fn the_dashboard_and_alert_rules_reference_only_metrics_that_exist() {
         }
     }
 }
+
+/// The series names of a scrape (every sample line, labels included).
+fn series(metrics: &str) -> std::collections::BTreeSet<String> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(s, _)| s.to_owned()))
+        .collect()
+}
+
+/// Hardening 3, row 3: made-up methods and paths from an unauthenticated
+/// caller add no series to `/metrics` (unknown methods count as `other`,
+/// unknown paths as `unmatched`).
+#[tokio::test]
+async fn a_thousand_made_up_methods_and_paths_add_no_metric_series() {
+    let app = TestApp::spawn().await;
+    // One of each kind first: the `other`/`unmatched` series exist from here.
+    let send = |method: String, path: String| {
+        let app = &app;
+        async move {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            app.http.request(m, app.url(&path)).send().await.unwrap().status()
+        }
+    };
+    send("ZZWARM".into(), "/healthz".into()).await;
+    send("GET".into(), "/no-such-path-warm".into()).await;
+    send("ZZWARM".into(), "/no-such-path-warm".into()).await;
+    // The scrape counts itself: scrape once before the baseline.
+    app.metrics().await;
+    let before = series(&app.metrics().await);
+    for chunk in (0..1000).collect::<Vec<_>>().chunks(50) {
+        futures::future::join_all(chunk.iter().map(|i| async move {
+            send(format!("ZZ{i}X"), "/healthz".into()).await;
+            send("GET".into(), format!("/made-up/{i}")).await;
+            send(format!("QQ{i}"), format!("/made-up-too/{i}")).await;
+        }))
+        .await;
+    }
+    let after = series(&app.metrics().await);
+    let new: Vec<_> = after
+        .difference(&before)
+        .filter(|s| s.starts_with("http_"))
+        .collect();
+    assert!(new.is_empty(), "new series: {:?}", new.iter().take(5).collect::<Vec<_>>());
+    assert!(
+        after.iter().any(|s| s.contains("method=\"other\"")),
+        "unknown methods are counted as other"
+    );
+}

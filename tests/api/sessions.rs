@@ -398,10 +398,11 @@ async fn a_non_ascii_origin_is_refused_without_consuming_the_jti() {
         .await
         .unwrap();
     assert_eq!(bad_protocol.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        bad_protocol.json::<serde_json::Value>().await.unwrap()["field"],
-        "MCP-Protocol-Version"
-    );
+    // The protocol's UnsupportedProtocolVersionError, with the request's id.
+    let err = bad_protocol.json::<serde_json::Value>().await.unwrap();
+    assert_eq!(err["id"], 1, "{err}");
+    assert_eq!(err["error"]["code"], -32022, "{err}");
+    assert_eq!(err["error"]["data"]["requested"], "latest; drop table");
     // None of these consumed the turn's jti.
     assert_eq!(c.initialize().await.status, StatusCode::OK);
 }
@@ -412,6 +413,10 @@ async fn a_non_ascii_origin_is_refused_without_consuming_the_jti() {
 struct FreezingProxy {
     port: u16,
     freeze: Arc<AtomicBool>,
+    /// Closes the Postgres side of the LISTEN connection while the replica's
+    /// side stays open and silent (a partition): the backend leaves
+    /// `pg_stat_activity` at once, the replica notices nothing.
+    sever: Arc<AtomicBool>,
 }
 
 impl FreezingProxy {
@@ -419,7 +424,8 @@ impl FreezingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let freeze = Arc::new(AtomicBool::new(false));
-        let f = freeze.clone();
+        let sever = Arc::new(AtomicBool::new(false));
+        let (f, sv) = (freeze.clone(), sever.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -428,27 +434,57 @@ impl FreezingProxy {
                 let is_listener = Arc::new(AtomicBool::new(false));
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, f.clone(), is_listener.clone(), true));
-                tokio::spawn(pump(sr, cw, f.clone(), is_listener, false));
+                let flags = Flags {
+                    freeze: f.clone(),
+                    sever: sv.clone(),
+                    is_listener: is_listener.clone(),
+                };
+                tokio::spawn(pump(cr, sw, flags.clone(), true));
+                tokio::spawn(pump(sr, cw, flags, false));
             }
         });
-        FreezingProxy { port, freeze }
+        FreezingProxy { port, freeze, sever }
     }
+}
+
+#[derive(Clone)]
+struct Flags {
+    freeze: Arc<AtomicBool>,
+    sever: Arc<AtomicBool>,
+    is_listener: Arc<AtomicBool>,
 }
 
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    freeze: Arc<AtomicBool>,
-    is_listener: Arc<AtomicBool>,
+    flags: Flags,
     client_side: bool,
 ) {
+    let Flags {
+        freeze,
+        sever,
+        is_listener,
+    } = flags;
+    let severed = || is_listener.load(Ordering::SeqCst) && sever.load(Ordering::SeqCst);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+        let n = tokio::select! {
+            r = from.read(&mut buf) => match r {
+                Ok(0) | Err(_) => 0,
+                Ok(n) => n,
+            },
+            // Severed: stop carrying (checked every 10 ms).
+            _ = async { while !severed() { tokio::time::sleep(Duration::from_millis(10)).await } } => 0,
         };
+        if n == 0 {
+            if severed() && !client_side {
+                // Postgres' side is gone; the replica's side is held open and
+                // silent (bounded: 30 s, then the test is over).
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            // Client → server severed: dropping `to` closes the backend.
+            return;
+        }
         if client_side
             && !is_listener.load(Ordering::SeqCst)
             && buf[..n].windows(19).any(|w| w == b"mnemosyne-listener:")
@@ -584,4 +620,170 @@ async fn the_replay_sweep_keeps_a_jti_until_no_replica_could_accept_it() {
         .await
         .unwrap();
     assert_eq!(left, ["recent"]);
+}
+
+/// Hardening 3, row 1: a replica whose LISTEN connection was just lost (the
+/// backend is gone from `pg_stat_activity`, the replica has not noticed and
+/// still trusts its caches) must not serve a stale answer after a writer's
+/// 2xx: the writer's fence counts it (its heartbeat registration) and waits
+/// for its acknowledgement, which cannot come, so the change is reported as
+/// unconfirmed once that replica's trust has lapsed.
+#[tokio::test]
+async fn revocation_holds_through_listener_loss() {
+    let app = TestApp::spawn().await;
+    let s = seed(&app).await;
+    let url = url_parts(&app.settings.database_url);
+    let proxy = FreezingProxy::start(url.host_port.clone()).await;
+    let mut settings = app.settings.clone();
+    settings.database_url = format!("{}127.0.0.1:{}/{}", url.prefix, proxy.port, url.db);
+    let b = app.replica_with(settings).await;
+    let (team, team_jwt) = app.create_team("Kottos").await;
+    app.put_workspaces(team, &[s.ws_a.clone()]).await;
+    let mut on_b = b.mcp(&team_jwt).connect().await;
+    assert_eq!(on_b.library_uids().await, [s.lib_a.clone()]);
+    let b_instance = b.state.auth.caches.instance.to_string();
+    // B's heartbeat has registered it (bounded wait).
+    let mut registered = false;
+    for _ in 0..100 {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM auth_replicas WHERE instance = $1")
+            .bind(&b_instance)
+            .fetch_one(&app.pg)
+            .await
+            .unwrap();
+        if n == 1 {
+            registered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(registered, "B's heartbeat registered it");
+
+    proxy.sever.store(true, Ordering::SeqCst);
+    let mut gone = false;
+    for _ in 0..200 {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(format!("mnemosyne-listener:{b_instance}"))
+            .fetch_one(&app.pg)
+            .await
+            .unwrap();
+        if n == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(gone, "B's listener backend left pg_stat_activity");
+    // The race this guards: B has not noticed and still trusts its caches.
+    assert!(b.state.auth.caches.usable(), "B trusts its caches after the loss");
+
+    let r = app
+        .service(
+            reqwest::Method::PUT,
+            &format!("/mcp_server/api/teams/{team}/workspaces/"),
+        )
+        .json(&json!({"workspace_ids": []}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    // B could not acknowledge: the writer says so (the change is committed).
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert_eq!(r.headers()["mnemosyne-propagation"], "unconfirmed");
+    // After the 2xx, B never serves the old library.
+    for _ in 0..5 {
+        assert_eq!(
+            on_b.library_uids().await,
+            Vec::<String>::new(),
+            "stale answer on B after the writer's 2xx"
+        );
+    }
+}
+
+/// Hardening 3, row 14: a malformed `MCP-Protocol-Version` on a JSON-RPC
+/// request is the protocol's UnsupportedProtocolVersionError (HTTP 400, the
+/// request's id, the supported revisions, the requested value echoed), as the
+/// 2026-07-28 conformance checks expect; it is still refused before the
+/// bearer is looked at (no credential here).
+#[tokio::test]
+async fn a_malformed_protocol_version_is_the_json_rpc_unsupported_version_error() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .http
+        .post(app.url("/mcp"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "v999.0.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 301, "method": "server/discover", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(body["id"], 301, "{body}");
+    assert_eq!(body["error"]["code"], -32022);
+    assert_eq!(body["error"]["data"]["requested"], "v999.0.0");
+    let supported = body["error"]["data"]["supported"].as_array().unwrap();
+    for v in ["2025-06-18", "2025-11-25", "2026-07-28"] {
+        assert!(supported.iter().any(|s| s == v), "{v} in {supported:?}");
+    }
+    // A notification (no id) still gets the plain 400 naming the header.
+    let r = app
+        .http
+        .post(app.url("/mcp"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "v999.0.0")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "MCP-Protocol-Version");
+}
+
+/// Hardening 3, row 5: an owner who minted a token and is then demoted to
+/// reader no longer reads the library through it (a token reads only what
+/// its user could mint it for now), on the next request of another replica.
+#[tokio::test]
+async fn a_demoted_owners_token_stops_reading_the_library_on_the_other_replica() {
+    let app = TestApp::spawn().await;
+    let s = seed(&app).await;
+    let b = app.second_instance().await;
+    let name = "pasiphae";
+    mnemosyne::store::pg::users::create(&app.pg, name, None, false)
+        .await
+        .unwrap()
+        .unwrap();
+    for l in [&s.lib_a, &s.lib_b] {
+        mnemosyne::store::pg::users::grant(&app.pg, name, l, mnemosyne::store::pg::users::Role::Owner)
+            .await
+            .unwrap();
+    }
+    let token = mnemosyne::service::tokens::mint(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
+        .await
+        .unwrap()
+        .plaintext;
+    let mut on_b = b.mcp(&token).connect().await;
+    assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
+    // Demoted on lib_b through the CLI: reader granted, owner revoked.
+    for (verb, role) in [("grant", "reader"), ("revoke", "owner")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
+            .args(["membership", verb, name, &s.lib_b, role])
+            .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut libs = Vec::new();
+    for _ in 0..50 {
+        libs = on_b.library_uids().await;
+        if libs.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(libs, [s.lib_a.clone()], "a reader's token does not read the library");
+    let out = on_b
+        .call_ok("search", json!({"query": "pelican", "library_uids": [s.lib_b]}))
+        .await;
+    assert_eq!(out["results"], json!([]));
 }

@@ -438,3 +438,40 @@ async fn user_create_service_reads_the_password_from_stdin() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND, "authenticated, then 404");
 }
+
+/// Hardening 3, row 9: every REST answer that can carry a JWT (create 201,
+/// rotate) — and every other answer of the service APIs — is never cached.
+#[tokio::test]
+async fn responses_that_carry_secrets_are_never_cacheable() {
+    let app = TestApp::spawn().await;
+    let id = uuid::Uuid::new_v4();
+    let team = format!("/mcp_server/api/teams/{id}/");
+    let walk = [
+        (Method::POST, "/mcp_server/api/teams/".to_owned(), Some(json!({"id": id, "name": "Kottos"}))),
+        (Method::POST, "/mcp_server/api/teams/".to_owned(), Some(json!({"id": id, "name": "Kottos"}))),
+        (Method::POST, format!("{team}rotate/"), None),
+        (Method::GET, team.clone(), None),
+        (Method::PUT, format!("{team}workspaces/"), Some(json!({"workspace_ids": []}))),
+        (Method::POST, "/library/api/libraries/".to_owned(), Some(json!({"name": "Secrets"}))),
+        (Method::DELETE, team.clone(), None),
+    ];
+    let mut carried_jwt = 0;
+    for (method, path, body) in walk {
+        let mut req = app.service(method.clone(), &path);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.unwrap();
+        assert!(r.status().is_success(), "{method} {path}: {}", r.status());
+        assert_eq!(
+            r.headers().get("cache-control").map(|v| v.to_str().unwrap()),
+            Some("no-store"),
+            "{method} {path}"
+        );
+        let text = r.text().await.unwrap();
+        if text.contains("\"jwt\"") {
+            carried_jwt += 1;
+        }
+    }
+    assert_eq!(carried_jwt, 2, "create (201) and rotate carried a JWT");
+}

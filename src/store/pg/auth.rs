@@ -12,17 +12,20 @@ pub struct TokenAuthRow {
     pub expires_at: Option<DateTime<Utc>>,
     pub allowed_libraries: Json<Vec<String>>,
     pub user_active: bool,
-    /// Libraries on which the token's user holds any membership now.
+    /// Libraries on which the token's user is owner or manager now: a token
+    /// reads only what its user could mint it for today (a demotion to
+    /// reader, or a revoked membership, narrows it on the next request).
     pub member_libraries: Vec<String>,
 }
 
 /// The opaque token with this hash, whether its user is active, and the
-/// libraries its user is a member of — one round trip.
+/// libraries its user may scope a token to now (owner or manager) — one
+/// round trip.
 pub async fn token_by_hash(pool: &PgPool, hash: &str) -> Result<Option<TokenAuthRow>, sqlx::Error> {
     sqlx::query_as::<_, TokenAuthRow>(
         "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active,
                 ARRAY(SELECT DISTINCT m.library_uid::text FROM library_memberships m
-                       WHERE m.user_id = t.user_id) AS member_libraries
+                       WHERE m.user_id = t.user_id AND m.role IN ('owner', 'manager')) AS member_libraries
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE t.token_hash = $1",
     )
