@@ -1,2 +1,2 @@
-CREATE (l:Library {uid: $uid, name: $name, description: $description, created_at: $now})
+CREATE (l:Library {uid: $uid, name: $name, description: $description, language: $language, created_at: $now})
 RETURN l.uid AS uid

@@ -1,5 +1,6 @@
 MATCH (i:Item {uid: $item_uid})
 UNWIND $chunks AS ch
 CREATE (c:Chunk {uid: ch.uid, library_uid: $library_uid, collection_uid: $collection_uid,
-                 item_uid: $item_uid, item_title: $item_title, ordinal: ch.ordinal, text: ch.text, scoped: ch.scoped})
+                 item_uid: $item_uid, item_title: $item_title, ordinal: ch.ordinal, text: ch.text, scoped: ch.scoped,
+                 dl: ch.dl, analysis: $analysis})
 CREATE (c)-[:OF_ITEM]->(i)

@@ -1,2 +1,2 @@
 MATCH (l:Library {uid: $uid})
-RETURN l.uid AS uid, l.workspace_id AS workspace_id, l.fences AS fences
+RETURN l.uid AS uid, l.workspace_id AS workspace_id, l.fences AS fences, l.language AS language

@@ -92,7 +92,7 @@ pub async fn search(
     });
     let too_long = text.chars().count() > 1000;
     let hits = match (&view, text.is_empty() || too_long) {
-        (Some(v), false) => Some(v.search(text, LIMIT, None).await?),
+        (Some(v), false) => Some(v.search(text, LIMIT, None, 0.0).await?),
         _ => None,
     };
     let body = html! {

@@ -18,6 +18,7 @@ use crate::ids::{LibraryUid, Uid, WorkspaceId};
 use crate::service::ingest::{self, Document, DocumentIn, IngestError, Status};
 use crate::service::{check_len, BadField};
 use crate::state::AppState;
+use crate::store::graph::analysis::{Language, LANGUAGES};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -176,6 +177,8 @@ struct LibraryBody {
     uid: Option<String>,
     name: String,
     description: Option<String>,
+    /// ISO 639-1 code of the language its text is analyzed in (default `en`).
+    language: Option<String>,
 }
 
 async fn create_library(
@@ -186,6 +189,13 @@ async fn create_library(
     check_len("name", &body.name, 1, 200).map_err(bad)?;
     let description = body.description.unwrap_or_default();
     check_len("description", &description, 0, 2000).map_err(bad)?;
+    let language = match body.language.as_deref() {
+        None => Language::English,
+        Some(code) => Language::from_code(code).ok_or_else(|| {
+            let codes: Vec<&str> = LANGUAGES.iter().map(|(_, c)| *c).collect();
+            ApiError::bad_field("language", format!("language must be one of: {}", codes.join(", ")))
+        })?,
+    };
     let uid = match body.uid {
         Some(u) => LibraryUid::parse("uid", u).map_err(bad)?.into_string(),
         None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
@@ -193,7 +203,7 @@ async fn create_library(
     if !state
         .graph
         .admin()
-        .create_library(&uid, &body.name, &description)
+        .create_library(&uid, &body.name, &description, language)
         .await?
     {
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
@@ -201,7 +211,7 @@ async fn create_library(
     tracing::info!(actor = %sa.username, library = %uid, "library created");
     Ok((
         StatusCode::CREATED,
-        Json(json!({"uid": uid, "name": body.name, "description": description})),
+        Json(json!({"uid": uid, "name": body.name, "description": description, "language": language.code()})),
     )
         .into_response())
 }

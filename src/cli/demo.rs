@@ -83,7 +83,12 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
         libs.insert(*ws, out.library_uid);
     }
     graph
-        .create_library(HANDBOOK, "Team handbook", "House style and citation rules")
+        .create_library(
+            HANDBOOK,
+            "Team handbook",
+            "House style and citation rules",
+            crate::store::graph::analysis::Language::English,
+        )
         .await?;
     load(DocumentIn {
         library_uid: Some(HANDBOOK.into()),

@@ -43,6 +43,11 @@ pub struct SearchArgs {
     /// Only this collection
     #[schemars(length(min = UID.min, max = UID.max))]
     pub collection_uid: Option<String>,
+    /// Leave out results whose relevance (the share of the query they match,
+    /// weighted by how rare each word is in their library) is below this;
+    /// 0.5 keeps the answers to most questions and drops most "nothing relevant"
+    #[schemars(range(min = 0.0, max = 1.0), extend("default" = 0.0))]
+    pub min_relevance: Option<f64>,
 }
 
 /// Each entry of `library_uids` says what it is.
@@ -70,6 +75,11 @@ impl ToolArgs for SearchArgs {
                 ));
             }
         }
+        if let Some(r) = self.min_relevance {
+            if !(0.0..=1.0).contains(&r) {
+                return Err(ArgError::new("min_relevance", "must be a number from 0 to 1"));
+            }
+        }
         opt_uid("collection_uid", &self.collection_uid)
     }
 }
@@ -82,7 +92,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Full-text search over the chunks of the libraries you may read. Returns the best-matching chunks with their library, collection and item uids.",
+        description = "Keyword search over the chunks of the libraries you may read (titles included; case, accents and word endings do not matter). Returns the best-matching chunks with their library, collection and item uids, a score and a relevance from 0 to 1 (below about 0.5: probably nothing relevant).",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -106,15 +116,21 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     };
     let limit = int("limit", a.limit, LIMIT)?;
     let hits = graph
-        .search(&a.query, limit as usize, a.collection_uid.as_deref())
+        .search(
+            &a.query,
+            limit as usize,
+            a.collection_uid.as_deref(),
+            a.min_relevance.unwrap_or(0.0),
+        )
         .await?;
     let mut text = format!("{} result(s) for \"{}\"", hits.len(), a.query);
     for (i, h) in hits.iter().enumerate() {
         text.push_str(&format!(
-            "\n\n{}. {} (score {:.3}; chunk {} #{}; item {}; collection {}; library {})\n{}",
+            "\n\n{}. {} (score {:.3}; relevance {:.2}; chunk {} #{}; item {}; collection {}; library {})\n{}",
             i + 1,
             h.item_title,
             h.score,
+            h.relevance,
             h.chunk_uid,
             h.ordinal,
             h.item_uid,

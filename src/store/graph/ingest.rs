@@ -11,6 +11,7 @@ use chrono::{SecondsFormat, Utc};
 use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
+use super::analysis::Language;
 use super::{knowledge::ScopedGraph, GraphError, GraphStore, Step, Txn};
 use crate::auth::Scope;
 
@@ -325,7 +326,35 @@ impl AdminGraph {
     }
 
     /// Creates a user-managed Library (with its fences); false if the uid is taken.
-    pub async fn create_library(&self, uid: &str, name: &str, description: &str) -> Result<bool, GraphError> {
+    /// The language a library's text is analyzed in (set when it was created;
+    /// English when none was given). Cached: it never changes.
+    pub async fn language_of(&self, uid: &str) -> Result<Language, GraphError> {
+        let key = format!("lang:{uid}");
+        if let Some(code) = self.0.known.get(&key).await {
+            return Ok(Language::of_stored(Some(&code)));
+        }
+        let rows = self
+            .0
+            .rows(
+                "ingest_find_library.cypher",
+                query(include_str!("../../../cypher/ingest_find_library.cypher")).param("uid", uid),
+            )
+            .await?;
+        let Some(r) = rows.first() else {
+            return Ok(Language::English);
+        };
+        let language = Language::of_stored(r.get::<Option<String>>("language")?.as_deref());
+        self.0.known.insert(key, language.code().to_owned()).await;
+        Ok(language)
+    }
+
+    pub async fn create_library(
+        &self,
+        uid: &str,
+        name: &str,
+        description: &str,
+        language: Language,
+    ) -> Result<bool, GraphError> {
         if self.find_library(uid).await?.is_some() {
             return Ok(false);
         }
@@ -340,6 +369,7 @@ impl AdminGraph {
                             .param("uid", uid)
                             .param("name", name)
                             .param("description", description)
+                            .param("language", language.code())
                             .param("now", now()),
                     ),
                     Self::fence_step(uid),
@@ -414,19 +444,21 @@ impl AdminGraph {
     /// and one fence are written: no shared vertex, so concurrent ingests into
     /// one library rarely conflict, and a conflict is retried by the runner.
     pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
+        let language = self.language_of(w.library_uid).await?;
         let chunks: Vec<(usize, BoltType)> = w
             .chunks
             .iter()
             .enumerate()
             .map(|(i, text)| {
                 let uid = derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]);
-                let scoped = super::scoped::scoped_text(w.library_uid, text);
-                let size = uid.len() + text.len() + scoped.len() + 64;
+                let indexed = super::scoped::scoped_text(w.library_uid, language, w.title, text);
+                let size = uid.len() + text.len() + indexed.scoped.len() + 64;
                 let mut m: HashMap<String, BoltType> = HashMap::new();
                 m.insert("uid".into(), uid.into());
                 m.insert("ordinal".into(), (i as i64).into());
                 m.insert("text".into(), text.as_str().into());
-                m.insert("scoped".into(), scoped.into());
+                m.insert("scoped".into(), indexed.scoped.into());
+                m.insert("dl".into(), indexed.dl.into());
                 (size, m.into())
             })
             .collect();
@@ -504,6 +536,7 @@ impl AdminGraph {
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
+                    .param("analysis", super::scoped::ANALYSIS_VERSION)
                     .param("chunks", batch),
             ));
         }

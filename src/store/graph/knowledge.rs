@@ -4,11 +4,12 @@
 //! Collection, Item or Chunk outside its scope, and anything outside it is
 //! reported exactly like something that does not exist.
 
-use neo4rs::{query, BoltType, Query};
+use neo4rs::{query, BoltType, Query, Row};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ingest, scoped, GraphError, GraphStore};
+use super::analysis::Language;
+use super::{ingest, rank, scoped, GraphError, GraphStore};
 use crate::auth::{Principal, Scope};
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
@@ -19,7 +20,11 @@ pub struct SearchHit {
     pub collection_uid: String,
     pub library_uid: String,
     pub ordinal: i64,
+    /// BM25 over the library's own statistics (text and title).
     pub score: f64,
+    /// Share of the query's weight this chunk matches, 0–1: below about 0.5
+    /// the library most likely holds nothing relevant (see `min_relevance`).
+    pub relevance: f64,
     pub text: String,
 }
 
@@ -62,6 +67,10 @@ pub struct ItemView {
     pub collection_uid: String,
     pub library_uid: String,
 }
+
+/// Most candidate chunks one search query reads (per batch of libraries):
+/// past it, a library's document frequencies are counted over this many.
+const MAX_CANDIDATES: i64 = 20_000;
 
 fn libs_param(libs: &[String]) -> BoltType {
     libs.to_vec().into()
@@ -140,30 +149,59 @@ impl ScopedGraph {
             .map(|_| self.narrow(&[uid.to_owned()])))
     }
 
-    /// Full-text search inside the scope, best first; ties by the library's
-    /// position in the scope, then chunk uid (stable).
+    /// Keyword search inside the scope, best first; ties by the library's
+    /// position in the scope, then chunk uid (stable). Each library's hits
+    /// are ranked with its own statistics only (`rank`), so what other
+    /// tenants hold never moves them. Hits below `min_relevance` are left out.
     pub async fn search(
         &self,
         text: &str,
         limit: usize,
         collection_uid: Option<&str>,
+        min_relevance: f64,
     ) -> Result<Vec<SearchHit>, GraphError> {
-        let words = scoped::query_words(text);
-        // A few extra rows so ties at the cut are broken by scope order.
-        let fetch = (limit + 10) as i64;
-        let mut hits = Vec::new();
-        for (batch, lucene) in scoped::scoped_queries(self.scope.uids(), &words) {
-            let q = query(include_str!("../../../cypher/search.cypher"))
-                .param("index", self.store.flavor.fulltext_index())
-                .param("lucene", lucene)
-                .param("libs", libs_param(batch))
-                .param("collection_uid", opt(collection_uid))
-                .param("limit", fetch);
-            for row in self.store.rows("search.cypher", q).await? {
-                hits.push(row.to::<SearchHit>()?);
+        let libraries = self.ranking_inputs().await?;
+        // Libraries analyzed alike share their query terms and queries.
+        let mut by_language: Vec<(Language, Vec<String>)> = Vec::new();
+        for (uid, language, _) in &libraries {
+            match by_language.iter_mut().find(|(l, _)| l == language) {
+                Some((_, uids)) => uids.push(uid.clone()),
+                None => by_language.push((*language, vec![uid.clone()])),
             }
         }
-        hits.sort_by(|a, b| {
+        let mut scored: Vec<rank::Scored> = Vec::new();
+        for (language, uids) in &by_language {
+            let words = scoped::query_words(*language, text);
+            let mut candidates = Vec::new();
+            for (batch, lucene) in scoped::scoped_queries(uids, &words) {
+                let keys: Vec<String> = batch.iter().map(|l| scoped::library_key(l)).collect();
+                let q = query(include_str!("../../../cypher/search.cypher"))
+                    .param("index", self.store.flavor.fulltext_index())
+                    .param("lucene", lucene)
+                    .param("libs", libs_param(batch))
+                    .param("keys", keys)
+                    .param("words", words.clone())
+                    .param("collection_uid", opt(collection_uid))
+                    .param("cap", MAX_CANDIDATES);
+                for row in self.store.rows("search.cypher", q).await? {
+                    candidates.push(rank::Candidate {
+                        chunk_uid: row.get("chunk_uid")?,
+                        library_uid: row.get("library_uid")?,
+                        dl: row.get("dl")?,
+                        tf: row.get("tf")?,
+                        tf_title: row.get("tf_title")?,
+                    });
+                }
+            }
+            for (lib, cs) in rank::by_library(candidates) {
+                let Some((_, _, stats)) = libraries.iter().find(|(u, _, _)| *u == lib) else {
+                    continue;
+                };
+                scored.extend(rank::score_library(*stats, words.len(), &cs));
+            }
+        }
+        scored.retain(|s| s.relevance >= min_relevance);
+        scored.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| {
@@ -173,8 +211,76 @@ impl ScopedGraph {
                 })
                 .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
         });
-        hits.truncate(limit);
+        scored.truncate(limit);
+        if scored.is_empty() {
+            return Ok(Vec::new());
+        }
+        let uids: Vec<String> = scored.iter().map(|s| s.chunk_uid.clone()).collect();
+        let q = query(include_str!("../../../cypher/search_chunks.cypher"))
+            .param("uids", uids)
+            .param("libs", libs_param(self.scope.uids()));
+        let mut details: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
+        for row in self.store.rows("search_chunks.cypher", q).await? {
+            details.insert(row.get("chunk_uid")?, row);
+        }
+        let mut hits = Vec::with_capacity(scored.len());
+        for s in scored {
+            // A chunk replaced between the two reads is left out.
+            let Some(row) = details.get(&s.chunk_uid) else { continue };
+            hits.push(SearchHit {
+                chunk_uid: s.chunk_uid,
+                item_uid: row.get("item_uid")?,
+                item_title: row.get::<Option<String>>("item_title")?.unwrap_or_default(),
+                collection_uid: row.get("collection_uid")?,
+                library_uid: s.library_uid,
+                ordinal: row.get("ordinal")?,
+                score: s.score,
+                relevance: s.relevance,
+                text: row.get("text")?,
+            });
+        }
         Ok(hits)
+    }
+
+    /// The scope's existing libraries, in scope order, with their language
+    /// and ranking statistics (read again only when a library's version moved).
+    async fn ranking_inputs(&self) -> Result<Vec<(String, Language, rank::LibraryStats)>, GraphError> {
+        let uids = self.scope.uids();
+        if uids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fences: Vec<String> = uids.iter().flat_map(|l| ingest::fence_uids(l)).collect();
+        let q = query(include_str!("../../../cypher/search_libraries.cypher"))
+            .param("libs", libs_param(uids))
+            .param("fences", fences);
+        let mut found: std::collections::HashMap<String, (Language, i64)> = std::collections::HashMap::new();
+        for row in self.store.rows("search_libraries.cypher", q).await? {
+            let language = Language::of_stored(row.get::<Option<String>>("language")?.as_deref());
+            found.insert(row.get("uid")?, (language, row.get("version")?));
+        }
+        let mut out = Vec::with_capacity(found.len());
+        for uid in uids {
+            let Some((language, version)) = found.get(uid) else { continue };
+            let stats = match self.store.ranking.get(uid).await {
+                Some((v, stats)) if v == *version => stats,
+                _ => {
+                    let q = query(include_str!("../../../cypher/search_library_stats.cypher"))
+                        .param("library_uid", uid.as_str());
+                    let rows = self.store.rows("search_library_stats.cypher", q).await?;
+                    let stats = match rows.first() {
+                        Some(r) => rank::LibraryStats {
+                            n: r.get("n")?,
+                            tokens: r.get("tokens")?,
+                        },
+                        None => rank::LibraryStats { n: 0, tokens: 0 },
+                    };
+                    self.store.ranking.insert(uid.clone(), (*version, stats)).await;
+                    stats
+                }
+            };
+            out.push((uid.clone(), *language, stats));
+        }
+        Ok(out)
     }
 
     /// A chunk and up to `context` neighbours each side, or None if absent or

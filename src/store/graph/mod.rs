@@ -4,6 +4,8 @@
 //! (`admin`).
 
 pub mod admin;
+pub mod analysis;
+pub mod rank;
 pub mod flavor;
 pub mod ingest;
 pub mod knowledge;
@@ -238,6 +240,10 @@ pub struct GraphStore {
     /// skips its reads). Only a hint: every item write re-checks them inside
     /// its transaction, and forgets them when they are gone.
     pub(crate) known: moka::future::Cache<String, String>,
+    /// Library uid → (version, ranking statistics): a library's chunk count
+    /// and total length, read again when its version (the sum of its
+    /// fences' write counts) moves.
+    pub(crate) ranking: moka::future::Cache<String, (i64, rank::LibraryStats)>,
 }
 
 /// The graph's metric handles (from `Metrics`).
@@ -277,6 +283,7 @@ impl GraphStore {
                 .time_to_live(Duration::from_secs(300))
                 .support_invalidation_closures()
                 .build(),
+            ranking: moka::future::Cache::builder().max_capacity(100_000).build(),
         })
     }
 

@@ -4,87 +4,106 @@
 //! posting list before intersecting, so a `+library_uid:(…)` clause cannot stop
 //! a tenant's search from slowing down as *other* tenants' corpora grow (p50
 //! 1.6 → 9.5 → 250 ms at 2k / 20k / 200k foreign chunks). Instead every chunk
-//! carries `scoped`: each of its words prefixed with a short key of its library
-//! (`k1a2b3c4d5e_tidal`). A search asks only for its libraries' keyed words, so
+//! carries `scoped`: each of its terms prefixed with a short key of its library
+//! (`k1a2b3c4d5e_tidal`), and its item title's terms under the title key
+//! (`t1a2b3c4d5e_fundy`). A search asks only for its libraries' keyed terms, so
 //! the posting lists it reads hold only its own chunks (p50 0.84 / 0.72 / 0.70
-//! ms at the same sizes). Scores are BM25 with this library's document
-//! frequencies: other tenants' data never moves a tenant's ranking.
+//! ms at the same sizes).
 //!
-//! Words are produced here, never by the server's analyzer, so they contain only
-//! `[a-z0-9_]` (anything else is hex-encoded) and survive analysis as one token;
-//! the user's query goes through the same function, so no query syntax (`*`,
-//! `?`, `AND`, quotes, `field:`) can ever reach the index.
+//! The index only finds candidates: ranking is BM25 computed by the server
+//! (`knowledge::rank`) from each library's own statistics, because the
+//! index's document count and average length are index-wide — with them, other
+//! tenants' data moved a tenant's ranking.
+//!
+//! Terms are produced by `analysis`, never by the server's analyzer, so they
+//! contain only `[a-z0-9_]` and survive analysis as one token; the user's
+//! query goes through the same analysis, so no query syntax (`*`, `?`, `AND`,
+//! quotes, `field:`) can ever reach the index.
 
 use sha2::{Digest, Sha256};
 
-/// Longest word kept (the analyzer splits tokens over 255 characters).
-const MAX_WORD: usize = 120;
-/// At most this many distinct words of a query are searched.
+use super::analysis::{analyzer, Language};
+
+/// The analysis a chunk's `scoped` and `dl` were made with (`Chunk.analysis`):
+/// `migrate` re-indexes every chunk made with an older one.
+pub const ANALYSIS_VERSION: i64 = 2;
+
+/// At most this many distinct terms of a query are searched.
 pub const MAX_QUERY_WORDS: usize = 64;
 /// Lucene caps boolean clauses at 1024; stay well below per query.
 pub const MAX_CLAUSES: usize = 900;
 
+fn key_hex(library_uid: &str) -> String {
+    hex::encode(Sha256::digest(library_uid.as_bytes()))[..10].to_owned()
+}
+
 /// The library's key: `k` + 10 hex characters of SHA-256 of its uid. A
 /// collision only costs speed: results are re-checked with `library_uid IN`.
 pub fn library_key(library_uid: &str) -> String {
-    format!("k{}", &hex::encode(Sha256::digest(library_uid.as_bytes()))[..10])
+    format!("k{}", key_hex(library_uid))
 }
 
-/// Words of `text`: maximal runs of alphanumeric characters, lower-cased;
-/// ASCII kept as is, anything else hex-encoded behind an `x` marker.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let lower = w.to_lowercase();
-            let word = if lower.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                lower
-            } else {
-                format!("x{}", hex::encode(lower.as_bytes()))
-            };
-            word.chars().take(MAX_WORD).collect()
-        })
+/// The key of the library's title terms: `t` + the same 10 hex characters.
+pub fn title_key(library_uid: &str) -> String {
+    format!("t{}", key_hex(library_uid))
 }
 
-/// The `scoped` property of a chunk of `library_uid`: every word, in order and
-/// with repeats (so term frequency and length match the text).
-pub fn scoped_text(library_uid: &str, text: &str) -> String {
-    let key = library_key(library_uid);
+/// What a chunk's keyword index holds: its `scoped` property (the text's
+/// keyed terms in order and with repeats, then the item title's under the
+/// title key) and `dl`, the text's length in terms (what BM25 normalizes by).
+pub struct Indexed {
+    pub scoped: String,
+    pub dl: i64,
+}
+
+/// The index entry of a chunk of `library_uid` (analyzed in `language`).
+pub fn scoped_text(library_uid: &str, language: Language, title: &str, text: &str) -> Indexed {
+    let a = analyzer(language);
+    let (key, tkey) = (library_key(library_uid), title_key(library_uid));
+    let body = a.tokens(text);
     let mut out = String::with_capacity(text.len() * 2);
-    for w in words(text) {
+    let mut push = |key: &str, t: &str| {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(&key);
+        out.push_str(key);
         out.push('_');
-        out.push_str(&w);
+        out.push_str(t);
+    };
+    for t in &body {
+        push(&key, t);
     }
-    out
+    for t in a.tokens(title) {
+        push(&tkey, &t);
+    }
+    Indexed {
+        scoped: out,
+        dl: body.len() as i64,
+    }
 }
 
-/// The distinct words of a query, in order, at most `MAX_QUERY_WORDS`.
-pub fn query_words(query: &str) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    words(query)
-        .filter(|w| seen.insert(w.clone()))
-        .take(MAX_QUERY_WORDS)
-        .collect()
+/// The distinct terms of a query in `language`, in order, at most
+/// `MAX_QUERY_WORDS` (stop words left out unless nothing else is left).
+pub fn query_words(language: Language, query: &str) -> Vec<String> {
+    analyzer(language).query_terms(query, MAX_QUERY_WORDS)
 }
 
-/// Full-text queries for `libs` × `words`, each under `MAX_CLAUSES` clauses:
-/// `+scoped:(k1_a k1_b k2_a k2_b)`. Returns (libraries of the batch, query).
+/// Full-text queries for `libs` × `words` (text and title terms), each under
+/// `MAX_CLAUSES` clauses: `+scoped:(k1_a t1_a k1_b t1_b …)`. Returns (libraries
+/// of the batch, query).
 pub fn scoped_queries<'a>(libs: &'a [String], words: &[String]) -> Vec<(&'a [String], String)> {
     if libs.is_empty() || words.is_empty() {
         return Vec::new();
     }
-    let per_batch = (MAX_CLAUSES / words.len()).max(1);
+    let per_batch = (MAX_CLAUSES / (2 * words.len())).max(1);
     libs.chunks(per_batch)
         .map(|batch| {
-            let mut terms = Vec::with_capacity(batch.len() * words.len());
+            let mut terms = Vec::with_capacity(2 * batch.len() * words.len());
             for lib in batch {
-                let key = library_key(lib);
+                let (key, tkey) = (library_key(lib), title_key(lib));
                 for w in words {
                     terms.push(format!("{key}_{w}"));
+                    terms.push(format!("{tkey}_{w}"));
                 }
             }
             (batch, format!("+scoped:({})", terms.join(" ")))
@@ -98,26 +117,27 @@ mod tests {
 
     #[test]
     fn query_syntax_never_reaches_the_index() {
-        assert_eq!(query_words("(foo AND \"bar"), ["foo", "and", "bar"]);
-        assert_eq!(query_words("a:b"), ["a", "b"]);
-        assert!(query_words("* ? \\ ()").is_empty());
-        assert_eq!(query_words("Tidal tidal TIDAL"), ["tidal"]);
+        let q = |s| query_words(Language::English, s);
+        assert_eq!(q("(foo AND \"bar"), ["foo", "bar"]);
+        assert_eq!(q("a:b"), ["b"]);
+        assert!(q("* ? \\ ()").is_empty());
+        assert_eq!(q("Tidal tidal TIDAL"), ["tidal"]);
     }
 
     #[test]
     fn scoped_words_are_single_analyzer_tokens() {
-        let s = scoped_text("lib-A.1", "Grüße, naïve 中文 foo-bar x_y");
-        for tok in s.split(' ') {
+        let s = scoped_text("lib-A.1", Language::English, "Title Müller", "Grüße, naïve 中文 foo-bar x_y");
+        for tok in s.scoped.split(' ') {
             assert!(
                 tok.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
                 "{tok}"
             );
-            assert!(tok.len() <= 11 + 1 + MAX_WORD);
+            assert!(tok.len() <= 11 + 1 + 120);
         }
-        let key = library_key("lib-A.1");
-        assert!(s.starts_with(&format!("{key}_x")));
-        assert!(s.contains(&format!("{key}_foo {key}_bar {key}_x {key}_y")));
+        let (key, tkey) = (library_key("lib-A.1"), title_key("lib-A.1"));
+        assert!(s.scoped.contains(&format!("{key}_foo {key}_bar {key}_x {key}_y {tkey}_titl {tkey}_muller")));
+        assert_eq!(s.dl, 7, "title terms do not count in the text's length");
     }
 
     #[test]
@@ -128,8 +148,8 @@ mod tests {
         let qs = scoped_queries(&libs, &words);
         assert_eq!(qs.iter().map(|(b, _)| b.len()).sum::<usize>(), 100);
         for (batch, q) in &qs {
-            assert!(batch.len() * words.len() <= MAX_CLAUSES);
-            assert_eq!(q.matches(' ').count() + 1, batch.len() * words.len());
+            assert!(2 * batch.len() * words.len() <= MAX_CLAUSES);
+            assert_eq!(q.matches(' ').count() + 1, 2 * batch.len() * words.len());
         }
     }
 }

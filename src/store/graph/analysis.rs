@@ -1,0 +1,320 @@
+//! Text analysis for keyword search, done here (never by the graph server's
+//! analyzer) and identically at ingest and at query time:
+//!
+//! 1. Unicode NFKC (full-width forms, ligatures) and lower case;
+//! 2. words are maximal runs of alphanumeric characters;
+//! 3. runs of CJK characters (Han, Hiragana, Katakana, Hangul) become
+//!    overlapping character bigrams (a lone character stays a unigram), so
+//!    `地下鉄` inside `東京の地下鉄は便利です` is found;
+//! 4. other words are folded — diacritics removed (NFD, combining marks
+//!    dropped), `ß`→`ss`, `æ`→`ae`, `œ`→`oe`, `ø`→`o`, `ł`→`l`, `đ`→`d`,
+//!    `þ`→`th` — and stemmed with the library's Snowball stemmer (English by
+//!    default), so `Zürich`/`zurich` and `tides`/`tide` meet;
+//! 5. at query time, the stop words of English and of the library's language
+//!    are dropped (unless nothing else is left), so common words do not swamp
+//!    a question.
+//!
+//! A token is kept within `[a-z0-9]`: anything else (a CJK bigram, Greek,
+//! Cyrillic) is hex-encoded behind an `x`, so every token survives the
+//! server's whitespace analysis as one term.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::char::is_combining_mark;
+use unicode_normalization::UnicodeNormalization;
+
+/// Longest token kept (the server's analyzer splits tokens over 255 bytes).
+const MAX_TOKEN: usize = 120;
+
+/// A library's language: the Snowball stemmer and stop words it uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Language {
+    English,
+    German,
+    French,
+    Spanish,
+    Italian,
+    Portuguese,
+    Dutch,
+    Danish,
+    Swedish,
+    Norwegian,
+    Finnish,
+    Russian,
+}
+
+/// Every language, with its ISO 639-1 code (what the API and the graph use).
+pub const LANGUAGES: &[(Language, &str)] = &[
+    (Language::English, "en"),
+    (Language::German, "de"),
+    (Language::French, "fr"),
+    (Language::Spanish, "es"),
+    (Language::Italian, "it"),
+    (Language::Portuguese, "pt"),
+    (Language::Dutch, "nl"),
+    (Language::Danish, "da"),
+    (Language::Swedish, "sv"),
+    (Language::Norwegian, "no"),
+    (Language::Finnish, "fi"),
+    (Language::Russian, "ru"),
+];
+
+impl Language {
+    /// The language of an ISO 639-1 code; `None` for one without a stemmer.
+    pub fn from_code(code: &str) -> Option<Language> {
+        LANGUAGES.iter().find(|(_, c)| *c == code).map(|(l, _)| *l)
+    }
+
+    /// A stored code (absent or unknown: English, the default).
+    pub fn of_stored(code: Option<&str>) -> Language {
+        code.and_then(Language::from_code).unwrap_or(Language::English)
+    }
+
+    pub fn code(self) -> &'static str {
+        LANGUAGES
+            .iter()
+            .find(|(l, _)| *l == self)
+            .map(|(_, c)| *c)
+            .unwrap_or("en")
+    }
+
+    fn algorithm(self) -> Algorithm {
+        match self {
+            Language::English => Algorithm::English,
+            Language::German => Algorithm::German,
+            Language::French => Algorithm::French,
+            Language::Spanish => Algorithm::Spanish,
+            Language::Italian => Algorithm::Italian,
+            Language::Portuguese => Algorithm::Portuguese,
+            Language::Dutch => Algorithm::Dutch,
+            Language::Danish => Algorithm::Danish,
+            Language::Swedish => Algorithm::Swedish,
+            Language::Norwegian => Algorithm::Norwegian,
+            Language::Finnish => Algorithm::Finnish,
+            Language::Russian => Algorithm::Russian,
+        }
+    }
+}
+
+/// The analyzer of one language (built once per language).
+pub struct Analyzer {
+    stemmer: Stemmer,
+    /// Folded stop words of English and of this language.
+    stop: HashSet<String>,
+}
+
+static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
+    LANGUAGES
+        .iter()
+        .map(|(lang, code)| {
+            let mut stop = HashSet::new();
+            for c in ["en", code] {
+                for w in stop_words::lookup(c).unwrap_or_default() {
+                    stop.insert(fold(&w.nfkc().collect::<String>().to_lowercase()));
+                }
+            }
+            (
+                *lang,
+                Analyzer {
+                    stemmer: Stemmer::create(lang.algorithm()),
+                    stop,
+                },
+            )
+        })
+        .collect()
+});
+
+/// The analyzer of `language`.
+pub fn analyzer(language: Language) -> &'static Analyzer {
+    let all = &*ANALYZERS;
+    all.iter()
+        .find(|(l, _)| *l == language)
+        .map(|(_, a)| a)
+        .unwrap_or(&all[0].1)
+}
+
+/// Whether `c` belongs to a script written without spaces between words.
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x31F0..=0x31FF    // Katakana phonetic extensions
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF    // CJK compatibility ideographs
+        | 0xFF66..=0xFF9F    // half-width Katakana
+        | 0x20000..=0x2FA1F) // CJK extensions B–F, compatibility supplement
+}
+
+/// Diacritics removed and the letters without a decomposition spelled out.
+pub fn fold(word: &str) -> String {
+    let mut out = String::with_capacity(word.len());
+    for c in word.nfd() {
+        if is_combining_mark(c) {
+            continue;
+        }
+        match c {
+            'ß' => out.push_str("ss"),
+            'æ' => out.push_str("ae"),
+            'œ' => out.push_str("oe"),
+            'ø' => out.push('o'),
+            'ł' => out.push('l'),
+            'đ' | 'ð' => out.push('d'),
+            'þ' => out.push_str("th"),
+            'ı' => out.push('i'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A token as the index stores it: `[a-z0-9]` kept, anything else hex behind `x`.
+fn encode(token: &str) -> String {
+    let t: String = if token.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        token.to_owned()
+    } else {
+        format!("x{}", hex::encode(token.as_bytes()))
+    };
+    t.chars().take(MAX_TOKEN).collect()
+}
+
+/// One analyzed token and whether it is a stop word.
+struct Token {
+    text: String,
+    stop: bool,
+}
+
+impl Analyzer {
+    /// Every token of `text`, in order, with repeats (term frequencies and
+    /// lengths follow the text).
+    fn analyze(&self, text: &str, out: &mut Vec<Token>) {
+        let normal: String = text.nfkc().collect::<String>().to_lowercase();
+        for run in normal.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+            // Split the run into CJK and other segments.
+            let mut rest = run;
+            while let Some(first) = rest.chars().next() {
+                let cjk = is_cjk(first);
+                let end = rest
+                    .char_indices()
+                    .find(|(_, c)| is_cjk(*c) != cjk)
+                    .map(|(i, _)| i)
+                    .unwrap_or(rest.len());
+                let (segment, tail) = rest.split_at(end);
+                rest = tail;
+                if cjk {
+                    let chars: Vec<char> = segment.chars().collect();
+                    if chars.len() == 1 {
+                        out.push(Token {
+                            text: encode(segment),
+                            stop: false,
+                        });
+                    }
+                    for pair in chars.windows(2) {
+                        out.push(Token {
+                            text: encode(&pair.iter().collect::<String>()),
+                            stop: false,
+                        });
+                    }
+                } else {
+                    let folded = fold(segment);
+                    let stop = self.stop.contains(&folded);
+                    out.push(Token {
+                        text: encode(&self.stemmer.stem(&folded)),
+                        stop,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The tokens of a text to index.
+    pub fn tokens(&self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        self.analyze(text, &mut out);
+        out.into_iter().map(|t| t.text).collect()
+    }
+
+    /// The distinct terms of a query, in order, at most `max`: stop words
+    /// left out unless the query has nothing else.
+    pub fn query_terms(&self, query: &str, max: usize) -> Vec<String> {
+        let mut all = Vec::new();
+        self.analyze(query, &mut all);
+        let content = all.iter().any(|t| !t.stop);
+        let mut seen = HashSet::new();
+        all.into_iter()
+            .filter(|t| !(content && t.stop))
+            .map(|t| t.text)
+            .filter(|t| seen.insert(t.clone()))
+            .take(max)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn en(text: &str) -> Vec<String> {
+        analyzer(Language::English).tokens(text)
+    }
+
+    #[test]
+    fn diacritics_case_and_sharp_s_fold_on_both_sides() {
+        assert_eq!(en("Zürich"), en("zurich"));
+        assert_eq!(en("Café"), en("CAFE"));
+        assert_eq!(en("Lübeck"), en("lubeck"));
+        assert_eq!(en("Straßenbahn"), en("strassenbahn"));
+        assert_eq!(en("Müller"), en("MULLER"));
+        assert_eq!(en("crème brûlée"), en("creme brulee"));
+        assert_eq!(en("Ｚｕｒｉｃｈ"), en("zurich"), "full-width forms");
+    }
+
+    #[test]
+    fn english_stemming_joins_inflections() {
+        assert_eq!(en("tides"), en("tide"));
+        assert_eq!(en("baking"), en("baked"));
+        assert_eq!(en("indexes"), en("indexing"));
+    }
+
+    #[test]
+    fn german_and_french_stemmers_are_used_for_their_libraries() {
+        let de = analyzer(Language::German);
+        assert_eq!(de.tokens("Straßenbahnen"), de.tokens("Straßenbahn"));
+        let fr = analyzer(Language::French);
+        assert_eq!(fr.tokens("marées"), fr.tokens("marée"));
+    }
+
+    #[test]
+    fn cjk_runs_become_bigrams() {
+        let sentence = en("東京の地下鉄は便利です。");
+        for q in ["東京", "地下鉄", "便利"] {
+            for t in en(q) {
+                assert!(sentence.contains(&t), "{q}: {t} in {sentence:?}");
+            }
+        }
+        assert_eq!(en("東").len(), 1, "a lone character is a unigram");
+        assert_eq!(en("東京タワー tokyo").last().unwrap(), "tokyo");
+    }
+
+    #[test]
+    fn tokens_are_single_index_terms() {
+        for t in en("Grüße, naïve 中文 foo-bar x_y Ωμέγα") {
+            assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{t}");
+            assert!(t.len() <= MAX_TOKEN);
+        }
+    }
+
+    #[test]
+    fn query_terms_drop_stop_words_unless_nothing_else_is_left() {
+        let a = analyzer(Language::English);
+        assert_eq!(
+            a.query_terms("what to put on a scald from boiling water", 64),
+            a.query_terms("put scald boiling water", 64)
+        );
+        assert_eq!(a.query_terms("The Who", 64), a.tokens("the who"));
+        assert_eq!(a.query_terms("Tidal tidal TIDAL", 64).len(), 1);
+        assert!(a.query_terms("* ? \\ ()", 64).is_empty());
+    }
+}

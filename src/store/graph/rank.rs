@@ -1,0 +1,169 @@
+//! Keyword ranking: BM25 computed here, per library, from that library's own
+//! statistics only — its chunk count and average length (cached per library
+//! version) and document frequencies counted over its candidates (every
+//! chunk of the library holding a query term) — so a tenant's ranking is a
+//! function of its own libraries and never of what other tenants hold.
+//!
+//! Title terms are a second field (BM25 without length normalization,
+//! weighted `TITLE_WEIGHT`). Each hit also gets a `relevance` in [0, 1]: the
+//! share of the query's IDF weight the chunk matches (text or title). A term
+//! the library does not hold at all has the largest IDF, so a question about
+//! something the library does not cover scores low however common its few
+//! matching words are.
+
+use std::collections::HashMap;
+
+/// BM25 term-frequency saturation.
+const K1: f64 = 1.2;
+/// BM25 length normalization.
+const B: f64 = 0.75;
+/// Weight of a title match against a text match.
+pub const TITLE_WEIGHT: f64 = 2.0;
+
+/// One library's corpus statistics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LibraryStats {
+    /// Chunks in the library.
+    pub n: i64,
+    /// Sum of the chunks' lengths in terms.
+    pub tokens: i64,
+}
+
+/// A chunk holding at least one query term: its library, length, and the
+/// frequency of each query term in its text and in its item's title.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub chunk_uid: String,
+    pub library_uid: String,
+    pub dl: i64,
+    pub tf: Vec<i64>,
+    pub tf_title: Vec<i64>,
+}
+
+/// A ranked candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scored {
+    pub chunk_uid: String,
+    pub library_uid: String,
+    pub score: f64,
+    pub relevance: f64,
+}
+
+fn idf(n: f64, df: f64) -> f64 {
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// Scores the candidates of one library (all of them hold `terms` query
+/// terms in `tf`/`tf_title` order). Deterministic: the same candidates and
+/// statistics give the same scores, bit for bit.
+pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]) -> Vec<Scored> {
+    if candidates.is_empty() || terms == 0 {
+        return Vec::new();
+    }
+    // The candidates are every chunk holding a term, so they count the
+    // library's document frequencies (a library that grew since its
+    // statistics were read may have more candidates than chunks).
+    let mut df = vec![0f64; terms];
+    let mut df_title = vec![0f64; terms];
+    for c in candidates {
+        for i in 0..terms {
+            df[i] += f64::from(c.tf.get(i).copied().unwrap_or(0) > 0);
+            df_title[i] += f64::from(c.tf_title.get(i).copied().unwrap_or(0) > 0);
+        }
+    }
+    let n = (stats.n.max(0) as f64).max(candidates.len() as f64);
+    let avgdl = if stats.n > 0 && stats.tokens > 0 {
+        stats.tokens as f64 / stats.n as f64
+    } else {
+        1.0
+    };
+    let idf_text: Vec<f64> = df.iter().map(|d| idf(n, *d)).collect();
+    let idf_title: Vec<f64> = df_title.iter().map(|d| idf(n, *d)).collect();
+    // A term's weight for relevance: its IDF over the field that holds it
+    // most (absent from the library: the largest IDF there is).
+    let weight: Vec<f64> = (0..terms).map(|i| idf(n, df[i].max(df_title[i]))).collect();
+    let total_weight: f64 = weight.iter().sum();
+    candidates
+        .iter()
+        .map(|c| {
+            let norm = K1 * (1.0 - B + B * c.dl.max(0) as f64 / avgdl);
+            let mut score = 0.0;
+            let mut matched = 0.0;
+            for i in 0..terms {
+                let tf = c.tf.get(i).copied().unwrap_or(0).max(0) as f64;
+                let tt = c.tf_title.get(i).copied().unwrap_or(0).max(0) as f64;
+                if tf > 0.0 {
+                    score += idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
+                }
+                if tt > 0.0 {
+                    score += TITLE_WEIGHT * idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
+                }
+                if tf > 0.0 || tt > 0.0 {
+                    matched += weight[i];
+                }
+            }
+            Scored {
+                chunk_uid: c.chunk_uid.clone(),
+                library_uid: c.library_uid.clone(),
+                score,
+                relevance: if total_weight > 0.0 { matched / total_weight } else { 0.0 },
+            }
+        })
+        .collect()
+}
+
+/// Groups candidates by library.
+pub fn by_library(candidates: Vec<Candidate>) -> HashMap<String, Vec<Candidate>> {
+    let mut out: HashMap<String, Vec<Candidate>> = HashMap::new();
+    for c in candidates {
+        out.entry(c.library_uid.clone()).or_default().push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(uid: &str, dl: i64, tf: &[i64], tf_title: &[i64]) -> Candidate {
+        Candidate {
+            chunk_uid: uid.into(),
+            library_uid: "lib".into(),
+            dl,
+            tf: tf.to_vec(),
+            tf_title: tf_title.to_vec(),
+        }
+    }
+
+    #[test]
+    fn rarer_terms_weigh_more_and_short_chunks_win_ties() {
+        let stats = LibraryStats { n: 100, tokens: 10_000 };
+        // term 0 is rare (1 chunk), term 1 common (3 chunks).
+        let cs = [
+            cand("a", 100, &[1, 0], &[0, 0]),
+            cand("b", 100, &[0, 1], &[0, 0]),
+            cand("c", 50, &[0, 1], &[0, 0]),
+            cand("d", 200, &[0, 1], &[0, 0]),
+        ];
+        let s = score_library(stats, 2, &cs);
+        assert!(s[0].score > s[1].score, "the rare term");
+        assert!(s[2].score > s[1].score && s[1].score > s[3].score, "length normalization");
+    }
+
+    #[test]
+    fn a_title_match_counts_and_relevance_is_the_matched_share() {
+        let stats = LibraryStats { n: 10, tokens: 1000 };
+        let cs = [cand("a", 100, &[0, 0], &[1, 0]), cand("b", 100, &[1, 1], &[0, 0])];
+        let s = score_library(stats, 2, &cs);
+        assert!(s[0].score > 0.0);
+        assert!(s[0].relevance > 0.0 && s[0].relevance < 1.0);
+        assert!((s[1].relevance - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn scores_depend_only_on_the_library_given() {
+        let stats = LibraryStats { n: 10, tokens: 1000 };
+        let cs = [cand("a", 80, &[2], &[0]), cand("b", 120, &[1], &[1])];
+        assert_eq!(score_library(stats, 1, &cs), score_library(stats, 1, &cs));
+    }
+}
