@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::startup::Application;
 use mnemosyne::store::graph::ingest::{derived_uid, message_batches};
 use mnemosyne::store::graph::GraphStore;
@@ -246,7 +247,7 @@ async fn run() {
         let tag = format!("{ns}-bolt{clients}");
         let libs: Vec<String> = (0..workspaces).map(|w| format!("{tag}-lib{w}")).collect();
         for l in &libs {
-            graph.admin().create_library(l, l, "baseline").await.unwrap();
+            graph.admin().create_library(l, l, "baseline", Language::English).await.unwrap();
         }
         libraries.extend(libs.iter().cloned());
         let (bolt, docs2, libs) = (bolt.clone(), docs.clone(), Arc::new(libs));
@@ -262,13 +263,15 @@ async fn run() {
                     .iter()
                     .enumerate()
                     .map(|(k, text)| {
-                        let scoped = mnemosyne::store::graph::scoped::scoped_text(lib, text);
-                        let size = item.len() + text.len() + scoped.len() + 64;
+                        let indexed =
+                            mnemosyne::store::graph::scoped::scoped_text(lib, Language::English, &d.title, text);
+                        let size = item.len() + text.len() + indexed.scoped.len() + 64;
                         let mut m: HashMap<String, BoltType> = HashMap::new();
                         m.insert("uid".into(), format!("{item}-{k}").into());
                         m.insert("ordinal".into(), (k as i64).into());
                         m.insert("text".into(), text.as_str().into());
-                        m.insert("scoped".into(), scoped.into());
+                        m.insert("scoped".into(), indexed.scoped.into());
+                        m.insert("dl".into(), indexed.dl.into());
                         (size, m.into())
                     })
                     .collect();
@@ -301,6 +304,7 @@ async fn run() {
                                 .param("library_uid", lib.as_str())
                                 .param("collection_uid", col.as_str())
                                 .param("item_title", d.title.as_str())
+                                .param("analysis", mnemosyne::store::graph::scoped::ANALYSIS_VERSION)
                                 .param("chunks", batch),
                         )
                         .await?;

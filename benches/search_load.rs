@@ -20,6 +20,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::auth::Principal;
 use mnemosyne::startup::Application;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
@@ -164,7 +165,7 @@ impl Target {
     }
 
     async fn raw_search(&self) {
-        let hits = self.graph.search("quasar tidal", 10, None).await.unwrap();
+        let hits = self.graph.search("quasar tidal", 10, None, 0.0).await.unwrap();
         assert!(!hits.is_empty());
     }
 }
@@ -259,7 +260,7 @@ async fn run() {
     let tenant = format!("{ns}_tenant");
     let others: Vec<String> = (0..10).map(|i| format!("{ns}_other_{i}")).collect();
     for l in std::iter::once(&tenant).chain(&others) {
-        graph.admin().create_library(l, l, "load").await.unwrap();
+        graph.admin().create_library(l, l, "load", Language::English).await.unwrap();
     }
     let t0 = Instant::now();
     fill(&graph, &tenant, 0, tenant_chunks).await;

@@ -1,3 +1,3 @@
 MATCH (c:Chunk)
-WHERE c.library_uid = $library_uid
-RETURN count(c) AS n, sum(coalesce(c.dl, 0)) AS tokens
+WHERE c.library_uid IN $libs
+RETURN c.library_uid AS uid, count(c) AS n, sum(coalesce(c.dl, 0)) AS tokens

@@ -1,22 +1,26 @@
 #![no_main]
-//! The keyed-word builder of `scoped` (src/store/graph/scoped.rs): `words`,
-//! `scoped_text`, `query_words`, `scoped_queries`.
+//! The keyword index's terms (src/store/graph/analysis.rs and scoped.rs):
+//! `Analyzer::tokens`, `scoped_text`, `query_words`, `scoped_queries`.
 //!
-//! Input: library uids and a text, separated by NUL bytes (`lib1\0lib2\0text`).
+//! Input: library uids and a text, separated by NUL bytes (`lib1\0lib2\0text`);
+//! the first byte of the text picks the library language.
 //!
 //! Properties:
-//! - every word is non-empty `[a-z0-9]`, at most 120 characters;
-//! - every `scoped` token is `<library key>_<word>`, only `[a-z0-9_]`: one
-//!   analyzer token, nothing the query parser could read as syntax;
-//! - query words are distinct, at most 64, and contain no Lucene syntax character
-//!   (nor an upper-case operator such as AND / OR / NOT);
-//! - a query for a text's own words asks for tokens its `scoped` text contains
-//!   (index and query tokenise alike);
+//! - every token is non-empty `[a-z0-9]`, at most 120 characters;
+//! - every `scoped` token is `<library key>_<term>` (text) or `<title key>_<term>`
+//!   (title), only `[a-z0-9_]`: one analyzer token, nothing the query parser
+//!   could read as syntax; `dl` counts the text's tokens;
+//! - query terms are distinct, at most 64, and contain no Lucene syntax
+//!   character (nor an upper-case operator such as AND / OR / NOT);
+//! - a query for a text's own words asks for terms its `scoped` text contains
+//!   (index and query analyse alike);
 //! - `scoped_queries` covers every library once, in order, each query
-//!   `+scoped:(…)` of `<key>_<word>` terms only, within the clause cap.
+//!   `+scoped:(…)` of a text and a title term per library and query term,
+//!   within the clause cap.
 use libfuzzer_sys::fuzz_target;
+use mnemosyne::store::graph::analysis::{analyzer, LANGUAGES};
 use mnemosyne::store::graph::scoped::{
-    library_key, query_words, scoped_queries, scoped_text, words, MAX_CLAUSES, MAX_QUERY_WORDS,
+    library_key, query_words, scoped_queries, scoped_text, title_key, MAX_CLAUSES, MAX_QUERY_WORDS,
 };
 
 fn plain(w: &str) -> bool {
@@ -34,42 +38,37 @@ fuzz_target!(|data: &[u8]| {
     let mut parts: Vec<&str> = input.split('\0').collect();
     let text = parts.pop().unwrap_or("");
     let libs: Vec<String> = parts.iter().map(|s| s.to_string()).collect();
+    let language = LANGUAGES[text.bytes().next().unwrap_or(0) as usize % LANGUAGES.len()].0;
 
-    let ws: Vec<String> = words(text).collect();
+    let ws = analyzer(language).tokens(text);
     for w in &ws {
-        assert!(plain(w) && w.chars().count() <= 120, "word {w:?}");
+        assert!(plain(w) && w.chars().count() <= 120, "token {w:?}");
     }
 
-    let qs = query_words(text);
+    let qs = query_words(language, text);
     assert!(qs.len() <= MAX_QUERY_WORDS);
     let mut seen = std::collections::HashSet::new();
     for q in &qs {
-        assert!(seen.insert(q), "repeated query word {q:?}");
+        assert!(seen.insert(q), "repeated query term {q:?}");
         assert!(plain(q));
         assert!(!q.contains(|c: char| "+-&|!(){}[]^\"~*?:\\/ \t\n".contains(c)));
         assert!(!["AND", "OR", "NOT", "TO"].contains(&q.as_str()));
+        assert!(ws.contains(q), "query term {q:?} is one of the text's tokens");
     }
-    // Query words are the text's first distinct words.
-    let mut distinct = Vec::new();
-    for w in &ws {
-        if !distinct.contains(w) {
-            distinct.push(w.clone());
-        }
-    }
-    distinct.truncate(MAX_QUERY_WORDS);
-    assert_eq!(qs, distinct);
 
     for lib in libs.iter().take(3) {
-        let key = library_key(lib);
-        assert!(key.len() == 11 && token(&key));
-        let s = scoped_text(lib, text);
-        let toks: Vec<&str> = if s.is_empty() { vec![] } else { s.split(' ').collect() };
-        assert_eq!(toks.len(), ws.len(), "one token per word");
-        for (t, w) in toks.iter().zip(&ws) {
+        let (key, tkey) = (library_key(lib), title_key(lib));
+        assert!(key.len() == 11 && token(&key) && tkey.len() == 11 && token(&tkey));
+        let s = scoped_text(lib, language, text, text);
+        let toks: Vec<&str> = if s.scoped.is_empty() { vec![] } else { s.scoped.split(' ').collect() };
+        assert_eq!(toks.len(), 2 * ws.len(), "one text and one title token per token");
+        assert_eq!(s.dl as usize, ws.len());
+        for (i, t) in toks.iter().enumerate() {
             assert!(token(t), "token {t:?}");
+            let k = if i < ws.len() { &key } else { &tkey };
             assert_eq!(
-                t.strip_prefix(key.as_str()).and_then(|r| r.strip_prefix('_')),
-                Some(w.as_str())
+                t.strip_prefix(k.as_str()).and_then(|r| r.strip_prefix('_')),
+                Some(ws[i % ws.len()].as_str())
             );
         }
         for q in &qs {
@@ -90,11 +89,12 @@ fuzz_target!(|data: &[u8]| {
             .and_then(|q| q.strip_suffix(')'))
             .expect("query shape");
         let terms: Vec<&str> = inner.split(' ').collect();
-        assert_eq!(terms.len(), batch.len() * qs.len());
+        assert_eq!(terms.len(), 2 * batch.len() * qs.len());
         assert!(terms.len() <= MAX_CLAUSES);
         for (i, t) in terms.iter().enumerate() {
-            let (lib, w) = (&batch[i / qs.len()], &qs[i % qs.len()]);
-            assert_eq!(*t, format!("{}_{w}", library_key(lib)));
+            let (lib, w) = (&batch[i / (2 * qs.len())], &qs[(i / 2) % qs.len()]);
+            let k = if i % 2 == 0 { library_key(lib) } else { title_key(lib) };
+            assert_eq!(*t, format!("{k}_{w}"));
             assert!(token(t));
         }
     }

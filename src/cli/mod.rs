@@ -39,8 +39,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP server (MCP, team REST, ingest API, health, metrics).
     Serve,
-    /// Apply Postgres migrations, bootstrap the graph schema and make sure an
-    /// active signing key exists. Safe to run again.
+    /// Apply Postgres migrations, bootstrap the graph schema, re-index the
+    /// chunks an older keyword analysis indexed (progress on standard error)
+    /// and make sure an active signing key exists. Safe to run again, and an
+    /// interrupted run is finished by running it again.
     Migrate,
     /// Users and service accounts.
     #[command(subcommand)]
@@ -161,6 +163,10 @@ pub enum LibraryCmd {
 }
 
 pub mod demo;
+pub mod reindex;
+
+/// Store timeout of `migrate`'s graph calls (at least; a longer configured one wins).
+const MIGRATE_GRAPH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn read_password_stdin() -> anyhow::Result<String> {
     let mut s = String::new();
@@ -208,12 +214,18 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
                     k.kid
                 );
             }
-            let graph = GraphStore::connect(&settings).await?;
+            // Not serving a request: a large graph's pages are waited for.
+            let graph = GraphStore::connect(&settings)
+                .await?
+                .with_timeout(settings.store_timeout().max(MIGRATE_GRAPH_TIMEOUT));
             graph
                 .bootstrap_schema()
                 .await
                 .context("bootstrapping the graph schema")?;
             println!("graph ({}): schema ready", settings.graph_flavor);
+            reindex::run(&graph.admin(), &mut std::io::stderr())
+                .await
+                .context("re-indexing the chunks for keyword search")?;
         }
         Command::User(c) => user(&pool, c, json).await?,
         Command::Membership(c) => membership(&pool, c, json).await?,

@@ -13,5 +13,6 @@ mod foundation;
 mod ingest;
 mod mcp;
 mod observability;
+mod search;
 mod sessions;
 mod teams;

@@ -4,6 +4,8 @@
 //! Collection, Item or Chunk outside its scope, and anything outside it is
 //! reported exactly like something that does not exist.
 
+use std::collections::HashMap;
+
 use neo4rs::{query, BoltType, Query, Row};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -160,16 +162,15 @@ impl ScopedGraph {
         collection_uid: Option<&str>,
         min_relevance: f64,
     ) -> Result<Vec<SearchHit>, GraphError> {
-        let libraries = self.ranking_inputs().await?;
         // Libraries analyzed alike share their query terms and queries.
         let mut by_language: Vec<(Language, Vec<String>)> = Vec::new();
-        for (uid, language, _) in &libraries {
-            match by_language.iter_mut().find(|(l, _)| l == language) {
-                Some((_, uids)) => uids.push(uid.clone()),
-                None => by_language.push((*language, vec![uid.clone()])),
+        for (uid, language) in self.languages().await? {
+            match by_language.iter_mut().find(|(l, _)| *l == language) {
+                Some((_, uids)) => uids.push(uid),
+                None => by_language.push((language, vec![uid])),
             }
         }
-        let mut scored: Vec<rank::Scored> = Vec::new();
+        let mut groups = Vec::new();
         for (language, uids) in &by_language {
             let words = scoped::query_words(*language, text);
             let mut candidates = Vec::new();
@@ -193,11 +194,15 @@ impl ScopedGraph {
                     });
                 }
             }
-            for (lib, cs) in rank::by_library(candidates) {
-                let Some((_, _, stats)) = libraries.iter().find(|(u, _, _)| *u == lib) else {
-                    continue;
-                };
-                scored.extend(rank::score_library(*stats, words.len(), &cs));
+            groups.push((words.len(), rank::by_library(candidates)));
+        }
+        let found: Vec<String> = groups.iter().flat_map(|(_, g)| g.keys().cloned()).collect();
+        let stats = self.ranking_stats(&found).await?;
+        let mut scored: Vec<rank::Scored> = Vec::new();
+        for (terms, libraries) in groups {
+            for (lib, cs) in libraries {
+                let s = stats.get(&lib).copied().unwrap_or(rank::LibraryStats { n: 0, tokens: 0 });
+                scored.extend(rank::score_library(s, terms, &cs));
             }
         }
         scored.retain(|s| s.relevance >= min_relevance);
@@ -219,7 +224,7 @@ impl ScopedGraph {
         let q = query(include_str!("../../../cypher/search_chunks.cypher"))
             .param("uids", uids)
             .param("libs", libs_param(self.scope.uids()));
-        let mut details: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
+        let mut details: HashMap<String, Row> = HashMap::new();
         for row in self.store.rows("search_chunks.cypher", q).await? {
             details.insert(row.get("chunk_uid")?, row);
         }
@@ -242,43 +247,71 @@ impl ScopedGraph {
         Ok(hits)
     }
 
-    /// The scope's existing libraries, in scope order, with their language
-    /// and ranking statistics (read again only when a library's version moved).
-    async fn ranking_inputs(&self) -> Result<Vec<(String, Language, rank::LibraryStats)>, GraphError> {
+    /// The scope's existing libraries, in scope order, with the language
+    /// their text is analyzed in (cached: it never changes).
+    async fn languages(&self) -> Result<Vec<(String, Language)>, GraphError> {
         let uids = self.scope.uids();
-        if uids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let fences: Vec<String> = uids.iter().flat_map(|l| ingest::fence_uids(l)).collect();
-        let q = query(include_str!("../../../cypher/search_libraries.cypher"))
-            .param("libs", libs_param(uids))
-            .param("fences", fences);
-        let mut found: std::collections::HashMap<String, (Language, i64)> = std::collections::HashMap::new();
-        for row in self.store.rows("search_libraries.cypher", q).await? {
-            let language = Language::of_stored(row.get::<Option<String>>("language")?.as_deref());
-            found.insert(row.get("uid")?, (language, row.get("version")?));
-        }
-        let mut out = Vec::with_capacity(found.len());
+        let mut known = Vec::with_capacity(uids.len());
+        let mut missing = Vec::new();
         for uid in uids {
-            let Some((language, version)) = found.get(uid) else { continue };
-            let stats = match self.store.ranking.get(uid).await {
-                Some((v, stats)) if v == *version => stats,
-                _ => {
-                    let q = query(include_str!("../../../cypher/search_library_stats.cypher"))
-                        .param("library_uid", uid.as_str());
-                    let rows = self.store.rows("search_library_stats.cypher", q).await?;
-                    let stats = match rows.first() {
-                        Some(r) => rank::LibraryStats {
-                            n: r.get("n")?,
-                            tokens: r.get("tokens")?,
-                        },
-                        None => rank::LibraryStats { n: 0, tokens: 0 },
-                    };
-                    self.store.ranking.insert(uid.clone(), (*version, stats)).await;
-                    stats
+            match self.store.known.get(&format!("lang:{uid}")).await {
+                Some(code) => known.push(Some(Language::of_stored(Some(&code)))),
+                None => {
+                    known.push(None);
+                    missing.push(uid.clone());
                 }
+            }
+        }
+        if !missing.is_empty() {
+            let q = query(include_str!("../../../cypher/search_libraries.cypher")).param("libs", libs_param(&missing));
+            let mut read: HashMap<String, Language> = HashMap::new();
+            for row in self.store.rows("search_libraries.cypher", q).await? {
+                let language = Language::of_stored(row.get::<Option<String>>("language")?.as_deref());
+                let uid: String = row.get("uid")?;
+                self.store
+                    .known
+                    .insert(format!("lang:{uid}"), language.code().to_owned())
+                    .await;
+                read.insert(uid, language);
+            }
+            for (slot, uid) in known.iter_mut().zip(uids) {
+                if slot.is_none() {
+                    *slot = read.get(uid).copied();
+                }
+            }
+        }
+        Ok(uids
+            .iter()
+            .zip(known)
+            .filter_map(|(uid, l)| l.map(|l| (uid.clone(), l)))
+            .collect())
+    }
+
+    /// Chunk count and total length of each library in `libs`, as read at
+    /// most `rank::STATS_TTL` ago (one query for those not cached).
+    async fn ranking_stats(&self, libs: &[String]) -> Result<HashMap<String, rank::LibraryStats>, GraphError> {
+        let mut out = HashMap::with_capacity(libs.len());
+        let mut missing = Vec::new();
+        for lib in libs {
+            match self.store.ranking.get(lib).await {
+                Some(s) => {
+                    out.insert(lib.clone(), s);
+                }
+                None => missing.push(lib.clone()),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let q = query(include_str!("../../../cypher/search_library_stats.cypher")).param("libs", libs_param(&missing));
+        for row in self.store.rows("search_library_stats.cypher", q).await? {
+            let stats = rank::LibraryStats {
+                n: row.get("n")?,
+                tokens: row.get("tokens")?,
             };
-            out.push((uid.clone(), *language, stats));
+            let uid: String = row.get("uid")?;
+            self.store.ranking.insert(uid.clone(), stats).await;
+            out.insert(uid, stats);
         }
         Ok(out)
     }

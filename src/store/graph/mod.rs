@@ -5,10 +5,11 @@
 
 pub mod admin;
 pub mod analysis;
-pub mod rank;
 pub mod flavor;
 pub mod ingest;
 pub mod knowledge;
+pub mod rank;
+pub mod reindex;
 pub mod scoped;
 
 use std::collections::HashMap;
@@ -240,10 +241,9 @@ pub struct GraphStore {
     /// skips its reads). Only a hint: every item write re-checks them inside
     /// its transaction, and forgets them when they are gone.
     pub(crate) known: moka::future::Cache<String, String>,
-    /// Library uid → (version, ranking statistics): a library's chunk count
-    /// and total length, read again when its version (the sum of its
-    /// fences' write counts) moves.
-    pub(crate) ranking: moka::future::Cache<String, (i64, rank::LibraryStats)>,
+    /// Library uid → its ranking statistics (chunk count, total length),
+    /// read again after `rank::STATS_TTL`.
+    pub(crate) ranking: moka::future::Cache<String, rank::LibraryStats>,
 }
 
 /// The graph's metric handles (from `Metrics`).
@@ -283,7 +283,10 @@ impl GraphStore {
                 .time_to_live(Duration::from_secs(300))
                 .support_invalidation_closures()
                 .build(),
-            ranking: moka::future::Cache::builder().max_capacity(100_000).build(),
+            ranking: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(rank::STATS_TTL)
+                .build(),
         })
     }
 

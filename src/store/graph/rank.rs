@@ -1,8 +1,8 @@
 //! Keyword ranking: BM25 computed here, per library, from that library's own
-//! statistics only — its chunk count and average length (cached per library
-//! version) and document frequencies counted over its candidates (every
-//! chunk of the library holding a query term) — so a tenant's ranking is a
-//! function of its own libraries and never of what other tenants hold.
+//! statistics only — its chunk count and average length (read at most
+//! `STATS_TTL` ago) and document frequencies counted over its candidates
+//! (every chunk of the library holding a query term) — so a tenant's ranking
+//! is a function of its own libraries and never of what other tenants hold.
 //!
 //! Title terms are a second field (BM25 without length normalization,
 //! weighted `TITLE_WEIGHT`). Each hit also gets a `relevance` in [0, 1]: the
@@ -12,6 +12,12 @@
 //! matching words are.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+/// How long a library's chunk count and total length are used before they
+/// are read again: a library that just grew ranks with its previous counts
+/// for at most this long (its document frequencies are always current).
+pub const STATS_TTL: Duration = Duration::from_secs(2);
 
 /// BM25 term-frequency saturation.
 const K1: f64 = 1.2;

@@ -1,0 +1,492 @@
+//! Retrieval-quality benchmark: does `search` find what an agent means?
+//! Prints numbers; fails (non-zero exit) on a result from outside the
+//! caller's library, and on a ranking that moved when other tenants grew.
+//! Needs `scripts/dev up`.
+//!
+//! A labelled set in BEIR layout (`corpus.jsonl`, `queries.jsonl` with
+//! `metadata.bucket`, `qrels/test.tsv`; default `benches/quality`, or
+//! `QUALITY_DATA=folder` for a public set) is ingested through the REST API
+//! into one tenant library; noise tenants (the same documents, reshuffled and
+//! lengthened, in 5 other libraries) grow to each multiple of the corpus in
+//! `QUALITY_NOISE` (default "1,10,100"). At each size every query is sent as
+//! an MCP `search` (stateless 2026-07-28, limit 50) with a token for the
+//! tenant library only, and per bucket it prints nDCG@10, recall@10/@50,
+//! MRR@10, the queries with nothing relevant in the top 10, and p50/p95
+//! latency; for the negative bucket (no relevant document) how many came
+//! back empty or with a top relevance below `QUALITY_FLOOR` (0.5).
+//!
+//! `QUALITY_SERVER_BIN=path/to/mnemosyne` runs that binary as the server (an
+//! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
+//! reports a moved ranking without failing. `QUALITY_MIN_RELEVANCE` is sent
+//! as `min_relevance` when set.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use mnemosyne::auth::basic::hash_password;
+use mnemosyne::startup::Application;
+use mnemosyne::store::pg::users;
+use serde_json::{json, Value};
+
+const SERVICE: &str = "quality-service";
+const SERVICE_PASSWORD: &str = "quality-service-password";
+const NOISE_LIBRARIES: usize = 5;
+const BUCKETS: &[&str] = &[
+    "exact",
+    "morphology",
+    "diacritics",
+    "title",
+    "paraphrase",
+    "multilingual",
+    "negative",
+];
+
+struct Doc {
+    id: String,
+    title: String,
+    text: String,
+}
+
+struct QueryCase {
+    id: String,
+    text: String,
+    bucket: String,
+    /// doc id → grade (1–3).
+    relevant: HashMap<String, u32>,
+}
+
+fn read_jsonl(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn load_set(dir: &std::path::Path) -> (Vec<Doc>, Vec<QueryCase>) {
+    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))
+        .into_iter()
+        .map(|d| Doc {
+            id: d["_id"].as_str().unwrap().to_owned(),
+            title: d["title"].as_str().unwrap_or("").to_owned(),
+            text: d["text"].as_str().unwrap_or("").to_owned(),
+        })
+        .collect();
+    let mut qrels: HashMap<String, HashMap<String, u32>> = HashMap::new();
+    let tsv = std::fs::read_to_string(dir.join("qrels/test.tsv")).unwrap();
+    for line in tsv.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() >= 3 {
+            let grade: u32 = f[2].trim().parse().unwrap_or(0);
+            if grade > 0 {
+                qrels.entry(f[0].to_owned()).or_default().insert(f[1].to_owned(), grade);
+            }
+        }
+    }
+    let queries = read_jsonl(&dir.join("queries.jsonl"))
+        .into_iter()
+        .map(|q| {
+            let id = q["_id"].as_str().unwrap().to_owned();
+            QueryCase {
+                relevant: qrels.remove(&id).unwrap_or_default(),
+                text: q["text"].as_str().unwrap().to_owned(),
+                bucket: q["metadata"]["bucket"].as_str().unwrap_or("all").to_owned(),
+                id,
+            }
+        })
+        .collect();
+    (docs, queries)
+}
+
+/// One search hit as the tool returns it.
+#[derive(Clone, Debug, PartialEq)]
+struct Hit {
+    library_uid: String,
+    item_uid: String,
+    score: f64,
+    relevance: Option<f64>,
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    min_relevance: Option<f64>,
+}
+
+impl Client {
+    async fn ingest(&self, body: Value) {
+        for attempt in 0..5 {
+            let r = self
+                .http
+                .post(format!("{}/library/api/ingest/", self.base))
+                .basic_auth(SERVICE, Some(SERVICE_PASSWORD))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            if r.status().is_success() {
+                return;
+            }
+            let status = r.status();
+            let text = r.text().await.unwrap_or_default();
+            assert!(
+                status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+                "ingest: {status} {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
+        panic!("ingest kept failing");
+    }
+
+    async fn search(&self, query: &str) -> (Vec<Hit>, Duration) {
+        let mut args = json!({"query": query, "limit": 50});
+        if let Some(r) = self.min_relevance {
+            args["min_relevance"] = json!(r);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "search", "arguments": args,
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let t = Instant::now();
+        let r = self
+            .http
+            .post(format!("{}/mcp/", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "search")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        let took = t.elapsed();
+        assert!(status.is_success(), "search: {status} {text}");
+        // JSON, or one SSE event whose data is the JSON-RPC answer.
+        let json: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(_) => text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|v| v.get("result").is_some() || v.get("error").is_some())
+                .unwrap_or_else(|| panic!("no answer in {text}")),
+        };
+        let result = &json["result"];
+        assert!(result["isError"] != json!(true), "search failed: {json}");
+        let hits = result["structuredContent"]["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no results in {json}"))
+            .iter()
+            .map(|h| Hit {
+                library_uid: h["library_uid"].as_str().unwrap().to_owned(),
+                item_uid: h["item_uid"].as_str().unwrap().to_owned(),
+                score: h["score"].as_f64().unwrap(),
+                relevance: h["relevance"].as_f64(),
+            })
+            .collect();
+        (hits, took)
+    }
+}
+
+/// Per-query measures.
+#[derive(Default, Clone, Copy)]
+struct Measures {
+    ndcg10: f64,
+    recall10: f64,
+    recall50: f64,
+    mrr10: f64,
+    nothing10: bool,
+}
+
+fn measure(ranked_docs: &[String], relevant: &HashMap<String, u32>) -> Measures {
+    let gain = |g: u32| 2f64.powi(g as i32) - 1.0;
+    let dcg: f64 = ranked_docs
+        .iter()
+        .take(10)
+        .enumerate()
+        .map(|(i, d)| relevant.get(d).map_or(0.0, |g| gain(*g)) / ((i + 2) as f64).log2())
+        .sum();
+    let mut ideal: Vec<u32> = relevant.values().copied().collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let idcg: f64 = ideal
+        .iter()
+        .take(10)
+        .enumerate()
+        .map(|(i, g)| gain(*g) / ((i + 2) as f64).log2())
+        .sum();
+    let found = |k: usize| ranked_docs.iter().take(k).filter(|d| relevant.contains_key(*d)).count();
+    let total = relevant.len().max(1) as f64;
+    let first = ranked_docs.iter().take(10).position(|d| relevant.contains_key(d));
+    Measures {
+        ndcg10: if idcg > 0.0 { dcg / idcg } else { 0.0 },
+        recall10: found(10) as f64 / total,
+        recall50: found(50) as f64 / total,
+        mrr10: first.map_or(0.0, |p| 1.0 / (p + 1) as f64),
+        nothing10: first.is_none(),
+    }
+}
+
+fn percentile(v: &mut [Duration], q: f64) -> f64 {
+    v.sort();
+    v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1)))
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    common::block_on("search_quality", run());
+}
+
+async fn run() {
+    let data = std::path::PathBuf::from(std::env::var("QUALITY_DATA").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality").to_owned()
+    }));
+    let (docs, queries) = load_set(&data);
+    let noise: Vec<usize> = std::env::var("QUALITY_NOISE")
+        .unwrap_or_else(|_| "1,10,100".into())
+        .split(',')
+        .filter_map(|f| f.trim().parse().ok())
+        .collect();
+    let floor = common::setting::<f64>("QUALITY_FLOOR", 0.5);
+    let expect_isolation = std::env::var("QUALITY_EXPECT_ISOLATION").map_or(true, |v| v != "0");
+    println!(
+        "set: {} ({} documents, {} queries)",
+        data.display(),
+        docs.len(),
+        queries.len()
+    );
+
+    let (mut settings, pool, admin) = common::fresh_settings("quality").await;
+    settings.rate_limit_per_minute = 0;
+    settings.tool_rate_limit_per_minute = 0;
+    users::create(&pool, SERVICE, Some(&hash_password(SERVICE_PASSWORD).unwrap()), true)
+        .await
+        .unwrap();
+    let mut server = None;
+    let base = match std::env::var("QUALITY_SERVER_BIN") {
+        Ok(bin) => {
+            let s = common::ServerProcess::start(
+                &bin,
+                &settings.database_url,
+                &[
+                    ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+                    ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+                ],
+            )
+            .await;
+            println!("server: {bin} (its own process)");
+            let base = s.base.clone();
+            server = Some(s);
+            base
+        }
+        Err(_) => {
+            let app = Application::build(settings.clone()).await.unwrap();
+            let base = format!("http://{}", app.local_addr());
+            settings.public_url = base.clone();
+            tokio::spawn(app.run_until(std::future::pending()));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            println!("server: in process");
+            base
+        }
+    };
+    let ns = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let tenant = format!("{ns}_tenant");
+    let noise_libs: Vec<String> = (0..NOISE_LIBRARIES).map(|i| format!("{ns}_noise_{i}")).collect();
+    let http = reqwest::Client::builder().pool_max_idle_per_host(16).build().unwrap();
+    for l in std::iter::once(&tenant).chain(&noise_libs) {
+        let r = http
+            .post(format!("{base}/library/api/libraries/"))
+            .basic_auth(SERVICE, Some(SERVICE_PASSWORD))
+            .json(&json!({"uid": l, "name": l}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "library create: {}", r.status());
+    }
+    users::create(&pool, "quality", None, false).await.unwrap();
+    users::grant(&pool, "quality", &tenant, users::Role::Owner).await.unwrap();
+    let token = mnemosyne::service::tokens::mint(&pool, "quality", "quality", &[tenant.clone()], None)
+        .await
+        .unwrap()
+        .plaintext;
+    let client = Client {
+        http,
+        base,
+        token,
+        min_relevance: std::env::var("QUALITY_MIN_RELEVANCE").ok().and_then(|v| v.parse().ok()),
+    };
+
+    let t0 = Instant::now();
+    let item_of = |doc: &str| format!("{ns}_{doc}");
+    let doc_of: HashMap<String, String> = docs.iter().map(|d| (item_of(&d.id), d.id.clone())).collect();
+    futures::stream::iter(docs.iter().map(|d| {
+        client.ingest(json!({"library_uid": tenant, "item": {"uid": item_of(&d.id), "title": d.title},
+                              "content": d.text}))
+    }))
+    .buffer_unordered(8)
+    .collect::<Vec<()>>()
+    .await;
+    println!("tenant: {} documents ingested in {:.1} s", docs.len(), t0.elapsed().as_secs_f64());
+
+    let mut noise_docs = 0usize;
+    let mut baseline: Option<BTreeMap<String, Vec<(String, u64)>>> = None;
+    let mut moved_total = 0usize;
+    for level in noise {
+        let target = level * docs.len();
+        let t = Instant::now();
+        // Noise: the corpus again, each copy with another document's text
+        // appended (other lengths, the same words) in one of the noise libraries.
+        let adds: Vec<Value> = (noise_docs..target)
+            .map(|k| {
+                let d = &docs[k % docs.len()];
+                let other = &docs[(k * 7 + 3) % docs.len()];
+                json!({"library_uid": noise_libs[k % NOISE_LIBRARIES],
+                       "item": {"uid": format!("{ns}_n{k}"), "title": d.title},
+                       "content": format!("{}\n\n{}", d.text, other.text.repeat(1 + k % 3))})
+            })
+            .collect();
+        futures::stream::iter(adds.into_iter().map(|b| client.ingest(b)))
+            .buffer_unordered(8)
+            .collect::<Vec<()>>()
+            .await;
+        noise_docs = noise_docs.max(target);
+        println!(
+            "\n== noise {level}× ({noise_docs} documents in {NOISE_LIBRARIES} other libraries; loaded in {:.1} s) ==",
+            t.elapsed().as_secs_f64()
+        );
+
+        let mut per_bucket: BTreeMap<&str, Vec<Measures>> = BTreeMap::new();
+        let mut latencies = Vec::with_capacity(queries.len());
+        let mut top10: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
+        // Warm-up (a JVM graph server's JIT), untimed.
+        for q in queries.iter().take(20) {
+            client.search(&q.text).await;
+        }
+        for q in &queries {
+            let (hits, took) = client.search(&q.text).await;
+            latencies.push(took);
+            if let Some(h) = hits.iter().find(|h| h.library_uid != tenant) {
+                panic!("query {}: a result from outside the caller's library: {h:?}", q.id);
+            }
+            top10.insert(
+                q.id.clone(),
+                hits.iter()
+                    .take(10)
+                    .map(|h| (h.item_uid.clone(), h.score.to_bits()))
+                    .collect(),
+            );
+            // Documents in rank order (a document's best chunk counts).
+            let mut ranked: Vec<String> = Vec::new();
+            for h in &hits {
+                let d = doc_of.get(&h.item_uid).cloned().unwrap_or_default();
+                if !ranked.contains(&d) {
+                    ranked.push(d);
+                }
+            }
+            if q.relevant.is_empty() {
+                neg += 1;
+                if hits.is_empty() {
+                    neg_empty += 1;
+                } else if hits[0].relevance.is_some_and(|r| r < floor) {
+                    neg_below += 1;
+                }
+                continue;
+            }
+            per_bucket
+                .entry(BUCKETS.iter().find(|b| **b == q.bucket).copied().unwrap_or("other"))
+                .or_default()
+                .push(measure(&ranked, &q.relevant));
+        }
+        println!("| bucket | queries | nDCG@10 | recall@10 | recall@50 | MRR@10 | nothing relevant in top 10 |");
+        println!("|---|---|---|---|---|---|---|");
+        let mut all = Vec::new();
+        for (bucket, ms) in &per_bucket {
+            print_row(bucket, ms);
+            all.extend(ms.iter().copied());
+        }
+        print_row("**overall**", &all);
+        println!(
+            "negatives: {neg} queries — {neg_empty} empty, {neg_below} with top relevance < {floor} \
+             ({} recognisably \"nothing relevant\")",
+            neg_empty + neg_below
+        );
+        let (p50, p95) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.95));
+        println!("latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms", queries.len());
+        println!("graph statements (mean per call, this server so far): {}", statement_means(&client).await);
+        match &baseline {
+            None => baseline = Some(top10),
+            Some(base) => {
+                let moved = base.iter().filter(|(q, top)| top10.get(*q) != Some(*top)).count();
+                moved_total += moved;
+                println!(
+                    "ranking isolation: top 10 (documents, order, scores) moved for {moved} of {} queries vs the first size",
+                    base.len()
+                );
+            }
+        }
+    }
+    drop(server);
+    let graph = mnemosyne::store::graph::GraphStore::connect(&settings)
+        .await
+        .unwrap()
+        .with_timeout(Duration::from_secs(600));
+    let all: Vec<String> = std::iter::once(tenant).chain(noise_libs).collect();
+    graph.admin().delete_libraries(&all).await.unwrap();
+    pool.close().await;
+    common::drop_db(&admin, &settings.database_url).await;
+    if moved_total > 0 && expect_isolation {
+        eprintln!("FAILED: other tenants' data moved the tenant's ranking");
+        std::process::exit(1);
+    }
+}
+
+/// Mean latency of each search statement, from the server's `/metrics`.
+async fn statement_means(client: &Client) -> String {
+    let Ok(r) = client.http.get(format!("{}/metrics", client.base)).send().await else {
+        return "-".into();
+    };
+    let text = r.text().await.unwrap_or_default();
+    let value = |series: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+    };
+    let mut out = Vec::new();
+    for name in ["search_libraries.cypher", "search_library_stats.cypher", "search.cypher", "search_chunks.cypher"] {
+        let label = format!("{{query=\"{name}\"}}");
+        if let (Some(sum), Some(count)) = (
+            value(&format!("graph_query_duration_seconds_sum{label}")),
+            value(&format!("graph_query_duration_seconds_count{label}")),
+        ) {
+            if count > 0.0 {
+                out.push(format!("{name} {:.2} ms × {count}", sum / count * 1000.0));
+            }
+        }
+    }
+    if out.is_empty() {
+        "-".into()
+    } else {
+        out.join(", ")
+    }
+}
+
+fn print_row(bucket: &str, ms: &[Measures]) {
+    let n = ms.len().max(1) as f64;
+    let avg = |f: fn(&Measures) -> f64| ms.iter().map(f).sum::<f64>() / n;
+    println!(
+        "| {bucket} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
+        ms.len(),
+        avg(|m| m.ndcg10),
+        avg(|m| m.recall10),
+        avg(|m| m.recall50),
+        avg(|m| m.mrr10),
+        ms.iter().filter(|m| m.nothing10).count()
+    );
+}
