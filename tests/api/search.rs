@@ -1,11 +1,84 @@
-//! Keyword search (DESIGN §5): `migrate`'s re-index of chunks an older
-//! analysis indexed.
+//! Keyword search (DESIGN §5): language analysis (folding, stemming, CJK
+//! bigrams, titles), ranking that depends on a tenant's own libraries only,
+//! `min_relevance`, library languages, and `migrate`'s re-index of chunks an
+//! older analysis indexed.
 
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use mnemosyne::store::graph::scoped::{library_key, ANALYSIS_VERSION};
 
-use crate::helpers::{McpClient, TestApp};
+use crate::helpers::{send, McpClient, TestApp};
+
+/// (title, text) of library A's documents.
+const DOCS: &[(&str, &str)] = &[
+    (
+        "Zürich Tram Guide",
+        "Zürich has a dense tram network. The Straßenbahn runs every few minutes, and tickets are \
+         valid on buses and on the boats of the lake.",
+    ),
+    (
+        "Bay of Fundy",
+        "The tides in the bay rise and fall by sixteen metres twice a day. Fishermen plan their \
+         work around the tides.",
+    ),
+    (
+        "Tokyo Transit",
+        "東京の地下鉄は便利です。 Trains run from early morning until midnight, and the city is easy \
+         to travel around.",
+    ),
+    (
+        "Bakery Visit",
+        "Anna Müller bakes bread every morning. Her shop is the best way to start a day in the old town.",
+    ),
+    (
+        "City Walks",
+        "The best way to see a city is on foot. Walk around the old town, travel light and take the \
+         tram when you are tired.",
+    ),
+    (
+        "Harbour Notes",
+        "The harbour fills at high water and empties at low water. Boats wait for the tide at the \
+         outer wall, where the pilots meet them. Cargo ships need the spring tides to reach the \
+         inner docks; smaller boats come and go at any time of day. In winter the harbour master \
+         posts the tide tables on the door of the old customs house, beside the timetable of the \
+         ferry that crosses the bay twice a day.",
+    ),
+    (
+        "Garden Diary",
+        "Tomatoes need sun and water. Prune the roses in early spring and cover the beds before the frost.",
+    ),
+];
+
+/// The isolation test's questions: a common-word question, a folded word, a
+/// stemmed variant, a word only a title holds, Japanese inside a sentence,
+/// and a few words at once.
+const QUERIES: &[&str] = &[
+    "What is the best way to travel around the city?",
+    "zurich",
+    "tide",
+    "fundy",
+    "地下鉄",
+    "tram tickets strassenbahn",
+];
+
+/// Ingests `DOCS` into `lib`; returns their item uids in order.
+async fn ingest_docs(app: &TestApp, lib: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    for (title, text) in DOCS {
+        let out = app
+            .ingest(json!({"library_uid": lib, "item": {"title": title}, "content": text}))
+            .await;
+        items.push(out["item_uid"].as_str().unwrap().to_owned());
+    }
+    items
+}
+
+/// The item uid of the document titled `title`.
+fn item_of(items: &[String], title: &str) -> String {
+    let i = DOCS.iter().position(|(t, _)| *t == title).unwrap();
+    items[i].clone()
+}
 
 /// `search` results (limit 10 unless `extra` says otherwise).
 async fn search(c: &mut McpClient, query: &str, extra: Value) -> Vec<Value> {
@@ -22,6 +95,208 @@ fn items_of(hits: &[Value]) -> Vec<String> {
     hits.iter()
         .map(|h| h["item_uid"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// (chunk uid, score bits) of the results, best first.
+fn ranking(hits: &[Value]) -> Vec<(String, u64)> {
+    hits.iter()
+        .map(|h| {
+            (
+                h["chunk_uid"].as_str().unwrap().to_owned(),
+                h["score"].as_f64().unwrap().to_bits(),
+            )
+        })
+        .collect()
+}
+
+/// A deterministic pseudo-random sequence (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Noise sharing the queries' words and many common ones, 1 to 150 words long.
+fn noise(rng: &mut Rng) -> (String, String) {
+    const WORDS: &str = "the best way to travel around city is a of and in Zürich zurich tide tides Fundy fundy \
+        地下鉄 東京の地下鉄 tram trams tickets Straßenbahn strassenbahn Müller bay boats harbour morning walk old \
+        town what water day twice lake bread train trains";
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let len = match rng.next(4) {
+        0 => 1 + rng.next(4),
+        1 => 5 + rng.next(20),
+        2 => 25 + rng.next(50),
+        _ => 75 + rng.next(75),
+    };
+    let text: Vec<&str> = (0..len).map(|_| words[rng.next(words.len())]).collect();
+    let title: Vec<&str> = (0..1 + rng.next(3)).map(|_| words[rng.next(words.len())]).collect();
+    (title.join(" "), text.join(" "))
+}
+
+#[tokio::test]
+async fn a_tenants_ranking_does_not_move_when_other_libraries_grow() {
+    let app = TestApp::spawn().await;
+    let a = app.library("a").await;
+    ingest_docs(&app, &a).await;
+    let token = app.opaque_token(&[a.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    let mut before = Vec::new();
+    for q in QUERIES {
+        let hits = search(&mut c, q, json!({})).await;
+        assert!(!hits.is_empty(), "{q}: nothing found");
+        assert!(hits.iter().all(|h| h["library_uid"] == a.as_str()), "{q}: {hits:?}");
+        before.push(ranking(&hits));
+    }
+    // 300 chunks in two other libraries, sharing the queries' words and the
+    // common ones, of very different lengths.
+    let (b, cc) = (app.library("b").await, app.library("c").await);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let docs: Vec<(String, String, String)> = (0..300)
+        .map(|i| {
+            let (title, text) = noise(&mut rng);
+            (if i % 2 == 0 { b.clone() } else { cc.clone() }, title, text)
+        })
+        .collect();
+    for batch in docs.chunks(10) {
+        futures::future::join_all(batch.iter().map(|(lib, title, text)| {
+            app.ingest(json!({"library_uid": lib, "item": {"title": title}, "content": text}))
+        }))
+        .await;
+    }
+    // The noise is there and searchable by its own tenant.
+    let noisy = app.opaque_token(&[b.clone(), cc.clone()]).await;
+    let mut n = app.mcp(&noisy).connect().await;
+    for q in QUERIES {
+        assert_eq!(search(&mut n, q, json!({})).await.len(), 10, "{q}: noise not indexed");
+    }
+    // The same replica (A's statistics cached: A did not change) and a fresh
+    // one (every statistic read anew from the grown graph).
+    let fresh = app.second_instance().await;
+    let mut f = fresh.mcp(&token).connect().await;
+    for (q, was) in QUERIES.iter().zip(&before) {
+        let now = ranking(&search(&mut c, q, json!({})).await);
+        assert_eq!(&now, was, "{q}: A's results moved when B and C grew");
+        let now = ranking(&search(&mut f, q, json!({})).await);
+        assert_eq!(&now, was, "{q}: A's results moved when B and C grew (fresh replica)");
+    }
+}
+
+#[tokio::test]
+async fn folding_stemming_titles_and_cjk_find_their_documents() {
+    let app = TestApp::spawn().await;
+    let a = app.library("a").await;
+    let items = ingest_docs(&app, &a).await;
+    let token = app.opaque_token(&[a.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    for (query, title) in [
+        ("zurich", "Zürich Tram Guide"),
+        ("ZÜRICH", "Zürich Tram Guide"),
+        ("strassenbahn", "Zürich Tram Guide"),
+        ("MULLER", "Bakery Visit"),
+        ("tide", "Bay of Fundy"),
+        ("fundy", "Bay of Fundy"),
+        ("地下鉄", "Tokyo Transit"),
+        ("東京", "Tokyo Transit"),
+    ] {
+        let found = items_of(&search(&mut c, query, json!({})).await);
+        assert_eq!(
+            found.first(),
+            Some(&item_of(&items, title)),
+            "{query} → {title}: {found:?}"
+        );
+    }
+    // "tide" found "tides" (the only form in Bay of Fundy's text), and finds
+    // both forms: the short text saying "tides" twice ranks above the long one.
+    assert!(!DOCS[1].1.contains("tide "));
+    let tide = items_of(&search(&mut c, "tide", json!({})).await);
+    assert_eq!(tide.len(), 2, "{tide:?}");
+    assert!(tide.contains(&item_of(&items, "Harbour Notes")), "{tide:?}");
+    // The title-only word is in no text: only the title can have found it.
+    assert!(DOCS.iter().all(|(_, text)| !text.to_lowercase().contains("fundy")));
+    let fundy = search(&mut c, "fundy", json!({})).await;
+    assert_eq!(fundy.len(), 1, "{fundy:?}");
+    assert_eq!(fundy[0]["item_title"], "Bay of Fundy");
+}
+
+#[tokio::test]
+async fn min_relevance_drops_off_topic_questions_and_keeps_answers() {
+    let app = TestApp::spawn().await;
+    let a = app.library("a").await;
+    let items = ingest_docs(&app, &a).await;
+    let token = app.opaque_token(&[a.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    // Off topic: only "old town" matches anything here.
+    let off = "How much does a bicycle repair cost in the old town?";
+    let weak = search(&mut c, off, json!({})).await;
+    assert!(!weak.is_empty(), "common words match at min_relevance 0");
+    assert!(weak.iter().all(|h| h["relevance"].as_f64().unwrap() < 0.5), "{weak:?}");
+    assert_eq!(
+        search(&mut c, off, json!({"min_relevance": 0.5})).await,
+        Vec::<Value>::new()
+    );
+    let on = search(
+        &mut c,
+        "When do the tides rise in the Bay of Fundy?",
+        json!({"min_relevance": 0.5}),
+    )
+    .await;
+    assert_eq!(items_of(&on).first(), Some(&item_of(&items, "Bay of Fundy")), "{on:?}");
+    assert!(on[0]["relevance"].as_f64().unwrap() >= 0.5);
+}
+
+#[tokio::test]
+async fn a_german_library_stems_german() {
+    let app = TestApp::spawn().await;
+    let (status, body) = send(
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"uid": app.uid("de"), "name": "Verkehr", "language": "de"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["language"], "de");
+    let de = body["uid"].as_str().unwrap().to_owned();
+    let en = app.library("en").await;
+    let text = "Die Straßenbahnen fahren alle zehn Minuten über die Brücke.";
+    for lib in [&de, &en] {
+        app.ingest(json!({"library_uid": lib, "item": {"title": "Fahrplan"}, "content": text}))
+            .await;
+    }
+    let token = app.opaque_token(&[de.clone(), en.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    let hits = search(&mut c, "Straßenbahn", json!({})).await;
+    // German stemming joins the plural; English stemming does not.
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0]["library_uid"], de.as_str());
+    assert_eq!(
+        search(&mut c, "strassenbahnen", json!({})).await.len(),
+        2,
+        "the exact form, both"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_library_language_is_400_naming_language() {
+    let app = TestApp::spawn().await;
+    let (status, body) = send(
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"uid": app.uid("xx"), "name": "X", "language": "xx"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["field"], "language", "{body}");
+    assert!(app
+        .state
+        .graph
+        .admin()
+        .find_library(&app.uid("xx"))
+        .await
+        .unwrap()
+        .is_none());
 }
 
 // ---- migrate's re-index ----
