@@ -18,7 +18,8 @@
 //! `QUALITY_SERVER_BIN=path/to/mnemosyne` runs that binary as the server (an
 //! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
 //! reports a moved ranking without failing. `QUALITY_MIN_RELEVANCE` is sent
-//! as `min_relevance` when set.
+//! as `min_relevance` when set; `QUALITY_VERBOSE=1` prints every query whose
+//! nDCG@10 is below 1 with where its best document ranked.
 
 mod common;
 
@@ -255,6 +256,7 @@ async fn run() {
         .filter_map(|f| f.trim().parse().ok())
         .collect();
     let floor = common::setting::<f64>("QUALITY_FLOOR", 0.5);
+    let verbose = std::env::var("QUALITY_VERBOSE").is_ok_and(|v| v == "1");
     let expect_isolation = std::env::var("QUALITY_EXPECT_ISOLATION").map_or(true, |v| v != "0");
     println!(
         "set: {} ({} documents, {} queries)",
@@ -400,10 +402,23 @@ async fn run() {
                 }
                 continue;
             }
+            let m = measure(&ranked, &q.relevant);
+            if verbose && m.ndcg10 < 0.99 {
+                let best = q.relevant.iter().max_by_key(|(_, g)| **g).map(|(d, _)| d.as_str()).unwrap_or("");
+                println!(
+                    "  {} [{}] {:?}: nDCG {:.2}, wanted {best} at {:?}; top: {:?}",
+                    q.id,
+                    q.bucket,
+                    q.text,
+                    m.ndcg10,
+                    ranked.iter().position(|d| d == best).map(|p| p + 1),
+                    ranked.iter().take(3).collect::<Vec<_>>()
+                );
+            }
             per_bucket
                 .entry(BUCKETS.iter().find(|b| **b == q.bucket).copied().unwrap_or("other"))
                 .or_default()
-                .push(measure(&ranked, &q.relevant));
+                .push(m);
         }
         println!("| bucket | queries | nDCG@10 | recall@10 | recall@50 | MRR@10 | nothing relevant in top 10 |");
         println!("|---|---|---|---|---|---|---|");

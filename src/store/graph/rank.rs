@@ -24,7 +24,7 @@ const K1: f64 = 1.2;
 /// BM25 length normalization.
 const B: f64 = 0.75;
 /// Weight of a title match against a text match.
-pub const TITLE_WEIGHT: f64 = 2.0;
+pub const TITLE_WEIGHT: f64 = 1.0;
 
 /// One library's corpus statistics.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,11 +108,14 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
                     matched += weight[i];
                 }
             }
+            let relevance = if total_weight > 0.0 { matched / total_weight } else { 0.0 };
             Scored {
                 chunk_uid: c.chunk_uid.clone(),
                 library_uid: c.library_uid.clone(),
-                score,
-                relevance: if total_weight > 0.0 { matched / total_weight } else { 0.0 },
+                // Coordination: a chunk matching more of the query's weight
+                // ranks above one repeating a single rare word.
+                score: score * relevance,
+                relevance,
             }
         })
         .collect()
