@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::startup::Application;
+use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::store::graph::ingest::{derived_uid, message_batches};
 use mnemosyne::store::graph::GraphStore;
 use neo4rs::{query, BoltType, ConfigBuilder, Graph};
@@ -247,7 +247,11 @@ async fn run() {
         let tag = format!("{ns}-bolt{clients}");
         let libs: Vec<String> = (0..workspaces).map(|w| format!("{tag}-lib{w}")).collect();
         for l in &libs {
-            graph.admin().create_library(l, l, "baseline", Language::English).await.unwrap();
+            graph
+                .admin()
+                .create_library(l, l, "baseline", Language::English)
+                .await
+                .unwrap();
         }
         libraries.extend(libs.iter().cloned());
         let (bolt, docs2, libs) = (bolt.clone(), docs.clone(), Arc::new(libs));

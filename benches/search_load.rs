@@ -20,9 +20,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::auth::Principal;
 use mnemosyne::startup::Application;
+use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
 use mnemosyne::store::graph::knowledge::ScopedGraph;
 use mnemosyne::store::graph::GraphStore;
@@ -260,7 +260,11 @@ async fn run() {
     let tenant = format!("{ns}_tenant");
     let others: Vec<String> = (0..10).map(|i| format!("{ns}_other_{i}")).collect();
     for l in std::iter::once(&tenant).chain(&others) {
-        graph.admin().create_library(l, l, "load", Language::English).await.unwrap();
+        graph
+            .admin()
+            .create_library(l, l, "load", Language::English)
+            .await
+            .unwrap();
     }
     let t0 = Instant::now();
     fill(&graph, &tenant, 0, tenant_chunks).await;

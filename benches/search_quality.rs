@@ -4,7 +4,8 @@
 //! Needs `scripts/dev up`.
 //!
 //! A labelled set in BEIR layout (`corpus.jsonl`, `queries.jsonl` with
-//! `metadata.bucket`, `qrels/test.tsv`; default `benches/quality`, or
+//! `metadata.bucket` — multilingual queries with `metadata.cross_language`
+//! true form their own `cross-language` bucket — `qrels/test.tsv`; default `benches/quality`, or
 //! `QUALITY_DATA=folder` for a public set) is ingested through the REST API
 //! into one tenant library; noise tenants (the same documents, reshuffled and
 //! lengthened, in 5 other libraries) grow to each multiple of the corpus in
@@ -42,6 +43,7 @@ const BUCKETS: &[&str] = &[
     "title",
     "paraphrase",
     "multilingual",
+    "cross-language",
     "negative",
 ];
 
@@ -95,7 +97,14 @@ fn load_set(dir: &std::path::Path) -> (Vec<Doc>, Vec<QueryCase>) {
             QueryCase {
                 relevant: qrels.remove(&id).unwrap_or_default(),
                 text: q["text"].as_str().unwrap().to_owned(),
-                bucket: q["metadata"]["bucket"].as_str().unwrap_or("all").to_owned(),
+                bucket: match (
+                    q["metadata"]["bucket"].as_str(),
+                    q["metadata"]["cross_language"].as_bool(),
+                ) {
+                    (Some("multilingual"), Some(true)) => "cross-language".to_owned(),
+                    (Some(b), _) => b.to_owned(),
+                    (None, _) => "all".to_owned(),
+                },
                 id,
             }
         })
@@ -246,9 +255,10 @@ fn main() {
 }
 
 async fn run() {
-    let data = std::path::PathBuf::from(std::env::var("QUALITY_DATA").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality").to_owned()
-    }));
+    let data = std::path::PathBuf::from(
+        std::env::var("QUALITY_DATA")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality").to_owned()),
+    );
     let (docs, queries) = load_set(&data);
     let noise: Vec<usize> = std::env::var("QUALITY_NOISE")
         .unwrap_or_else(|_| "1,10,100".into())
@@ -313,8 +323,10 @@ async fn run() {
         assert!(r.status().is_success(), "library create: {}", r.status());
     }
     users::create(&pool, "quality", None, false).await.unwrap();
-    users::grant(&pool, "quality", &tenant, users::Role::Owner).await.unwrap();
-    let token = mnemosyne::service::tokens::mint(&pool, "quality", "quality", &[tenant.clone()], None)
+    users::grant(&pool, "quality", &tenant, users::Role::Owner)
+        .await
+        .unwrap();
+    let token = mnemosyne::service::tokens::mint(&pool, "quality", "quality", std::slice::from_ref(&tenant), None)
         .await
         .unwrap()
         .plaintext;
@@ -329,13 +341,19 @@ async fn run() {
     let item_of = |doc: &str| format!("{ns}_{doc}");
     let doc_of: HashMap<String, String> = docs.iter().map(|d| (item_of(&d.id), d.id.clone())).collect();
     futures::stream::iter(docs.iter().map(|d| {
-        client.ingest(json!({"library_uid": tenant, "item": {"uid": item_of(&d.id), "title": d.title},
-                              "content": d.text}))
+        client.ingest(
+            json!({"library_uid": tenant, "item": {"uid": item_of(&d.id), "title": d.title},
+                              "content": d.text}),
+        )
     }))
     .buffer_unordered(8)
     .collect::<Vec<()>>()
     .await;
-    println!("tenant: {} documents ingested in {:.1} s", docs.len(), t0.elapsed().as_secs_f64());
+    println!(
+        "tenant: {} documents ingested in {:.1} s",
+        docs.len(),
+        t0.elapsed().as_secs_f64()
+    );
 
     let mut noise_docs = 0usize;
     let mut baseline: Option<BTreeMap<String, Vec<(String, u64)>>> = None;
@@ -404,7 +422,12 @@ async fn run() {
             }
             let m = measure(&ranked, &q.relevant);
             if verbose && m.ndcg10 < 0.99 {
-                let best = q.relevant.iter().max_by_key(|(_, g)| **g).map(|(d, _)| d.as_str()).unwrap_or("");
+                let best = q
+                    .relevant
+                    .iter()
+                    .max_by_key(|(_, g)| **g)
+                    .map(|(d, _)| d.as_str())
+                    .unwrap_or("");
                 println!(
                     "  {} [{}] {:?}: nDCG {:.2}, wanted {best} at {:?}; top: {:?}",
                     q.id,
@@ -434,8 +457,14 @@ async fn run() {
             neg_empty + neg_below
         );
         let (p50, p95) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.95));
-        println!("latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms", queries.len());
-        println!("graph statements (mean per call, this server so far): {}", statement_means(&client).await);
+        println!(
+            "latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms",
+            queries.len()
+        );
+        println!(
+            "graph statements (mean per call, this server so far): {}",
+            statement_means(&client).await
+        );
         match &baseline {
             None => baseline = Some(top10),
             Some(base) => {
@@ -474,7 +503,12 @@ async fn statement_means(client: &Client) -> String {
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
     };
     let mut out = Vec::new();
-    for name in ["search_libraries.cypher", "search_library_stats.cypher", "search.cypher", "search_chunks.cypher"] {
+    for name in [
+        "search_libraries.cypher",
+        "search_library_stats.cypher",
+        "search.cypher",
+        "search_chunks.cypher",
+    ] {
         let label = format!("{{query=\"{name}\"}}");
         if let (Some(sum), Some(count)) = (
             value(&format!("graph_query_duration_seconds_sum{label}")),

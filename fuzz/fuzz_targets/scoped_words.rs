@@ -18,7 +18,7 @@
 //!   `+scoped:(…)` of a text and a title term per library and query term,
 //!   within the clause cap.
 use libfuzzer_sys::fuzz_target;
-use mnemosyne::store::graph::analysis::{analyzer, LANGUAGES};
+use mnemosyne::store::graph::analysis::{analyzer, detect, guess, LANGUAGES};
 use mnemosyne::store::graph::scoped::{
     library_key, query_words, scoped_queries, scoped_text, title_key, MAX_CLAUSES, MAX_QUERY_WORDS,
 };
@@ -40,9 +40,17 @@ fuzz_target!(|data: &[u8]| {
     let libs: Vec<String> = parts.iter().map(|s| s.to_string()).collect();
     let language = LANGUAGES[text.bytes().next().unwrap_or(0) as usize % LANGUAGES.len()].0;
 
-    let ws = analyzer(language).tokens(text);
+    // A chunk is analyzed in its own clear language, else the library's; a
+    // query in the library's language and in the one it looks like.
+    let indexed = detect(text).unwrap_or(language);
+    let ws = analyzer(indexed).tokens(text);
     for w in &ws {
         assert!(plain(w) && w.chars().count() <= 120, "token {w:?}");
+    }
+    let mut query_tokens = analyzer(language).tokens(text);
+    if let Some(g) = guess(text) {
+        query_tokens.extend(analyzer(g).tokens(text));
+        assert!(detect(text).is_none_or(|d| d == g), "a clear language is also the guess");
     }
 
     let qs = query_words(language, text);
@@ -53,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(plain(q));
         assert!(!q.contains(|c: char| "+-&|!(){}[]^\"~*?:\\/ \t\n".contains(c)));
         assert!(!["AND", "OR", "NOT", "TO"].contains(&q.as_str()));
-        assert!(ws.contains(q), "query term {q:?} is one of the text's tokens");
+        assert!(query_tokens.contains(q), "query term {q:?} is one of the text's tokens");
     }
 
     for lib in libs.iter().take(3) {
@@ -71,7 +79,9 @@ fuzz_target!(|data: &[u8]| {
                 Some(ws[i % ws.len()].as_str())
             );
         }
-        for q in &qs {
+        // Every indexed token of a word the query keeps is asked for.
+        assert!(qs.iter().any(|q| ws.contains(q)) || qs.is_empty() || ws.is_empty() || qs.len() == MAX_QUERY_WORDS);
+        for q in qs.iter().filter(|q| ws.contains(q)) {
             assert!(toks.contains(&format!("{key}_{q}").as_str()));
         }
     }

@@ -2,10 +2,10 @@
 //! a handler that takes `ServiceAccount` cannot run unless the caller is an
 //! active service user with the right password.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -334,5 +334,6 @@ async fn check_password(
     .unwrap_or(false);
     // A right password of a non-service or disabled account answers exactly
     // like a wrong one.
-    Ok(user.filter(|u| ok && u.active && u.password_hash.is_some() && u.is_service == (accept == Accept::ServiceAccount)))
+    Ok(user
+        .filter(|u| ok && u.active && u.password_hash.is_some() && u.is_service == (accept == Accept::ServiceAccount)))
 }

@@ -507,7 +507,7 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
             }
         }
         ticks += 1;
-        if ticks % PRUNE_EVERY_TICKS == 0 {
+        if ticks.is_multiple_of(PRUNE_EVERY_TICKS) {
             // Replicas gone for long are forgotten (any one of them prunes).
             let _ = sqlx::query("DELETE FROM auth_replicas WHERE seen_at < now() - interval '1 hour'")
                 .execute(&pool)

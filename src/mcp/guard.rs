@@ -164,15 +164,15 @@ async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Du
     };
     let body = match id {
         Some(id) => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
-            "message": "Unsupported protocol version",
-            "data": {
-                "requested": requested,
-                "supported": rmcp::model::ProtocolVersion::KNOWN_VERSIONS
-                    .iter()
-                    .map(|v| v.as_str())
-                    .collect::<Vec<_>>(),
-            }}}),
+        "code": rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
+        "message": "Unsupported protocol version",
+        "data": {
+            "requested": requested,
+            "supported": rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>(),
+        }}}),
         None => json!({"error": "bad_request", "field": "MCP-Protocol-Version",
                        "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"}),
     };

@@ -91,7 +91,11 @@ pub async fn mint_by(
 ) -> Result<Minted, TokenError> {
     check_len("name", name, 0, 200)?;
     if libraries.len() > MAX_TOKEN_LIBRARIES {
-        return Err(super::bad("libraries", format!("at most {MAX_TOKEN_LIBRARIES} libraries per token")).into());
+        return Err(super::bad(
+            "libraries",
+            format!("at most {MAX_TOKEN_LIBRARIES} libraries per token"),
+        )
+        .into());
     }
     let mut libs: Vec<String> = Vec::with_capacity(libraries.len());
     let mut seen = std::collections::HashSet::with_capacity(libraries.len());

@@ -1199,7 +1199,10 @@ async fn a_four_mib_library_form_is_a_fast_400_and_healthz_keeps_answering() {
                     break;
                 }
                 let r = tokio::time::timeout(Duration::from_secs(1), http.get(&url).send()).await;
-                assert!(matches!(r, Ok(Ok(ref r)) if r.status().is_success()), "healthz did not answer within 1 s");
+                assert!(
+                    matches!(r, Ok(Ok(ref r)) if r.status().is_success()),
+                    "healthz did not answer within 1 s"
+                );
                 answered += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -1208,7 +1211,12 @@ async fn a_four_mib_library_form_is_a_fast_400_and_healthz_keeps_answering() {
     };
     let r = c.post("/admin/me/tokens", &fields).await;
     done.store(true, Ordering::SeqCst);
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", &r.body[..r.body.len().min(300)]);
+    assert_eq!(
+        r.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        &r.body[..r.body.len().min(300)]
+    );
     assert!(r.body.contains("libraries"), "names the field");
     assert!(probe.await.unwrap() >= 1);
 }

@@ -898,5 +898,9 @@ async fn identical_concurrent_credentials_are_verified_once_after_a_flush() {
     .await;
     let failed: Vec<_> = results.iter().filter(|(s, _)| !s.is_success()).collect();
     assert!(failed.is_empty(), "{} of 64 failed: {:?}", failed.len(), failed.first());
-    assert_eq!(app.state.basic.hashes() - before, 1, "one argon2 hash for 64 identical credentials");
+    assert_eq!(
+        app.state.basic.hashes() - before,
+        1,
+        "one argon2 hash for 64 identical credentials"
+    );
 }

@@ -244,11 +244,12 @@ async fn a_thousand_made_up_methods_and_paths_add_no_metric_series() {
         .await;
     }
     let after = series(&app.metrics().await);
-    let new: Vec<_> = after
-        .difference(&before)
-        .filter(|s| s.starts_with("http_"))
-        .collect();
-    assert!(new.is_empty(), "new series: {:?}", new.iter().take(5).collect::<Vec<_>>());
+    let new: Vec<_> = after.difference(&before).filter(|s| s.starts_with("http_")).collect();
+    assert!(
+        new.is_empty(),
+        "new series: {:?}",
+        new.iter().take(5).collect::<Vec<_>>()
+    );
     assert!(
         after.iter().any(|s| s.contains("method=\"other\"")),
         "unknown methods are counted as other"

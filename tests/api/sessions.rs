@@ -737,7 +737,10 @@ async fn a_malformed_protocol_version_is_the_json_rpc_unsupported_version_error(
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "MCP-Protocol-Version");
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["field"],
+        "MCP-Protocol-Version"
+    );
 }
 
 /// Hardening 3, row 5: an owner who minted a token and is then demoted to

@@ -447,12 +447,28 @@ async fn responses_that_carry_secrets_are_never_cacheable() {
     let id = uuid::Uuid::new_v4();
     let team = format!("/mcp_server/api/teams/{id}/");
     let walk = [
-        (Method::POST, "/mcp_server/api/teams/".to_owned(), Some(json!({"id": id, "name": "Kottos"}))),
-        (Method::POST, "/mcp_server/api/teams/".to_owned(), Some(json!({"id": id, "name": "Kottos"}))),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".to_owned(),
+            Some(json!({"id": id, "name": "Kottos"})),
+        ),
+        (
+            Method::POST,
+            "/mcp_server/api/teams/".to_owned(),
+            Some(json!({"id": id, "name": "Kottos"})),
+        ),
         (Method::POST, format!("{team}rotate/"), None),
         (Method::GET, team.clone(), None),
-        (Method::PUT, format!("{team}workspaces/"), Some(json!({"workspace_ids": []}))),
-        (Method::POST, "/library/api/libraries/".to_owned(), Some(json!({"name": "Secrets"}))),
+        (
+            Method::PUT,
+            format!("{team}workspaces/"),
+            Some(json!({"workspace_ids": []})),
+        ),
+        (
+            Method::POST,
+            "/library/api/libraries/".to_owned(),
+            Some(json!({"name": "Secrets"})),
+        ),
         (Method::DELETE, team.clone(), None),
     ];
     let mut carried_jwt = 0;

@@ -80,6 +80,24 @@ impl Language {
             .unwrap_or("en")
     }
 
+    fn whatlang(self) -> whatlang::Lang {
+        use whatlang::Lang as W;
+        match self {
+            Language::English => W::Eng,
+            Language::German => W::Deu,
+            Language::French => W::Fra,
+            Language::Spanish => W::Spa,
+            Language::Italian => W::Ita,
+            Language::Portuguese => W::Por,
+            Language::Dutch => W::Nld,
+            Language::Danish => W::Dan,
+            Language::Swedish => W::Swe,
+            Language::Norwegian => W::Nob,
+            Language::Finnish => W::Fin,
+            Language::Russian => W::Rus,
+        }
+    }
+
     fn algorithm(self) -> Algorithm {
         match self {
             Language::English => Algorithm::English,
@@ -125,6 +143,26 @@ static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
         })
         .collect()
 });
+
+static DETECTOR: LazyLock<whatlang::Detector> =
+    LazyLock::new(|| whatlang::Detector::with_allowlist(LANGUAGES.iter().map(|(l, _)| l.whatlang()).collect()));
+
+/// The language `text` is written in, when it says so clearly (one of
+/// `LANGUAGES`): a chunk is analyzed in its own language, so a German page in
+/// an English library is stemmed as German.
+pub fn detect(text: &str) -> Option<Language> {
+    let info = DETECTOR.detect(text)?;
+    info.is_reliable().then(|| from_whatlang(info.lang())).flatten()
+}
+
+/// The most likely language of `text` (a short query rarely says clearly).
+pub fn guess(text: &str) -> Option<Language> {
+    from_whatlang(DETECTOR.detect_lang(text)?)
+}
+
+fn from_whatlang(l: whatlang::Lang) -> Option<Language> {
+    LANGUAGES.iter().map(|(x, _)| *x).find(|x| x.whatlang() == l)
+}
 
 /// The analyzer of `language`.
 pub fn analyzer(language: Language) -> &'static Analyzer {
@@ -239,17 +277,38 @@ impl Analyzer {
     /// The distinct terms of a query, in order, at most `max`: stop words
     /// left out unless the query has nothing else.
     pub fn query_terms(&self, query: &str, max: usize) -> Vec<String> {
-        let mut all = Vec::new();
-        self.analyze(query, &mut all);
-        let content = all.iter().any(|t| !t.stop);
-        let mut seen = HashSet::new();
-        all.into_iter()
-            .filter(|t| !(content && t.stop))
-            .map(|t| t.text)
-            .filter(|t| seen.insert(t.clone()))
-            .take(max)
-            .collect()
+        query_terms(&[self], query, max)
     }
+}
+
+/// The distinct terms of a query analyzed by each of `analyzers` (a word
+/// stemmed differently in two languages gives both stems), in order, at most
+/// `max`: a word that is a stop word in any of them is left out unless the
+/// query has nothing else.
+pub fn query_terms(analyzers: &[&Analyzer], query: &str, max: usize) -> Vec<String> {
+    let per: Vec<Vec<Token>> = analyzers
+        .iter()
+        .map(|a| {
+            let mut out = Vec::new();
+            a.analyze(query, &mut out);
+            out
+        })
+        .collect();
+    // Every analyzer splits alike: positions line up.
+    let len = per.first().map_or(0, Vec::len);
+    let stop: Vec<bool> = (0..len).map(|i| per.iter().any(|p| p[i].stop)).collect();
+    let content = stop.iter().any(|s| !s);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for i in (0..len).filter(|i| !(content && stop[*i])) {
+        for p in &per {
+            if seen.insert(p[i].text.clone()) {
+                out.push(p[i].text.clone());
+            }
+        }
+    }
+    out.truncate(max);
+    out
 }
 
 #[cfg(test)]
@@ -304,6 +363,31 @@ mod tests {
             assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{t}");
             assert!(t.len() <= MAX_TOKEN);
         }
+    }
+
+    #[test]
+    fn a_clear_language_is_detected_and_a_short_query_guessed() {
+        assert_eq!(
+            detect("Die Straßenbahn in Wien fährt auf einem der größten Netze der Welt, mit vielen Linien."),
+            Some(Language::German)
+        );
+        assert_eq!(
+            detect("Le métro de Paris transporte chaque jour des millions de voyageurs dans la ville."),
+            Some(Language::French)
+        );
+        assert_eq!(guess("Wie kühlt man eine Brandwunde richtig?"), Some(Language::German));
+    }
+
+    #[test]
+    fn query_terms_of_two_languages_hold_both_stems() {
+        let (en, de) = (analyzer(Language::English), analyzer(Language::German));
+        let both = query_terms(&[en, de], "Straßenbahnen", 64);
+        assert!(both.contains(&de.tokens("Straßenbahn")[0]), "{both:?}");
+        assert!(both.contains(&en.tokens("Straßenbahnen")[0]), "{both:?}");
+        assert!(
+            query_terms(&[en, de], "die Straßenbahn", 64).len() <= 2,
+            "die is a German stop word"
+        );
     }
 
     #[test]

@@ -201,7 +201,10 @@ impl ScopedGraph {
         let mut scored: Vec<rank::Scored> = Vec::new();
         for (terms, libraries) in groups {
             for (lib, cs) in libraries {
-                let s = stats.get(&lib).copied().unwrap_or(rank::LibraryStats { n: 0, tokens: 0 });
+                let s = stats
+                    .get(&lib)
+                    .copied()
+                    .unwrap_or(rank::LibraryStats { n: 0, tokens: 0 });
                 scored.extend(rank::score_library(s, terms, &cs));
             }
         }

@@ -108,7 +108,11 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
                     matched += weight[i];
                 }
             }
-            let relevance = if total_weight > 0.0 { matched / total_weight } else { 0.0 };
+            let relevance = if total_weight > 0.0 {
+                matched / total_weight
+            } else {
+                0.0
+            };
             Scored {
                 chunk_uid: c.chunk_uid.clone(),
                 library_uid: c.library_uid.clone(),
@@ -156,7 +160,10 @@ mod tests {
         ];
         let s = score_library(stats, 2, &cs);
         assert!(s[0].score > s[1].score, "the rare term");
-        assert!(s[2].score > s[1].score && s[1].score > s[3].score, "length normalization");
+        assert!(
+            s[2].score > s[1].score && s[1].score > s[3].score,
+            "length normalization"
+        );
     }
 
     #[test]

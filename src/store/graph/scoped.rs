@@ -22,11 +22,11 @@
 
 use sha2::{Digest, Sha256};
 
-use super::analysis::{analyzer, Language};
+use super::analysis::{self, analyzer, Language};
 
 /// The analysis a chunk's `scoped` and `dl` were made with (`Chunk.analysis`):
 /// `migrate` re-indexes every chunk made with an older one.
-pub const ANALYSIS_VERSION: i64 = 2;
+pub const ANALYSIS_VERSION: i64 = 3;
 
 /// At most this many distinct terms of a query are searched.
 pub const MAX_QUERY_WORDS: usize = 64;
@@ -56,9 +56,10 @@ pub struct Indexed {
     pub dl: i64,
 }
 
-/// The index entry of a chunk of `library_uid` (analyzed in `language`).
+/// The index entry of a chunk of `library_uid`: analyzed in the language
+/// its text is clearly written in, else in the library's `language`.
 pub fn scoped_text(library_uid: &str, language: Language, title: &str, text: &str) -> Indexed {
-    let a = analyzer(language);
+    let a = analyzer(analysis::detect(text).unwrap_or(language));
     let (key, tkey) = (library_key(library_uid), title_key(library_uid));
     let body = a.tokens(text);
     let mut out = String::with_capacity(text.len() * 2);
@@ -82,10 +83,15 @@ pub fn scoped_text(library_uid: &str, language: Language, title: &str, text: &st
     }
 }
 
-/// The distinct terms of a query in `language`, in order, at most
-/// `MAX_QUERY_WORDS` (stop words left out unless nothing else is left).
+/// The distinct terms of a query for libraries in `language`, in order, at
+/// most `MAX_QUERY_WORDS` (stop words left out unless nothing else is left):
+/// analyzed in the library's language and, when the query looks like
+/// another one, in that language too (chunks are analyzed in their own).
 pub fn query_words(language: Language, query: &str) -> Vec<String> {
-    analyzer(language).query_terms(query, MAX_QUERY_WORDS)
+    match analysis::guess(query).filter(|g| *g != language) {
+        Some(other) => analysis::query_terms(&[analyzer(language), analyzer(other)], query, MAX_QUERY_WORDS),
+        None => analyzer(language).query_terms(query, MAX_QUERY_WORDS),
+    }
 }
 
 /// Full-text queries for `libs` × `words` (text and title terms), each under
@@ -126,7 +132,12 @@ mod tests {
 
     #[test]
     fn scoped_words_are_single_analyzer_tokens() {
-        let s = scoped_text("lib-A.1", Language::English, "Title Müller", "Grüße, naïve 中文 foo-bar x_y");
+        let s = scoped_text(
+            "lib-A.1",
+            Language::English,
+            "Title Müller",
+            "Grüße, naïve 中文 foo-bar x_y",
+        );
         for tok in s.scoped.split(' ') {
             assert!(
                 tok.bytes()
@@ -136,7 +147,9 @@ mod tests {
             assert!(tok.len() <= 11 + 1 + 120);
         }
         let (key, tkey) = (library_key("lib-A.1"), title_key("lib-A.1"));
-        assert!(s.scoped.contains(&format!("{key}_foo {key}_bar {key}_x {key}_y {tkey}_titl {tkey}_muller")));
+        assert!(s.scoped.contains(&format!(
+            "{key}_foo {key}_bar {key}_x {key}_y {tkey}_titl {tkey}_muller"
+        )));
         assert_eq!(s.dl, 7, "title terms do not count in the text's length");
     }
 
