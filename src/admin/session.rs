@@ -1,7 +1,7 @@
 //! Sign-in, sessions and CSRF.
 //!
-//! A session is an opaque random id in a cookie (`HttpOnly`, `SameSite=Strict`,
-//! `Path=/admin`, `Secure` when the public URL is https); Postgres stores only
+//! A session is an opaque random id in a cookie (see [`Cookies`] for its name
+//! and attributes: `__Host-` prefixed when the public URL is https); Postgres stores only
 //! its SHA-256 with the user, a synchronizer CSRF token and the two clocks
 //! (idle and absolute expiry). Looking it up checks the user is still active
 //! and not a service account, so sign-out, disabling a user or a new password
@@ -23,10 +23,72 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::pg::admin::{self as store, SessionUser};
 
-/// The session cookie.
+/// The session cookie's name in plain-http development.
 pub const COOKIE: &str = "mnemosyne_admin";
-/// The sign-in form's double-submit CSRF cookie (there is no session yet).
+/// The sign-in form's double-submit CSRF cookie (there is no session yet), in
+/// plain-http development.
 pub const LOGIN_COOKIE: &str = "mnemosyne_admin_login";
+/// The session cookie's name when the public URL is https.
+pub const SECURE_COOKIE: &str = "__Host-mnemosyne_admin";
+/// The sign-in cookie's name when the public URL is https.
+pub const SECURE_LOGIN_COOKIE: &str = "__Host-mnemosyne_admin_login";
+
+/// The console's two cookies as this deployment names and scopes them.
+///
+/// When `MNEMOSYNE_PUBLIC_URL` is https they carry the `__Host-` prefix, so a
+/// browser accepts them only with `Secure; Path=/` and no `Domain`: a sibling
+/// subdomain (or a plain-http page on the same host) cannot set or shadow
+/// them, and the server reads no unprefixed name at all.
+///
+/// Browsers refuse `Secure` (and so `__Host-`) cookies over plain http, so in
+/// development they keep their unprefixed names with `Path=/admin; HttpOnly;
+/// SameSite=Strict`. The equivalent protection there is the parser: a cookie is
+/// matched by its exact name, and a request that carries the name twice (a
+/// planted cookie from another `Domain` or `Path` next to the real one) is no
+/// session and no sign-in token. A planted cookie can then refuse a sign-in,
+/// never choose the session. Plain http is for development only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cookies {
+    pub session: &'static str,
+    pub login: &'static str,
+    pub secure: bool,
+}
+
+impl Cookies {
+    pub fn for_public_url(public_url: &str) -> Cookies {
+        if public_url.trim().to_ascii_lowercase().starts_with("https://") {
+            Cookies {
+                session: SECURE_COOKIE,
+                login: SECURE_LOGIN_COOKIE,
+                secure: true,
+            }
+        } else {
+            Cookies {
+                session: COOKIE,
+                login: LOGIN_COOKIE,
+                secure: false,
+            }
+        }
+    }
+
+    fn of(state: &AppState) -> Cookies {
+        Cookies::for_public_url(&state.settings.public_url)
+    }
+
+    /// `Set-Cookie` for the console: `max_age` None = until the browser
+    /// closes (the server enforces the expiries), Some(0) = delete.
+    fn set(&self, name: &str, value: &str, max_age: Option<u64>) -> HeaderValue {
+        let mut c = if self.secure {
+            format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Secure")
+        } else {
+            format!("{name}={value}; Path=/admin; HttpOnly; SameSite=Strict")
+        };
+        if let Some(s) = max_age {
+            c.push_str(&format!("; Max-Age={s}"));
+        }
+        HeaderValue::from_str(&c).expect("cookie values are base64url")
+    }
+}
 
 pub(super) fn random_token() -> String {
     let mut b = [0u8; 32];
@@ -44,33 +106,31 @@ pub fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A cookie's value from the request's `Cookie` headers.
+/// A cookie's value from the request's `Cookie` headers, matched by its exact
+/// name. None when it is absent, not UTF-8, or present more than once (across
+/// all `Cookie` headers): a duplicate means someone else set one too, and the
+/// request is not trusted to pick the right one.
 pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
+    let mut found = None;
+    for pair in headers
         .get_all(header::COOKIE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
-fn secure(state: &AppState) -> bool {
-    state.settings.public_url.to_ascii_lowercase().starts_with("https://")
-}
-
-/// `Set-Cookie` for the console: `max_age` None = until the browser closes
-/// (the server enforces the expiries), Some(0) = delete.
-fn set_cookie(state: &AppState, name: &str, value: &str, max_age: Option<u64>) -> HeaderValue {
-    let mut c = format!("{name}={value}; Path=/admin; HttpOnly; SameSite=Strict");
-    if let Some(s) = max_age {
-        c.push_str(&format!("; Max-Age={s}"));
+        .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
+    {
+        let pair = pair.trim_ascii();
+        let (k, v) = match pair.iter().position(|b| *b == b'=') {
+            Some(at) => (&pair[..at], &pair[at + 1..]),
+            None => (pair, &pair[pair.len()..]),
+        };
+        if k != name.as_bytes() {
+            continue;
+        }
+        if found.is_some() {
+            return None;
+        }
+        found = Some(v);
     }
-    if secure(state) {
-        c.push_str("; Secure");
-    }
-    HeaderValue::from_str(&c).expect("cookie values are base64url")
+    std::str::from_utf8(found?).ok()
 }
 
 /// A live console session.
@@ -91,7 +151,7 @@ impl Session {
 }
 
 async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session>, ApiError> {
-    let Some(id) = cookie(headers, COOKIE) else {
+    let Some(id) = cookie(headers, Cookies::of(state).session) else {
         return Ok(None);
     };
     if id.is_empty() || id.len() > 100 {
@@ -152,7 +212,7 @@ impl FromRequest<AppState> for PersonForm {
         let Person(s) = Person::from_request_parts(&mut parts, state).await?;
         let form = FormData::from_request(Request::from_parts(parts, body), state).await?;
         if !same(form.get("csrf"), s.csrf()) {
-            tracing::info!(user = %s.username(), "admin console: form without the session's CSRF token");
+            tracing::info!(user = ?s.username(), "admin console: form without the session's CSRF token");
             return Err(AdminError::Csrf);
         }
         // A form the console rendered carries `once`: its second submission
@@ -203,13 +263,14 @@ fn login_page(
     username: &str,
     error: Option<&str>,
 ) -> Response {
-    let token = cookie(headers, LOGIN_COOKIE)
+    let names = Cookies::of(state);
+    let token = cookie(headers, names.login)
         .filter(|t| t.len() == 43 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
         .map(str::to_owned)
         .unwrap_or_else(random_token);
     let mut resp = (status, view::login(username, &token, error)).into_response();
     resp.headers_mut()
-        .append(header::SET_COOKIE, set_cookie(state, LOGIN_COOKIE, &token, Some(3600)));
+        .append(header::SET_COOKIE, names.set(names.login, &token, Some(3600)));
     resp
 }
 
@@ -219,7 +280,8 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     let address = client_address(&parts);
     let headers = parts.headers.clone();
     let form = FormData::from_request(Request::from_parts(parts, body), &state).await?;
-    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    let names = Cookies::of(&state);
+    let expected = cookie(&headers, names.login).unwrap_or("");
     if expected.is_empty() || !same(form.get("csrf"), expected) {
         return Err(AdminError::Csrf);
     }
@@ -240,7 +302,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         Ok(user) => {
             // A new id on every sign-in (no fixation); the browser's previous
             // session, if any, ends here.
-            if let Some(old) = cookie(&headers, COOKIE) {
+            if let Some(old) = cookie(&headers, names.session) {
                 store::delete_session(&state.pg, &hash_id(old)).await?;
             }
             let id = random_token();
@@ -253,11 +315,11 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
                 state.settings.admin_session_absolute_secs.max(1) as i64,
             )
             .await?;
-            tracing::info!(user = %user.username, staff = user.is_staff, "admin console: signed in");
+            tracing::info!(user = ?user.username, staff = user.is_staff, "admin console: signed in");
             let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
             let h = resp.headers_mut();
-            h.append(header::SET_COOKIE, set_cookie(&state, COOKIE, &id, None));
-            h.append(header::SET_COOKIE, set_cookie(&state, LOGIN_COOKIE, "", Some(0)));
+            h.append(header::SET_COOKIE, names.set(names.session, &id, None));
+            h.append(header::SET_COOKIE, names.set(names.login, "", Some(0)));
             Ok(resp)
         }
         Err(ApiError::BasicUnauthorized) => {
@@ -284,10 +346,11 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
 /// POST /admin/logout: ends the session everywhere.
 pub async fn logout(State(state): State<AppState>, PersonForm(s, _): PersonForm) -> Result<Response, AdminError> {
     store::delete_session(&state.pg, &s.id_hash).await?;
-    tracing::info!(user = %s.username(), "admin console: signed out");
+    tracing::info!(user = ?s.username(), "admin console: signed out");
+    let names = Cookies::of(&state);
     let mut resp = Redirect::to("/admin/login").into_response();
     resp.headers_mut()
-        .append(header::SET_COOKIE, set_cookie(&state, COOKIE, "", Some(0)));
+        .append(header::SET_COOKIE, names.set(names.session, "", Some(0)));
     Ok(resp)
 }
 
@@ -304,6 +367,58 @@ mod tests {
         );
         assert_eq!(cookie(&h, COOKIE), Some("xyz"));
         assert_eq!(cookie(&h, LOGIN_COOKIE), None);
+    }
+
+    #[test]
+    fn cookie_names_match_exactly() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("__Host-mnemosyne_admin=p; mnemosyne_admin_login=l; Mnemosyne_Admin=c"),
+        );
+        assert_eq!(cookie(&h, COOKIE), None, "neither a prefix, a suffix nor another case");
+        assert_eq!(cookie(&h, SECURE_COOKIE), Some("p"));
+        assert_eq!(cookie(&h, LOGIN_COOKIE), Some("l"));
+        assert_eq!(cookie(&h, SECURE_LOGIN_COOKIE), None);
+    }
+
+    #[test]
+    fn a_cookie_sent_twice_is_refused() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("mnemosyne_admin=a; mnemosyne_admin=b"),
+        );
+        assert_eq!(cookie(&h, COOKIE), None, "twice in one header");
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("x=1; mnemosyne_admin=a"));
+        h.append(header::COOKIE, HeaderValue::from_static("mnemosyne_admin=a"));
+        assert_eq!(cookie(&h, COOKIE), None, "once in each of two headers, even equal");
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("mnemosyne_admin=a"));
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_bytes(b"mnemosyne_admin=\xff").unwrap(),
+        );
+        assert_eq!(cookie(&h, COOKIE), None, "a duplicate in a header that is not UTF-8");
+    }
+
+    #[test]
+    fn https_cookies_are_host_prefixed_and_http_ones_scoped_to_the_console() {
+        let c = Cookies::for_public_url("HTTPS://mnemosyne.example");
+        assert_eq!((c.session, c.login), (SECURE_COOKIE, SECURE_LOGIN_COOKIE));
+        let v = c.set(c.session, "id", None);
+        assert_eq!(
+            v.to_str().unwrap(),
+            "__Host-mnemosyne_admin=id; Path=/; HttpOnly; SameSite=Strict; Secure"
+        );
+        let c = Cookies::for_public_url("http://localhost:8080");
+        assert_eq!((c.session, c.login), (COOKIE, LOGIN_COOKIE));
+        let v = c.set(c.login, "", Some(0));
+        assert_eq!(
+            v.to_str().unwrap(),
+            "mnemosyne_admin_login=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"
+        );
     }
 
     #[test]

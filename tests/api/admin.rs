@@ -349,20 +349,114 @@ async fn sign_in_sets_a_strict_httponly_session_cookie_and_sign_out_ends_it() {
     assert_eq!(c.get("/admin/").await.location(), "/admin/login");
 }
 
-#[tokio::test]
-async fn the_session_cookie_is_secure_when_the_public_url_is_https() {
-    let app = TestApp::spawn_with(|s| s.public_url = "https://mnemosyne.example".into()).await;
-    staff(&app, "sam").await;
-    let mut c = Console::new(&app);
-    let r = c.sign_in("sam", STAFF_PASSWORD).await;
-    let session = r
-        .headers
+fn set_cookies(page: &Page) -> Vec<String> {
+    page.headers
         .get_all(header::SET_COOKIE)
         .iter()
         .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("mnemosyne_admin="))
-        .unwrap();
-    assert!(session.contains("; Secure"), "{session}");
+        .collect()
+}
+
+#[tokio::test]
+async fn console_cookies_are_host_prefixed_and_secure_when_the_public_url_is_https() {
+    let app = TestApp::spawn_with(|s| s.public_url = "https://mnemosyne.example".into()).await;
+    staff(&app, "sam").await;
+    let mut c = Console::new(&app);
+    let form = c.get("/admin/login").await;
+    let r = c
+        .post("/admin/login", &[("username", "sam"), ("password", STAFF_PASSWORD)])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let all: Vec<String> = set_cookies(&form).into_iter().chain(set_cookies(&r)).collect();
+    for name in ["__Host-mnemosyne_admin_login=", "__Host-mnemosyne_admin="] {
+        assert!(all.iter().any(|c| c.starts_with(name)), "{name} in {all:?}");
+    }
+    for cookie in &all {
+        assert!(cookie.starts_with("__Host-"), "{cookie}");
+        let attrs: Vec<&str> = cookie.split(';').skip(1).map(str::trim).collect();
+        for attr in ["Secure", "Path=/", "HttpOnly", "SameSite=Strict"] {
+            assert!(attrs.contains(&attr), "{attr} in {cookie}");
+        }
+        assert!(
+            !attrs.iter().any(|a| a.to_ascii_lowercase().starts_with("domain")),
+            "{cookie}"
+        );
+    }
+    assert_eq!(c.get("/admin/").await.status, StatusCode::OK);
+    // The unprefixed name is not read at all: it is what another host could plant.
+    let session = c
+        .cookies
+        .iter()
+        .find(|(k, _)| k == "__Host-mnemosyne_admin")
+        .unwrap()
+        .1
+        .clone();
+    let mut plain = Console::new(&app);
+    plain.cookies.push(("mnemosyne_admin".into(), session));
+    assert_eq!(plain.get("/admin/").await.location(), "/admin/login");
+}
+
+#[tokio::test]
+async fn a_request_carrying_the_session_cookie_twice_is_not_signed_in() {
+    let app = TestApp::spawn().await;
+    staff(&app, "sam").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+    let real = c.cookies.clone();
+    // A planted cookie before or after the real one: neither is picked.
+    for planted_first in [true, false] {
+        let mut twice = real.clone();
+        let planted = ("mnemosyne_admin".to_owned(), "planted-by-a-sibling".to_owned());
+        if planted_first {
+            twice.insert(0, planted);
+        } else {
+            twice.push(planted);
+        }
+        c.cookies = twice;
+        let p = c.get("/admin/").await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER, "planted first: {planted_first}");
+        assert_eq!(p.location(), "/admin/login");
+    }
+    // The same id twice is refused as well: the request is ambiguous.
+    let id = real.iter().find(|(k, _)| k == "mnemosyne_admin").unwrap().1.clone();
+    c.cookies = real.clone();
+    c.cookies.push(("mnemosyne_admin".into(), id));
+    assert_eq!(c.get("/admin/").await.location(), "/admin/login");
+    // The real cookie alone still signs in: nothing was ended server-side.
+    c.cookies = real;
+    assert_eq!(c.get("/admin/").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_sign_in_carrying_the_double_submit_cookie_twice_is_refused() {
+    let app = TestApp::spawn().await;
+    staff(&app, "sam").await;
+    let mut c = Console::new(&app);
+    c.get("/admin/login").await;
+    let real = c.cookies.clone();
+    let token = c.csrf.clone();
+    let planted = ("mnemosyne_admin_login".to_owned(), "planted".to_owned());
+    // A sibling plants its own sign-in cookie next to the real one: whichever
+    // value the form carries, neither cookie is trusted.
+    for csrf in [token.as_str(), "planted"] {
+        c.cookies = real.iter().cloned().chain([planted.clone()]).collect();
+        let r = c
+            .post_raw(
+                "/admin/login",
+                &[("csrf", csrf), ("username", "sam"), ("password", STAFF_PASSWORD)],
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{csrf}: {}", r.body);
+        assert!(!c.cookies.iter().any(|(k, _)| k == "mnemosyne_admin"), "{csrf}");
+    }
+    // The real cookie alone signs in.
+    c.cookies = real;
+    let r = c
+        .post_raw(
+            "/admin/login",
+            &[("csrf", &token), ("username", "sam"), ("password", STAFF_PASSWORD)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
 }
 
 #[tokio::test]
