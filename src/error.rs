@@ -89,7 +89,7 @@ impl IntoResponse for ApiError {
                 json!({"error": self.code(), "field": f, "message": message})
             }
             ApiError::Internal(cause) => {
-                tracing::error!(%cause, "internal error");
+                tracing::error!(?cause, "internal error");
                 json!({"error": self.code(), "message": "internal error"})
             }
             ApiError::StoreUnavailable(store) => {
@@ -153,11 +153,11 @@ impl From<crate::store::graph::GraphError> for ApiError {
         match e {
             crate::store::graph::GraphError::Unavailable(cause) => {
                 // The 503 itself names only the store; the cause goes to the log.
-                tracing::warn!(store = "graph", %cause, "graph unavailable");
+                tracing::warn!(store = "graph", ?cause, "graph unavailable");
                 ApiError::StoreUnavailable("graph")
             }
             crate::store::graph::GraphError::Conflict(cause) => {
-                tracing::warn!(%cause, "graph write conflict outlasted its retries");
+                tracing::warn!(?cause, "graph write conflict outlasted its retries");
                 ApiError::Conflict("concurrent writes to the same data kept conflicting; retry the request".into())
             }
             crate::store::graph::GraphError::Query(m) => ApiError::Internal(format!("graph: {m}")),

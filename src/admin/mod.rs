@@ -164,7 +164,7 @@ impl IntoResponse for AdminError {
                 let status = e.status();
                 let text = match &e {
                     ApiError::Internal(cause) => {
-                        tracing::error!(%cause, "admin console: internal error");
+                        tracing::error!(?cause, "admin console: internal error");
                         "Something went wrong; the cause is in the server log.".to_owned()
                     }
                     ApiError::StoreUnavailable(store) => {
@@ -183,8 +183,20 @@ impl IntoResponse for AdminError {
 
 /// An `application/x-www-form-urlencoded` body as its pairs, in order (a
 /// multi-select sends its field once per choice).
-#[derive(Debug, Default, Clone)]
+#[derive(Default, Clone)]
 pub struct FormData(pub Vec<(String, String)>);
+
+/// Field names, and values except the secret ones (`csrf`, any `*password*`).
+impl std::fmt::Debug for FormData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, v)| {
+                let secret = k == "csrf" || k.contains("password");
+                (k, if secret { "<redacted>" } else { v.as_str() })
+            }))
+            .finish()
+    }
+}
 
 impl FormData {
     pub fn parse(bytes: &[u8]) -> Self {
@@ -264,6 +276,21 @@ mod tests {
         assert_eq!(f.get("name"), "x y");
         assert_eq!(f.get("missing"), "");
         assert!(f.checked("staff") && !f.checked("service"));
+    }
+
+    #[test]
+    fn debug_of_a_form_hides_passwords_and_the_csrf_token() {
+        let f = FormData::parse(
+            b"csrf=csrf-secret-1&username=sam&password=pw-secret-2&new_password=pw-secret-3&library=lib_a",
+        );
+        let shown = format!("{f:?} {f:#?}");
+        for secret in ["csrf-secret-1", "pw-secret-2", "pw-secret-3"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(
+            shown.contains("sam") && shown.contains("lib_a") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

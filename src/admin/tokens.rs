@@ -26,7 +26,7 @@ async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>,
     let names: Option<HashMap<String, String>> = match state.graph.admin().all_libraries().await {
         Ok(libs) => Some(libs.into_iter().map(|l| (l.uid, l.name)).collect()),
         Err(e) => {
-            tracing::warn!(error = %e, "admin console: library names unavailable");
+            tracing::warn!(error = ?e.to_string(), "admin console: library names unavailable");
             None
         }
     };
@@ -255,7 +255,7 @@ pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm
     };
     match mint(&state, s.username(), &user.username, &form).await {
         Ok((id, plaintext)) => {
-            tracing::info!(token = id, user = %user.username, by = %s.username(), "admin console: token created");
+            tracing::info!(token = id, user = ?user.username, by = ?s.username(), "admin console: token created");
             let body = minted(&s, &state, id, &user.username, &plaintext, "/admin/tokens");
             Ok(view::page(&s, "/admin/tokens", "Token created", None, body))
         }

@@ -34,7 +34,7 @@ impl AuthChanges {
                 let _ = self.fence().await;
             }
             Err(e) => {
-                tracing::error!(error = %e, workspace, "could not announce workspace change");
+                tracing::error!(error = %e, workspace = ?workspace, "could not announce workspace change");
                 if let Some(c) = &self.caches {
                     c.workspace_libraries.invalidate_all();
                 }

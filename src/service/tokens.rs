@@ -51,10 +51,19 @@ impl TokenError {
 
 /// A new token: its id, and the plaintext, which exists only here (the store
 /// keeps its SHA-256) — show it once, to whoever asked.
-#[derive(Debug)]
 pub struct Minted {
     pub id: i64,
     pub plaintext: String,
+}
+
+/// Never shows the plaintext.
+impl std::fmt::Debug for Minted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Minted")
+            .field("id", &self.id)
+            .field("plaintext", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Generates an opaque token plaintext: `mnm_` + 32 random bytes, base64url.
@@ -154,4 +163,21 @@ pub async fn revoke_by(
     pg::audit(&mut tx, actor, "token_revoked", &id.to_string(), serde_json::json!({})).await?;
     tx.commit().await?;
     Ok(changes.fence().await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_a_minted_token_hides_the_plaintext() {
+        let m = Minted {
+            id: 7,
+            plaintext: new_token_plaintext(),
+        };
+        let shown = format!("{m:?} {m:#?}");
+        assert!(!shown.contains(&m.plaintext), "{shown}");
+        assert!(!shown.contains("mnm_"), "{shown}");
+        assert!(shown.contains("<redacted>") && shown.contains('7'), "{shown}");
+    }
 }

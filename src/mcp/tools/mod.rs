@@ -90,7 +90,7 @@ pub fn into_result(out: Result<Reply, ToolError>) -> CallToolResult {
         }
         Err(e) => {
             match &e {
-                ToolError::Store(cause) => tracing::warn!(error = %cause, "tool store error"),
+                ToolError::Store(cause) => tracing::warn!(error = ?cause.to_string(), "tool store error"),
                 ToolError::Output(cause) => tracing::warn!(error = %cause, "tool output error"),
                 _ => {}
             }

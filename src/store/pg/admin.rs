@@ -5,13 +5,25 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 /// The signed-in user of a live session.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, sqlx::FromRow)]
 pub struct SessionUser {
     pub user_id: i64,
     pub username: String,
     pub is_staff: bool,
     /// The session's synchronizer CSRF token.
     pub csrf_token: String,
+}
+
+/// Never shows the CSRF token.
+impl std::fmt::Debug for SessionUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionUser")
+            .field("user_id", &self.user_id)
+            .field("username", &self.username)
+            .field("is_staff", &self.is_staff)
+            .field("csrf_token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Stores a new session of `user_id`; sweeps expired ones on the way.
@@ -144,4 +156,22 @@ pub async fn audit_actions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar("SELECT DISTINCT action::text FROM audit_events ORDER BY 1")
         .fetch_all(pool)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_a_session_user_hides_the_csrf_token() {
+        let u = SessionUser {
+            user_id: 3,
+            username: "sam".into(),
+            is_staff: true,
+            csrf_token: "Zm9vYmFyLWNzcmYtdG9rZW4tdGhhdC1pcy1zZWNyZXQ".into(),
+        };
+        let shown = format!("{u:?} {u:#?}");
+        assert!(!shown.contains(&u.csrf_token), "{shown}");
+        assert!(shown.contains("<redacted>") && shown.contains("sam"), "{shown}");
+    }
 }
