@@ -99,7 +99,7 @@ async fn ingest(
     if out.status != Status::Unchanged {
         state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
     }
-    tracing::info!(actor = %sa.username, item = %out.item_uid, library = %out.library_uid,
+    tracing::info!(actor = ?sa.username, item = ?out.item_uid, library = ?out.library_uid,
                    chunks = out.chunk_count, status = out.status.as_str(), "ingested");
     let status = if out.status == Status::Created {
         StatusCode::CREATED
@@ -125,7 +125,7 @@ async fn delete_item(
     if !state.graph.admin().delete_item(&uid).await? {
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
     }
-    tracing::info!(actor = %sa.username, item = %uid, "item deleted");
+    tracing::info!(actor = ?sa.username, item = ?uid.as_str(), "item deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -167,7 +167,7 @@ async fn delete_workspace(
     if !libs.is_empty() {
         state.changes.announce_workspace(&ws).await;
     }
-    tracing::info!(actor = %sa.username, workspace = %ws, libraries = libs.len(), "workspace deleted");
+    tracing::info!(actor = ?sa.username, workspace = ?ws.as_str(), libraries = libs.len(), "workspace deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -208,7 +208,7 @@ async fn create_library(
     {
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
     }
-    tracing::info!(actor = %sa.username, library = %uid, "library created");
+    tracing::info!(actor = ?sa.username, library = ?uid, "library created");
     Ok((
         StatusCode::CREATED,
         Json(json!({"uid": uid, "name": body.name, "description": description, "language": language.code()})),
