@@ -275,10 +275,30 @@ fn login_page(
 }
 
 /// POST /admin/login.
+/// Largest sign-in form read (a username, a password and two tokens).
+const SIGN_IN_BODY_LIMIT: usize = 16 * 1024;
+
 pub async fn login(State(state): State<AppState>, req: Request) -> Result<Response, AdminError> {
     let (parts, body) = req.into_parts();
     let address = client_address(&parts);
     let headers = parts.headers.clone();
+    // Read before anyone is authenticated: small, and promptly or not at all
+    // (a body trickling in one byte at a time must not hold a connection).
+    let deadline = std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1));
+    let body = match tokio::time::timeout(deadline, axum::body::to_bytes(body, SIGN_IN_BODY_LIMIT)).await {
+        Ok(Ok(bytes)) => axum::body::Body::from(bytes),
+        Ok(Err(_)) => return Ok(crate::auth::failure::closing(ApiError::PayloadTooLarge.into_response())),
+        Err(_) => {
+            return Ok(crate::auth::failure::closing(
+                (
+                    StatusCode::REQUEST_TIMEOUT,
+                    axum::Json(serde_json::json!({"error": "request_timeout",
+                        "message": "the sign-in form did not arrive in time"})),
+                )
+                    .into_response(),
+            ))
+        }
+    };
     let form = FormData::from_request(Request::from_parts(parts, body), &state).await?;
     let names = Cookies::of(&state);
     let expected = cookie(&headers, names.login).unwrap_or("");

@@ -408,3 +408,44 @@ async fn over_the_tool_limit_is_429_with_a_json_rpc_error() {
         "{metrics}"
     );
 }
+
+/// Hardening 3, row 6: the sign-in form is read before anyone is
+/// authenticated, so a body announced large and sent one byte at a time is
+/// cut off at the header timeout and the connection closed, while a normal
+/// client is served.
+#[tokio::test]
+async fn a_sign_in_body_sent_one_byte_at_a_time_is_cut_off() {
+    let app = TestApp::spawn_with(|s| s.header_timeout_secs = 1).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut slow = TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /admin/login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4000000\r\n\r\n"
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut closed = false;
+    // Bounded: at most 40 bytes, 200 ms apart (8 s) — the server must hang up first.
+    for _ in 0..40 {
+        if slow.write_all(b"a").await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buf = [0u8; 1024];
+        match tokio::time::timeout(Duration::from_millis(200), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+        let r = app.http.get(app.url("/healthz")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "a normal client is served meanwhile");
+    }
+    assert!(closed, "the slow sign-in body was never cut off");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408") || answer.starts_with("HTTP/1.1 413"),
+        "{answer}"
+    );
+}
