@@ -12,10 +12,12 @@ use axum::{
 use serde::Deserialize;
 use serde_json::json;
 
+use super::teams::fenced;
 use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
 use crate::ids::{LibraryUid, Uid, WorkspaceId};
 use crate::service::ingest::{self, Document, DocumentIn, IngestError, Status};
+use crate::service::libraries;
 use crate::service::{check_len, BadField};
 use crate::state::AppState;
 use crate::store::graph::analysis::{Language, LANGUAGES};
@@ -156,19 +158,17 @@ async fn delete_workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     let ws = WorkspaceId::parse("workspace_id", ws).map_err(bad)?;
-    // Uids only: counting a large workspace's chunks first could outlast the timeout.
-    let libs: Vec<String> = state
-        .graph
-        .libraries_for_workspaces(&[ws.to_string()])
-        .await?
-        .remove(ws.as_str())
-        .unwrap_or_default();
-    state.graph.admin().delete_libraries(&libs).await?;
-    if !libs.is_empty() {
-        state.changes.announce_workspace(&ws).await;
-    }
-    tracing::info!(actor = ?sa.username, workspace = ?ws.as_str(), libraries = libs.len(), "workspace deleted");
-    Ok(StatusCode::NO_CONTENT.into_response())
+    let out = libraries::delete_workspace(&state.graph, &state.pg, &state.changes, &sa.username, &ws)
+        .await
+        .map_err(|e| match e {
+            libraries::DeleteError::Graph(g) => ApiError::from(g),
+            // Logged by the service; the DELETE is safe to retry.
+            libraries::DeleteError::Grants(_) => ApiError::StoreUnavailable("postgres"),
+        })?;
+    tracing::info!(actor = ?sa.username, workspace = ?ws.as_str(), libraries = out.deleted.len(),
+                   memberships_removed = out.memberships_removed, tokens_changed = out.tokens_changed,
+                   "workspace deleted");
+    Ok(fenced(out.propagation, StatusCode::NO_CONTENT, None))
 }
 
 #[derive(Deserialize)]

@@ -51,7 +51,7 @@ fn team_id(raw: &str) -> Result<Uuid, ApiError> {
 /// shown only here) plus `"propagation": {"confirmed": false, …}` and a
 /// `Mnemosyne-Propagation: unconfirmed` header. Never a 5xx, so no client
 /// drops a one-time JWT as a failure.
-fn fenced(propagation: Propagation, status: StatusCode, body: Option<serde_json::Value>) -> Response {
+pub(super) fn fenced(propagation: Propagation, status: StatusCode, body: Option<serde_json::Value>) -> Response {
     match propagation {
         Ok(()) => match body {
             Some(b) => (status, Json(b)).into_response(),

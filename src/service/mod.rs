@@ -6,6 +6,7 @@ pub mod accounts;
 pub mod health;
 pub mod ingest;
 pub mod keys;
+pub mod libraries;
 pub mod memberships;
 pub mod teams;
 pub mod tokens;

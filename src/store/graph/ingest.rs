@@ -154,6 +154,12 @@ pub fn derived_uid(prefix: &str, parts: &[&str]) -> String {
     format!("{prefix}_{}", &hex::encode(h.finalize())[..24])
 }
 
+/// The uid of a workspace's Library: derived from the workspace id, so the
+/// same workspace gets the same uid whenever its Library is (re-)created.
+pub fn workspace_library_uid(workspace_id: &str) -> String {
+    derived_uid("lib", &["workspace", workspace_id])
+}
+
 fn now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
@@ -241,7 +247,7 @@ impl AdminGraph {
     /// it (with its fences) is one find-or-create transaction, retried when
     /// concurrent first ingests race on it.
     pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
-        let uid = derived_uid("lib", &["workspace", workspace_id]);
+        let uid = workspace_library_uid(workspace_id);
         let key = format!("ws:{workspace_id}");
         if self.0.known.get(&key).await.is_some() {
             return Ok(Some((uid, false)));

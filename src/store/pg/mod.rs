@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod grants;
 pub mod keys;
 pub mod teams;
 pub mod tokens;
@@ -60,6 +61,20 @@ pub async fn notify(pool: &PgPool, payload: &str) -> Result<(), sqlx::Error> {
         .bind(AUTH_CHANNEL)
         .bind(payload)
         .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Announces changes inside the caller's transaction: delivered at commit
+/// (identical payloads once), dropped on rollback.
+pub async fn notify_in(tx: &mut sqlx::PgConnection, payloads: &[String]) -> Result<(), sqlx::Error> {
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS n(p)")
+        .bind(AUTH_CHANNEL)
+        .bind(payloads)
+        .execute(tx)
         .await
         .map(|_| ())
 }
