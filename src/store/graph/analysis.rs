@@ -376,6 +376,7 @@ mod tests {
             Some(Language::French)
         );
         assert_eq!(guess("Wie kühlt man eine Brandwunde richtig?"), Some(Language::German));
+        assert_eq!(detect("Straßenbahnen"), None, "one word says no language clearly");
     }
 
     #[test]
