@@ -431,6 +431,13 @@ async fn migrate_reindexes_chunks_an_older_analysis_indexed_and_then_writes_noth
     assert_eq!(was_old[0]["score"].as_f64(), was_fresh[0]["score"].as_f64());
     assert_eq!(was_old[0]["relevance"].as_f64(), was_fresh[0]["relevance"].as_f64());
 
-    // Nothing is stale any more: one line, no write.
-    assert_eq!(reindex(&app).await, (0, "search index up to date\n".to_owned()));
+    // Nothing of this test is stale any more. The graph is shared with tests
+    // running in parallel (one may have just written an old-style chunk of
+    // its own), so the whole-graph answer is one line only when it is quiet.
+    let (_, again) = reindex(&app).await;
+    assert!(
+        again == "search index up to date\n" || again.ends_with("chunks re-indexed)\n"),
+        "{again}"
+    );
+    assert_eq!(chunk_index(&app, &uid).await, (Some(ANALYSIS_VERSION), Some(fresh_dl)));
 }

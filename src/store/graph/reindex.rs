@@ -47,10 +47,19 @@ impl AdminGraph {
         let mut last_uid = None;
         let mut writes: Vec<(usize, BoltType)> = Vec::with_capacity(rows.len());
         for row in &rows {
-            let uid: String = row.get("uid")?;
-            let library_uid: String = row.get("library_uid")?;
-            let title: String = row.get("item_title")?;
-            let text: String = row.get("text")?;
+            let Some(uid) = row.get::<Option<String>>("uid")? else {
+                continue;
+            };
+            last_uid = Some(uid.clone());
+            // A chunk deleted while this page was read (a workspace or item
+            // delete racing a migrate) has no properties left: skip it.
+            let (Some(library_uid), Some(text)) = (
+                row.get::<Option<String>>("library_uid")?,
+                row.get::<Option<String>>("text")?,
+            ) else {
+                continue;
+            };
+            let title = row.get::<Option<String>>("item_title")?.unwrap_or_default();
             let language = self.language_of(&library_uid).await?;
             let indexed = scoped_text(&library_uid, language, &title, &text);
             let size = uid.len() + title.len() + indexed.scoped.len() + 64;
@@ -60,7 +69,6 @@ impl AdminGraph {
             m.insert("scoped".into(), indexed.scoped.into());
             m.insert("dl".into(), indexed.dl.into());
             writes.push((size, m.into()));
-            last_uid = Some(uid);
         }
         if writes.is_empty() {
             return Ok(ReindexPage {
