@@ -83,6 +83,29 @@ pub struct BasicGuard {
 
 /// One credential checked for one kind of account.
 type Flight = ([u8; 32], Accept);
+
+/// A request's place in a flight. When it goes — answered, or dropped by a
+/// client that hung up or a deadline — the flight is forgotten if it has
+/// landed or no other request waits on it, so abandoned flights never pile up.
+struct Boarding<'a> {
+    guard: &'a BasicGuard,
+    key: Flight,
+    cell: Arc<OnceCell<Verdict>>,
+}
+
+impl Drop for Boarding<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.guard.flights.lock().unwrap_or_else(|e| e.into_inner());
+        // Joins clone under this lock: the map's copy and ours make 2 when
+        // no other request holds the flight.
+        let forget = flights
+            .get(&self.key)
+            .is_some_and(|c| Arc::ptr_eq(c, &self.cell) && (self.cell.initialized() || Arc::strong_count(c) <= 2));
+        if forget {
+            flights.remove(&self.key);
+        }
+    }
+}
 /// What a verification found: the account, `None` for a wrong credential,
 /// or why it could not be checked.
 type Verdict = Result<Option<users::User>, ApiError>;
@@ -119,17 +142,15 @@ impl BasicGuard {
     }
 
     /// Joins the verification of `key` in flight, or starts one.
-    fn join(&self, key: Flight) -> Arc<OnceCell<Verdict>> {
+    fn join(&self, key: Flight) -> Boarding<'_> {
         let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        flights.entry(key).or_default().clone()
+        let cell = flights.entry(key).or_default().clone();
+        Boarding { guard: self, key, cell }
     }
 
-    /// The flight of `key` has landed: later requests start their own.
-    fn land(&self, key: &Flight, cell: &Arc<OnceCell<Verdict>>) {
-        let mut flights = self.flights.lock().unwrap_or_else(|e| e.into_inner());
-        if flights.get(key).is_some_and(|c| Arc::ptr_eq(c, cell)) {
-            flights.remove(key);
-        }
+    /// Flights in the map now (bounded by the requests waiting on them).
+    pub fn flights(&self) -> usize {
+        self.flights.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The most argon2 hashes that ever ran at once on this replica.
@@ -280,13 +301,13 @@ pub async fn verify_password(
             });
         }
     }
-    let flight = (fingerprint, accept);
-    let cell = guard.join(flight);
-    let verdict = cell
+    let boarding = guard.join((fingerprint, accept));
+    let verdict = boarding
+        .cell
         .get_or_init(|| check_password(state, username, password, known, accept))
         .await
         .clone();
-    guard.land(&flight, &cell);
+    drop(boarding);
     match verdict? {
         Some(u) => {
             guard.known_good.insert(fingerprint, ());

@@ -179,6 +179,9 @@ async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Du
     closing((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
 
+/// Most of a body read before authentication to find a request's id.
+const PRE_AUTH_BODY_LIMIT: usize = 64 * 1024;
+
 /// The id of a JSON-RPC request (a message with a `method` and an `id`).
 fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
     #[derive(serde::Deserialize)]
@@ -273,7 +276,8 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
     match header(headers, PROTOCOL_HEADER) {
         Header::Absent => {}
         Header::Value(v) if protocol_version_shaped(v) => {}
-        _ => return bad_protocol_header(req, limit, body_deadline).await,
+        // Only the JSON-RPC id is needed from a body read before the bearer.
+        _ => return bad_protocol_header(req, limit.min(PRE_AUTH_BODY_LIMIT), body_deadline).await,
     }
     let session: Option<String> = match header(headers, SESSION_HEADER) {
         Header::Absent => None,

@@ -71,8 +71,10 @@ impl AdminGraph {
             writes.push((size, m.into()));
         }
         if writes.is_empty() {
+            // Every row may have been skipped (deleted meanwhile): the page
+            // was still read in full, so it is not the last because of that.
             return Ok(ReindexPage {
-                read: 0,
+                read: rows.len(),
                 written: 0,
                 last_uid,
             });
