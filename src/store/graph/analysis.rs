@@ -256,12 +256,17 @@ impl Analyzer {
                         });
                     }
                 } else {
+                    // Folding can leave nothing (a run of combining marks
+                    // that count as letters), and a stemmer may strip a
+                    // word to nothing: no empty token is ever kept.
                     let folded = fold(segment);
+                    if folded.is_empty() {
+                        continue;
+                    }
                     let stop = self.stop.contains(&folded);
-                    out.push(Token {
-                        text: encode(&self.stemmer.stem(&folded)),
-                        stop,
-                    });
+                    let stem = self.stemmer.stem(&folded);
+                    let text = encode(if stem.is_empty() { &folded } else { &stem });
+                    out.push(Token { text, stop });
                 }
             }
         }
@@ -362,6 +367,22 @@ mod tests {
         for t in en("Grüße, naïve 中文 foo-bar x_y Ωμέγα") {
             assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{t}");
             assert!(t.len() <= MAX_TOKEN);
+        }
+    }
+
+    /// A fuzz find: combining marks that count as letters, ligatures, the
+    /// Kelvin sign, dotted capital I — no empty token in any language.
+    #[test]
+    fn no_token_is_ever_empty() {
+        let text = "Grüße naïve 中文 İstanbul K \u{5c5} ﬁ ß \u{93f}\u{940} \u{903}";
+        for (lang, _) in LANGUAGES {
+            for t in analyzer(*lang).tokens(text) {
+                assert!(!t.is_empty() && t.len() <= MAX_TOKEN, "{lang:?}: {t:?}");
+                assert!(
+                    t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+                    "{lang:?}: {t:?}"
+                );
+            }
         }
     }
 
