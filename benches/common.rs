@@ -114,6 +114,39 @@ impl ServerProcess {
     }
 }
 
+/// A load-generating bench's server, unlimited: `bin_var` names a binary to
+/// run as its own process (as deployed, or an older build); else the server
+/// runs in this process. Returns its base URL and the process, if any (kept
+/// alive until dropped).
+pub async fn start_server(bin_var: &str, settings: &Settings) -> (String, Option<ServerProcess>) {
+    match std::env::var(bin_var) {
+        Ok(bin) => {
+            let s = ServerProcess::start(
+                &bin,
+                &settings.database_url,
+                &[
+                    ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
+                    ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+                ],
+            )
+            .await;
+            println!("server: {bin}, its own process at {}", s.base);
+            (s.base.clone(), Some(s))
+        }
+        Err(_) => {
+            let mut settings = settings.clone();
+            settings.rate_limit_per_minute = 0;
+            settings.tool_rate_limit_per_minute = 0;
+            let app = mnemosyne::startup::Application::build(settings).await.unwrap();
+            let base = format!("http://{}", app.local_addr());
+            tokio::spawn(app.run_until(std::future::pending()));
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            println!("server: in process");
+            (base, None)
+        }
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemosyne::auth::Principal;
-use mnemosyne::startup::Application;
 use mnemosyne::store::graph::analysis::Language;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
 use mnemosyne::store::graph::knowledge::ScopedGraph;
@@ -284,32 +283,8 @@ async fn run() {
         .plaintext;
     // In process by default; with LOAD_SERVER_BIN=path/to/mnemosyne the server
     // runs as its own process (as deployed), the load generator here.
-    let mut server = None;
-    let url = match std::env::var("LOAD_SERVER_BIN") {
-        Ok(bin) => {
-            let s = common::ServerProcess::start(
-                &bin,
-                &settings.database_url,
-                &[
-                    ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
-                    ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
-                ],
-            )
-            .await;
-            println!("server: separate process at {}", s.base);
-            let url = format!("{}/mcp/", s.base);
-            server = Some(s);
-            url
-        }
-        Err(_) => {
-            let app = Application::build(settings.clone()).await.unwrap();
-            let url = format!("http://{}/mcp/", app.local_addr());
-            tokio::spawn(app.run_until(std::future::pending()));
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            println!("server: in process");
-            url
-        }
-    };
+    let (base, server) = common::start_server("LOAD_SERVER_BIN", &settings).await;
+    let url = format!("{base}/mcp/");
     let target = Arc::new(Target {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
         url,

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use mnemosyne::auth::basic::hash_password;
-use mnemosyne::startup::Application;
 use mnemosyne::store::pg::users;
 use serde_json::{json, Value};
 
@@ -281,33 +280,7 @@ async fn run() {
     users::create(&pool, SERVICE, Some(&hash_password(SERVICE_PASSWORD).unwrap()), true)
         .await
         .unwrap();
-    let mut server = None;
-    let base = match std::env::var("QUALITY_SERVER_BIN") {
-        Ok(bin) => {
-            let s = common::ServerProcess::start(
-                &bin,
-                &settings.database_url,
-                &[
-                    ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
-                    ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
-                ],
-            )
-            .await;
-            println!("server: {bin} (its own process)");
-            let base = s.base.clone();
-            server = Some(s);
-            base
-        }
-        Err(_) => {
-            let app = Application::build(settings.clone()).await.unwrap();
-            let base = format!("http://{}", app.local_addr());
-            settings.public_url = base.clone();
-            tokio::spawn(app.run_until(std::future::pending()));
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            println!("server: in process");
-            base
-        }
-    };
+    let (base, server) = common::start_server("QUALITY_SERVER_BIN", &settings).await;
     let ns = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let tenant = format!("{ns}_tenant");
     let noise_libs: Vec<String> = (0..NOISE_LIBRARIES).map(|i| format!("{ns}_noise_{i}")).collect();

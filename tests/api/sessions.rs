@@ -319,13 +319,8 @@ async fn nbf_in_the_future_is_invalid() {
     assert_eq!(ex.json()["error_description"], "Invalid MCP token.");
 }
 
-#[tokio::test]
-async fn a_membership_revoke_removes_the_library_from_the_tokens_next_request_on_the_second_instance() {
-    let app = TestApp::spawn().await;
-    let s = seed(&app).await;
-    let b = app.second_instance().await;
-    // One user, owner of both libraries, one token for both.
-    let name = "ariadne";
+/// A new user `name`, owner of both seeded libraries, and a token for both.
+async fn owner_token_for_both(app: &TestApp, s: &crate::mcp::Seed, name: &str) -> String {
     mnemosyne::store::pg::users::create(&app.pg, name, None, false)
         .await
         .unwrap()
@@ -335,10 +330,20 @@ async fn a_membership_revoke_removes_the_library_from_the_tokens_next_request_on
             .await
             .unwrap();
     }
-    let token = mnemosyne::service::tokens::mint(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
+    mnemosyne::service::tokens::mint(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
         .await
         .unwrap()
-        .plaintext;
+        .plaintext
+}
+
+#[tokio::test]
+async fn a_membership_revoke_removes_the_library_from_the_tokens_next_request_on_the_second_instance() {
+    let app = TestApp::spawn().await;
+    let s = seed(&app).await;
+    let b = app.second_instance().await;
+    // One user, owner of both libraries, one token for both.
+    let name = "ariadne";
+    let token = owner_token_for_both(&app, &s, name).await;
     let mut on_b = b.mcp(&token).connect().await;
     assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
     // Revoked through the CLI (a separate process, as an operator would).
@@ -752,19 +757,7 @@ async fn a_demoted_owners_token_stops_reading_the_library_on_the_other_replica()
     let s = seed(&app).await;
     let b = app.second_instance().await;
     let name = "pasiphae";
-    mnemosyne::store::pg::users::create(&app.pg, name, None, false)
-        .await
-        .unwrap()
-        .unwrap();
-    for l in [&s.lib_a, &s.lib_b] {
-        mnemosyne::store::pg::users::grant(&app.pg, name, l, mnemosyne::store::pg::users::Role::Owner)
-            .await
-            .unwrap();
-    }
-    let token = mnemosyne::service::tokens::mint(&app.pg, name, "t", &[s.lib_a.clone(), s.lib_b.clone()], None)
-        .await
-        .unwrap()
-        .plaintext;
+    let token = owner_token_for_both(&app, &s, name).await;
     let mut on_b = b.mcp(&token).connect().await;
     assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
     // Demoted on lib_b through the CLI: reader granted, owner revoked.
