@@ -9,5 +9,5 @@ pub mod principal;
 pub mod resolver;
 
 pub use failure::{AuthError, AuthFailure};
-pub use principal::{Principal, PrincipalKind, Scope};
+pub use principal::{Principal, PrincipalKind, Scope, ToolGrant};
 pub use resolver::Authenticator;

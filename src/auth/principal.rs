@@ -42,6 +42,8 @@ pub struct Principal {
     /// one `sub`; a rotated team JWT is another credential).
     pub credential: Arc<str>,
     pub libraries: Scope,
+    /// The MCP tools this credential may see and call (issue 24).
+    pub tools: ToolGrant,
 }
 
 impl Principal {
@@ -54,7 +56,40 @@ impl Principal {
             subject: "token:test".into(),
             credential: "token:test".into(),
             libraries: Scope::for_tests(libraries),
+            tools: ToolGrant::Every,
         }
+    }
+}
+
+/// Which MCP tools a credential may use: every tool (no allowlist stored, and
+/// every per-turn JWT), or only the named ones (an allowlist on its opaque
+/// token or its team; empty = none). Other tools are absent from its
+/// `tools/list` and refused when called.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolGrant {
+    #[default]
+    Every,
+    Only(Arc<[String]>),
+}
+
+impl ToolGrant {
+    /// The grant of a stored allowlist column (`NULL` = every tool).
+    pub fn from_stored(allowed: Option<&[String]>) -> Self {
+        match allowed {
+            None => ToolGrant::Every,
+            Some(names) => ToolGrant::Only(names.into()),
+        }
+    }
+
+    pub fn allows(&self, tool: &str) -> bool {
+        match self {
+            ToolGrant::Every => true,
+            ToolGrant::Only(names) => names.iter().any(|n| n == tool),
+        }
+    }
+
+    pub fn is_every(&self) -> bool {
+        matches!(self, ToolGrant::Every)
     }
 }
 
@@ -123,6 +158,17 @@ mod tests {
     fn scope_dedups_keeping_first_occurrence() {
         let s = Scope::new(["b", "a", "b", "c", "a"].map(String::from));
         assert_eq!(s.uids(), ["b", "a", "c"]);
+    }
+
+    #[test]
+    fn a_tool_grant_allows_only_what_it_names() {
+        assert!(ToolGrant::Every.allows("get_health"));
+        let only = ToolGrant::from_stored(Some(&["search".to_owned()]));
+        assert!(only.allows("search"));
+        assert!(!only.allows("get_health"));
+        assert!(!only.allows("Search"));
+        assert!(!ToolGrant::from_stored(Some(&[])).allows("search"));
+        assert_eq!(ToolGrant::from_stored(None), ToolGrant::Every);
     }
 
     #[test]

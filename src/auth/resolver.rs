@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::cache::AuthCaches;
 use super::failure::{AuthError, AuthFailure};
 use super::jwt::{self, Verified};
-use super::principal::{Principal, PrincipalKind, Scope};
+use super::principal::{Principal, PrincipalKind, Scope, ToolGrant};
 use crate::metrics::Metrics;
 use crate::store::graph::GraphStore;
 use crate::store::pg::auth as pga;
@@ -185,6 +185,8 @@ impl Authenticator {
                     subject: sub,
                     credential,
                     libraries: Scope::new(libs),
+                    // A per-turn JWT has no stored credential to restrict.
+                    tools: ToolGrant::Every,
                 };
                 Ok((p, pending))
             }
@@ -292,6 +294,7 @@ impl Authenticator {
             credential: subject.as_str().into(),
             subject,
             libraries: Scope::new(libraries),
+            tools: ToolGrant::from_stored(row.allowed_tools.as_deref()),
         })
     }
 
@@ -367,6 +370,7 @@ impl Authenticator {
             subject: format!("team:{team_id}"),
             credential: format!("team:{team_id}:{jti}").into(),
             libraries,
+            tools: ToolGrant::from_stored(team.allowed_tools.as_deref()),
         })
     }
 

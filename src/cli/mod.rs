@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use crate::auth::changes::AuthChanges;
 use crate::config::Settings;
 use crate::service::tokens::{self as tokens_service, Minted, TokenError};
+use crate::service::tool_grants::{self, ToolAllowlist};
 use crate::service::{self, accounts, memberships};
 use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
@@ -56,6 +57,9 @@ pub enum Command {
     /// JWT signing keys.
     #[command(subcommand)]
     SigningKey(KeyCmd),
+    /// Teams (created by Daedalus through the team REST API).
+    #[command(subcommand)]
+    Team(TeamCmd),
     /// Libraries in the graph.
     #[command(subcommand)]
     Library(LibraryCmd),
@@ -136,6 +140,15 @@ pub enum TokenCmd {
         /// Expiry, RFC 3339 (e.g. 2027-01-01T00:00:00Z).
         #[arg(long)]
         expires_at: Option<DateTime<Utc>>,
+        /// A tool the token may use (repeat). None: every tool.
+        #[arg(long = "tool")]
+        tools: Vec<String>,
+    },
+    /// Set which tools a token may use; applies on the next request.
+    SetTools {
+        id: i64,
+        #[command(flatten)]
+        tools: ToolsArg,
     },
     /// List tokens (never their hashes).
     List {
@@ -144,6 +157,56 @@ pub enum TokenCmd {
     },
     /// Revoke a token by id; it stops working on the next request.
     Revoke { id: i64 },
+}
+
+/// A tool allowlist on the command line: `--tool` (repeat), `--every` or `--none`.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct ToolsArg {
+    /// A tool it may use (repeat); the others are hidden and refused.
+    #[arg(long = "tool")]
+    tools: Vec<String>,
+    /// Every tool (no allowlist).
+    #[arg(long)]
+    every: bool,
+    /// No tool at all.
+    #[arg(long)]
+    none: bool,
+}
+
+impl ToolsArg {
+    /// The allowlist to store (`None` = every tool), checked against the
+    /// server's tools.
+    fn allowlist(&self) -> anyhow::Result<Option<ToolAllowlist>> {
+        if self.every {
+            return Ok(None);
+        }
+        let names: &[String] = if self.none { &[] } else { &self.tools };
+        Ok(Some(ToolAllowlist::parse("--tool", names, &crate::mcp::TOOLS)?))
+    }
+}
+
+fn tools_json(tools: Option<&[String]>) -> serde_json::Value {
+    serde_json::json!(tools)
+}
+
+fn tools_human(tools: Option<&[String]>) -> String {
+    match tools {
+        None => "every tool".into(),
+        Some([]) => "no tool".into(),
+        Some(t) => t.join(","),
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TeamCmd {
+    /// Set which tools a team's JWT may use; applies on the next request.
+    SetTools {
+        /// The team id (a UUID).
+        id: String,
+        #[command(flatten)]
+        tools: ToolsArg,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -231,6 +294,17 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         Command::Membership(c) => membership(&pool, c, json).await?,
         Command::Token(c) => token(&pool, c, json).await?,
         Command::SigningKey(c) => signing_key(&pool, c, json).await?,
+        Command::Team(TeamCmd::SetTools { id, tools }) => {
+            let id = crate::service::teams::parse_id("id", &id)?;
+            let list = tools.allowlist()?;
+            let names = list.as_ref().map(ToolAllowlist::names);
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = tool_grants::set_team_tools(&pool, &changes, CLI_ACTOR, id, list.as_ref()).await?;
+            emit(json, serde_json::json!({"id": id, "tools": tools_json(names)}), || {
+                println!("team {id} may use: {}", tools_human(names))
+            });
+        }
         Command::Library(LibraryCmd::List) => {
             let graph = GraphStore::connect(&settings).await?;
             let libs = graph.admin().all_libraries().await?;
@@ -386,7 +460,7 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
 
 fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
     serde_json::json!({"id": t.id, "name": t.name, "user": t.username, "libraries": t.allowed_libraries.0,
-                       "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
+                       "tools": tools_json(t.allowed_tools.as_deref()), "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
                        "created_at": t.created_at})
 }
 
@@ -397,21 +471,35 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             libraries,
             name,
             expires_at,
+            tools,
         } => {
-            let Minted { id, plaintext } =
-                tokens_service::mint_by(pool, CLI_ACTOR, &user, &name, &libraries, expires_at)
-                    .await
-                    .map_err(|e| match e {
-                        TokenError::NotOwnerOrManager { .. } => {
-                            anyhow::anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
-                        }
-                        TokenError::ExpiryInPast => anyhow::anyhow!("--expires-at is in the past"),
-                        e => e.into(),
-                    })?;
+            let allowlist = if tools.is_empty() {
+                None
+            } else {
+                Some(ToolAllowlist::parse("--tool", &tools, &crate::mcp::TOOLS)?)
+            };
+            let names = allowlist.as_ref().map(ToolAllowlist::names);
+            let Minted { id, plaintext } = tokens_service::mint_with_tools(
+                pool,
+                CLI_ACTOR,
+                &user,
+                &name,
+                &libraries,
+                allowlist.as_ref(),
+                expires_at,
+            )
+            .await
+            .map_err(|e| match e {
+                TokenError::NotOwnerOrManager { .. } => {
+                    anyhow::anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
+                }
+                TokenError::ExpiryInPast => anyhow::anyhow!("--expires-at is in the past"),
+                e => e.into(),
+            })?;
             emit(
                 json,
                 serde_json::json!({"id": id, "user": user, "name": name, "libraries": libraries,
-                                   "expires_at": expires_at, "token": plaintext}),
+                                   "tools": tools_json(names), "expires_at": expires_at, "token": plaintext}),
                 || {
                     if libraries.is_empty() {
                         eprintln!("note: a token with no library reads nothing (fail-closed)");
@@ -424,21 +512,32 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             let list = tokens::list(pool, user.as_deref()).await?;
             emit(json, list.iter().map(token_json).collect(), || {
                 println!(
-                    "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} LIBRARIES",
-                    "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED"
+                    "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {:<20} LIBRARIES",
+                    "ID", "NAME", "USER", "ACTIVE", "EXPIRES", "LAST USED", "TOOLS"
                 );
                 for t in &list {
                     println!(
-                        "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {}",
+                        "{:<6} {:<20} {:<20} {:<7} {:<25} {:<25} {:<20} {}",
                         t.id,
                         t.name,
                         t.username,
                         t.active,
                         t.expires_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
                         t.last_used_at.map(|d| d.to_rfc3339()).unwrap_or_else(|| "never".into()),
+                        tools_human(t.allowed_tools.as_deref()),
                         t.allowed_libraries.0.join(",")
                     );
                 }
+            });
+        }
+        TokenCmd::SetTools { id, tools } => {
+            let list = tools.allowlist()?;
+            let names = list.as_ref().map(ToolAllowlist::names);
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = tool_grants::set_token_tools(pool, &changes, CLI_ACTOR, id, list.as_ref(), None).await?;
+            emit(json, serde_json::json!({"id": id, "tools": tools_json(names)}), || {
+                println!("token {id} may use: {}", tools_human(names))
             });
         }
         TokenCmd::Revoke { id } => {

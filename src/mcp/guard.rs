@@ -363,7 +363,9 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
                 m.tool_calls.with_label_values(&[tool, "refused"]).inc();
                 return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
             }
-            if tool == "other" {
+            // A credential with an allowlist has its unknown tools refused
+            // (and counted) by the server, as any tool it may not use.
+            if tool == "other" && principal.tools.is_every() {
                 // rmcp answers it with a JSON-RPC error: no tool of ours ran.
                 state
                     .metrics

@@ -8,14 +8,19 @@ use std::time::Duration;
 use http::request::Parts;
 use rmcp::{
     handler::server::router::tool::ToolRouter,
-    model::{CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig},
+    handler::server::tool::ToolCallContext,
+    model::{
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ResultType, ServerCapabilities,
+        ServerConfig,
+    },
     service::RequestContext,
-    tool_handler, RoleServer, ServerHandler,
+    tool_handler, ErrorData, RoleServer, ServerHandler,
 };
 use tracing::Instrument;
 
 use super::tools::{into_result, Reply, ToolError};
-use crate::auth::Principal;
+use crate::auth::{Principal, ToolGrant};
 use crate::metrics::Metrics;
 use crate::service::health::Probes;
 use crate::state::AppState;
@@ -133,8 +138,85 @@ impl KnowledgeServer {
     }
 }
 
+/// The tools the request's credential may use. No principal (cannot happen
+/// behind the auth layer) may use none: fail closed.
+fn grant_of(ctx: &RequestContext<RoleServer>) -> ToolGrant {
+    ctx.extensions
+        .get::<Parts>()
+        .and_then(|p| p.extensions.get::<Principal>())
+        .map_or_else(|| ToolGrant::Only(Arc::from([])), |p| p.tools.clone())
+}
+
+/// The JSON-RPC error for a tool the credential may not use (issue 24): the
+/// same whether the tool exists or not, so it tells nothing of the others.
+fn not_available(name: &str) -> ErrorData {
+    let shown: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+    ErrorData::invalid_params(format!("Tool {shown} is not available to this credential."), None)
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for KnowledgeServer {
+    /// Only the tools the credential may use (issue 24).
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let grant = grant_of(&context);
+        let hints = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools: self
+                .tool_router
+                .list_all()
+                .into_iter()
+                .filter(|t| grant.allows(&t.name))
+                .collect(),
+            meta: None,
+            next_cursor: None,
+            ttl_ms: hints.then_some(0),
+            // The list depends on the credential: no shared cache may keep it.
+            cache_scope: hints.then_some(CacheScope::Private),
+        })
+    }
+
+    /// Refuses a tool the credential may not use before rmcp routes the call
+    /// (counted `refused`); runs the others.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if !grant_of(&context).allows(&request.name) {
+            // Only our tool names become labels; anything else is `other`.
+            let tool = crate::mcp::TOOLS
+                .iter()
+                .find(|t| **t == request.name)
+                .copied()
+                .unwrap_or("other");
+            self.state
+                .metrics
+                .tool_calls
+                .with_label_values(&[tool, "refused"])
+                .inc();
+            let principal = context
+                .extensions
+                .get::<Parts>()
+                .and_then(|p| p.extensions.get::<Principal>());
+            tracing::info!(
+                tool,
+                principal = principal.map_or("none", |p| p.kind.as_str()),
+                outcome = "refused",
+                "tool call not available to this credential"
+            );
+            return Err(not_available(&request.name));
+        }
+        let tcc = ToolCallContext::new(self, request, context);
+        self.tool_router.call(tcc).await
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(

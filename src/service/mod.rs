@@ -10,6 +10,7 @@ pub mod libraries;
 pub mod memberships;
 pub mod teams;
 pub mod tokens;
+pub mod tool_grants;
 
 use crate::auth::cache::Unconfirmed;
 use crate::ids::InvalidId;

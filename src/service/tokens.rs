@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sqlx::PgPool;
 
+use super::tool_grants::ToolAllowlist;
 use super::{check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::auth::resolver::token_hash;
@@ -98,6 +99,19 @@ pub async fn mint_by(
     libraries: &[String],
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Minted, TokenError> {
+    mint_with_tools(pg, actor, username, name, libraries, None, expires_at).await
+}
+
+/// `mint_by`, with a tool allowlist (`None` = every tool; issue 24).
+pub async fn mint_with_tools(
+    pg: &PgPool,
+    actor: &str,
+    username: &str,
+    name: &str,
+    libraries: &[String],
+    tools: Option<&ToolAllowlist>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<Minted, TokenError> {
     check_len("name", name, 0, 200)?;
     if libraries.len() > MAX_TOKEN_LIBRARIES {
         return Err(super::bad(
@@ -129,13 +143,24 @@ pub async fn mint_by(
         });
     }
     let plaintext = new_token_plaintext();
-    let id = tokens::create(&mut *tx, user.id, name, &token_hash(&plaintext), &libs, expires_at).await?;
+    let tools = tools.map(ToolAllowlist::names);
+    let id = tokens::create(
+        &mut *tx,
+        user.id,
+        name,
+        &token_hash(&plaintext),
+        &libs,
+        tools,
+        expires_at,
+    )
+    .await?;
     pg::audit(
         &mut tx,
         actor,
         "token_created",
         &id.to_string(),
-        serde_json::json!({"user": username, "name": name, "libraries": libs, "expires_at": expires_at}),
+        serde_json::json!({"user": username, "name": name, "libraries": libs, "tools": tools,
+                           "expires_at": expires_at}),
     )
     .await?;
     tx.commit().await?;

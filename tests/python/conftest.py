@@ -69,6 +69,15 @@ class Stack:
     team_id: str
     service_user: str
     service_password: str
+    #: The owner of workspace A's library (the opaque token's user).
+    reader: str
+    #: The binary and the environment its CLI runs with (this run's database).
+    binary: str
+    cli_env: dict[str, str]
+
+    def cli(self, *args: str) -> str:
+        """Runs `mnemosyne <args>` against this run's database; its stdout."""
+        return _run([self.binary, *args], self.cli_env)
 
 
 def _dev_env() -> dict[str, str]:
@@ -271,6 +280,9 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             team_id=team_id,
             service_user=service_user,
             service_password=service_password,
+            reader=reader,
+            binary=binary,
+            cli_env=env,
         )
     finally:
         try:

@@ -16,6 +16,8 @@ pub struct TokenAuthRow {
     /// reads only what its user could mint it for today (a demotion to
     /// reader, or a revoked membership, narrows it on the next request).
     pub member_libraries: Vec<String>,
+    /// The token's tool allowlist; `None` = every tool.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 /// The opaque token with this hash, whether its user is active, and the
@@ -25,7 +27,8 @@ pub async fn token_by_hash(pool: &PgPool, hash: &str) -> Result<Option<TokenAuth
     sqlx::query_as::<_, TokenAuthRow>(
         "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active,
                 ARRAY(SELECT DISTINCT m.library_uid::text FROM library_memberships m
-                       WHERE m.user_id = t.user_id AND m.role IN ('owner', 'manager')) AS member_libraries
+                       WHERE m.user_id = t.user_id AND m.role IN ('owner', 'manager')) AS member_libraries,
+                t.allowed_tools
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE t.token_hash = $1",
     )
@@ -40,6 +43,8 @@ pub struct TeamAuthRow {
     pub active_jti: Option<Uuid>,
     /// In assignment order.
     pub workspace_ids: Vec<String>,
+    /// The team's tool allowlist; `None` = every tool.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 /// A team with its workspace assignments, in one round trip.
@@ -47,7 +52,8 @@ pub async fn team_for_auth(pool: &PgPool, id: Uuid) -> Result<Option<TeamAuthRow
     sqlx::query_as::<_, TeamAuthRow>(
         "SELECT t.active, t.active_jti,
                 COALESCE(array_agg(a.workspace_id ORDER BY a.position, a.id)
-                         FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids
+                         FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids,
+                t.allowed_tools
            FROM teams t LEFT JOIN team_workspace_assignments a ON a.team_id = t.id
           WHERE t.id = $1
           GROUP BY t.id",

@@ -165,6 +165,39 @@ pub async fn replace_workspaces(
     Ok(Some(stored))
 }
 
+/// Replaces a team's tool allowlist (`None` = every tool) with its audit
+/// event; the row trigger announces it. False when the team does not exist.
+pub async fn set_tools(pool: &PgPool, actor: &str, id: Uuid, tools: Option<&[String]>) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let n = sqlx::query("UPDATE teams SET allowed_tools = $2, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(tools)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n == 1 {
+        audit(
+            &mut tx,
+            actor,
+            "team_tools_set",
+            &id.to_string(),
+            json!({"tools": tools}),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(n == 1)
+}
+
+/// A team's tool allowlist: `None` when the team does not exist,
+/// `Some(None)` when it may use every tool.
+pub async fn tools_of(pool: &PgPool, id: Uuid) -> Result<Option<Option<Vec<String>>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT allowed_tools FROM teams WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
 /// Re-activates a deleted team under a new active jti (the demo re-running
 /// after its team was deleted). False when the team does not exist.
 pub async fn reactivate(pool: &PgPool, actor: &str, id: Uuid, jti: Uuid) -> Result<bool, sqlx::Error> {

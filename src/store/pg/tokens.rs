@@ -10,6 +10,8 @@ pub struct TokenInfo {
     pub name: String,
     pub username: String,
     pub allowed_libraries: Json<Vec<String>>,
+    /// The tool allowlist; `None` = every tool.
+    pub allowed_tools: Option<Vec<String>>,
     pub active: bool,
     pub expires_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -22,16 +24,18 @@ pub async fn create<'e>(
     name: &str,
     token_hash: &str,
     libraries: &[String],
+    tools: Option<&[String]>,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO mcp_tokens (user_id, name, token_hash, allowed_libraries, expires_at)
-         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        "INSERT INTO mcp_tokens (user_id, name, token_hash, allowed_libraries, allowed_tools, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
     )
     .bind(user_id)
     .bind(name)
     .bind(token_hash)
     .bind(Json(libraries))
+    .bind(tools)
     .bind(expires_at)
     .fetch_one(ex)
     .await
@@ -39,7 +43,7 @@ pub async fn create<'e>(
 
 pub async fn list(pool: &PgPool, username: Option<&str>) -> Result<Vec<TokenInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.active, t.expires_at,
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.active, t.expires_at,
                 t.last_used_at, t.created_at
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE ($1::text IS NULL OR u.username = $1)
@@ -70,10 +74,32 @@ pub async fn revoke_owned<'e>(ex: impl PgExecutor<'e>, id: i64, owner: Option<&s
         == 1)
 }
 
+/// Replaces an active token's tool allowlist (`None` = every tool), only if
+/// `owner` (a username) owns it when given; false when unknown, not theirs,
+/// or revoked. The row trigger announces the change.
+pub async fn set_tools<'e>(
+    ex: impl PgExecutor<'e>,
+    id: i64,
+    tools: Option<&[String]>,
+    owner: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE mcp_tokens t SET allowed_tools = $2 FROM users u
+          WHERE t.id = $1 AND t.active AND u.id = t.user_id AND ($3::text IS NULL OR u.username = $3)",
+    )
+    .bind(id)
+    .bind(tools)
+    .bind(owner)
+    .execute(ex)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 /// One token's listing row.
 pub async fn get(pool: &PgPool, id: i64) -> Result<Option<TokenInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.active, t.expires_at,
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.active, t.expires_at,
                 t.last_used_at, t.created_at
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = $1",
     )
