@@ -119,6 +119,18 @@ pub struct Settings {
     )]
     pub public_url: String,
 
+    /// Browser origins, besides the public URL's own, whose pages may call
+    /// `/mcp` (exact `scheme://host[:port]`, comma-separated): their CORS
+    /// preflights are answered, every other Origin stays 403. None by default.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        value_parser = parse_origin,
+        global = true
+    )]
+    pub allowed_origins: Vec<String>,
+
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
@@ -233,6 +245,26 @@ pub struct Settings {
     pub admin_session_absolute_secs: u64,
 }
 
+/// An Origin as browsers send it: `http(s)://host[:port]`, no path, lower
+/// case (what the `/mcp` guard compares with).
+pub fn parse_origin(raw: &str) -> Result<String, String> {
+    let o = raw.trim().trim_end_matches('/').to_ascii_lowercase();
+    let uri: http::Uri = o
+        .parse()
+        .map_err(|_| format!("{raw:?} is not an origin (http(s)://host[:port])"))?;
+    let plain = matches!(uri.scheme_str(), Some("http" | "https"))
+        && uri
+            .authority()
+            .is_some_and(|a| !a.host().is_empty() && !a.as_str().contains('@'))
+        && uri
+            .path_and_query()
+            .is_none_or(|p| p.as_str() == "/" || p.as_str().is_empty());
+    if !plain || o.ends_with(':') {
+        return Err(format!("{raw:?} is not an origin (http(s)://host[:port], no path)"));
+    }
+    Ok(o)
+}
+
 /// `scheme://user:****@host/db`: a URL with its password hidden.
 pub fn redact_url(url: &str) -> String {
     match url.split_once("://") {
@@ -269,6 +301,7 @@ impl fmt::Debug for Settings {
             arcadedb_http_url,
             listen,
             public_url,
+            allowed_origins,
             log_format,
             cache_max_staleness_secs,
             body_limit_bytes,
@@ -300,6 +333,7 @@ impl fmt::Debug for Settings {
             .field("arcadedb_http_url", &redact_url(arcadedb_http_url))
             .field("listen", listen)
             .field("public_url", public_url)
+            .field("allowed_origins", allowed_origins)
             .field("log_format", log_format)
             .field("cache_max_staleness_secs", cache_max_staleness_secs)
             .field("body_limit_bytes", body_limit_bytes)
@@ -414,6 +448,25 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_origins_are_exact_origins() {
+        let origin = parse_origin("https://App.Example.com/").unwrap();
+        assert_eq!(origin, "https://app.example.com");
+        assert_eq!(parse_origin("http://127.0.0.1:5173").unwrap(), "http://127.0.0.1:5173");
+        let bad = [
+            "*",
+            "app.example.com",
+            "ftp://x",
+            "https://x/path",
+            "https://u@x",
+            "null",
+            "",
+        ];
+        for b in bad {
+            assert!(parse_origin(b).is_err(), "{b}");
+        }
+    }
 
     #[test]
     fn env_file_is_explicit_or_the_checkouts_own() {

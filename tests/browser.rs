@@ -381,3 +381,175 @@ async fn an_operator_does_the_spec_9_workflows_in_a_real_browser() {
     br.shot("20-signed-out").await;
     br.c.close().await.unwrap();
 }
+
+/// A page of another origin, served on its own loopback port: it calls
+/// `/mcp` with `fetch` as a browser MCP client would (no bearer first, to
+/// read the challenge; then initialize, the session id from the response
+/// headers, and a search) and writes what it got into `#out` as JSON.
+fn mcp_page(mcp: &str, token: &str, word: &str) -> String {
+    let script = r#"
+const out = document.getElementById('out');
+const HEADERS = {'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'};
+async function rpc(body, sid) {
+  const h = Object.assign({'Authorization': 'Bearer ' + TOKEN, 'MCP-Protocol-Version': '2025-11-25'}, HEADERS);
+  if (sid) h['Mcp-Session-Id'] = sid;
+  const r = await fetch(MCP, {method: 'POST', headers: h, body: JSON.stringify(body)});
+  const text = await r.text();
+  let msg = null;
+  if ((r.headers.get('content-type') || '').includes('text/event-stream')) {
+    for (const line of text.split('\n')) {
+      const d = line.startsWith('data:') ? line.slice(5).trim() : '';
+      if (d) { const m = JSON.parse(d); if (m.id === body.id) msg = m; }
+    }
+  } else if (text) { msg = JSON.parse(text); }
+  return {status: r.status, sid: r.headers.get('mcp-session-id'), msg};
+}
+(async () => {
+  try {
+    const anon = await fetch(MCP, {method: 'POST', headers: HEADERS, body: '{}'});
+    const challenge = anon.headers.get('www-authenticate');
+    const init = await rpc({jsonrpc: '2.0', id: 1, method: 'initialize', params: {protocolVersion: '2025-11-25',
+                            capabilities: {}, clientInfo: {name: 'browser-page', version: '0'}}});
+    await rpc({jsonrpc: '2.0', method: 'notifications/initialized'}, init.sid);
+    const found = await rpc({jsonrpc: '2.0', id: 2, method: 'tools/call',
+                             params: {name: 'search', arguments: {query: WORD}}}, init.sid);
+    out.textContent = JSON.stringify({anon_status: anon.status, challenge, session: init.sid,
+                                      results: found.msg.result.structuredContent.results});
+  } catch (e) {
+    out.textContent = JSON.stringify({error: String(e)});
+  }
+})();
+"#;
+    format!(
+        "<!doctype html><html><head><title>MCP page</title></head><body><pre id=\"out\"></pre><script>\
+         const MCP = {mcp:?}; const TOKEN = {token:?}; const WORD = {word:?};{script}</script></body></html>"
+    )
+}
+
+/// Serves `page` at `/` on `listener` until the test ends.
+fn serve_page(listener: tokio::net::TcpListener, page: String) {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || async move { axum::response::Html(page) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+}
+
+/// `#out` once the page's script wrote it (up to 15 s).
+async fn page_outcome(br: &Browser) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = br.text("#out").await;
+        if !text.is_empty() {
+            return serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        }
+        assert!(Instant::now() < deadline, "the page wrote nothing within 15 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn loopback_listener() -> (tokio::net::TcpListener, String) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://127.0.0.1:{}", l.local_addr().unwrap().port());
+    (l, origin)
+}
+
+#[tokio::test]
+async fn a_page_of_an_allowed_origin_searches_over_mcp_and_an_unlisted_one_is_refused() {
+    let (listed, listed_origin) = loopback_listener().await;
+    let (unlisted, unlisted_origin) = loopback_listener().await;
+    let allowed = listed_origin.clone();
+    let app = TestApp::spawn_with(move |s| s.allowed_origins = vec![allowed]).await;
+    let word = format!("wombat{}", &app.ns[1..7]);
+    let ws = app.uid("ws_cors");
+    let a = app
+        .ingest_ws(
+            &ws,
+            "Burrow notes",
+            &format!("# Burrows\n\nA {word} dug under the fence."),
+        )
+        .await;
+    let lib = a["library_uid"].as_str().unwrap().to_owned();
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mcp = format!("{}/mcp", app.base);
+    serve_page(listed, mcp_page(&mcp, &token, &word));
+    serve_page(unlisted, mcp_page(&mcp, &token, &word));
+
+    let driver = Driver::start();
+    driver.wait_ready().await;
+    let br = Browser::open(&driver, &listed_origin).await;
+
+    br.goto("/").await;
+    let got = page_outcome(&br).await;
+    assert_eq!(got["anon_status"], 401, "{got}");
+    // Exposed headers: the page can read its challenge and its session.
+    assert_eq!(got["challenge"], "Bearer", "{got}");
+    assert!(got["session"].as_str().is_some_and(|s| !s.is_empty()), "{got}");
+    let results = got["results"].as_array().unwrap_or_else(|| panic!("{got}"));
+    assert_eq!(results.len(), 1, "{got}");
+    assert_eq!(results[0]["library_uid"], lib.as_str());
+    assert!(results[0]["text"].as_str().unwrap().contains(&word));
+
+    // The same page from an origin nobody listed: the preflight is refused,
+    // so the browser lets no request through.
+    br.c.goto(&format!("{unlisted_origin}/")).await.unwrap();
+    let got = page_outcome(&br).await;
+    assert_eq!(got, json!({"error": "TypeError: Failed to fetch"}));
+    br.c.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn cors_preflight_is_answered_for_allowed_origins_only() {
+    let allowed = "http://127.0.0.1:1";
+    let app = TestApp::spawn_with(|s| s.allowed_origins = vec![format!("{allowed}/")]).await;
+    let http = reqwest::Client::new();
+    let preflight = |origin: &str| {
+        http.request(reqwest::Method::OPTIONS, app.url("/mcp/"))
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "POST")
+            .header(
+                "Access-Control-Request-Headers",
+                "authorization, content-type, mcp-session-id, mcp-param-query",
+            )
+            .send()
+    };
+    let r = preflight(allowed).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::NO_CONTENT);
+    let h = |name: &str| r.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(h("access-control-allow-origin"), allowed);
+    assert_eq!(h("access-control-allow-methods"), "GET, POST, DELETE, OPTIONS");
+    assert_eq!(
+        h("access-control-allow-headers"),
+        "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version, mcp-method, \
+         mcp-name, mcp-param-query"
+    );
+
+    // Another origin: 403, with nothing a browser would accept.
+    let r = preflight("http://127.0.0.1:2").await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    let r = http
+        .post(app.url("/mcp/"))
+        .header("Origin", "http://evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
+
+    // An allowed origin's refused request still names it and exposes the challenge.
+    let r = http
+        .post(app.url("/mcp/"))
+        .header("Origin", allowed)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers()["access-control-allow-origin"], allowed);
+    assert_eq!(
+        r.headers()["access-control-expose-headers"],
+        "Mcp-Session-Id, WWW-Authenticate, Retry-After"
+    );
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+}

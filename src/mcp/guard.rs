@@ -42,7 +42,14 @@ pub struct Guard {
 
 impl Guard {
     pub fn new(settings: Arc<Settings>, auth: Arc<Authenticator>, metrics: Metrics, addr: SocketAddr) -> Self {
-        let (allowed_hosts, allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
+        let (allowed_hosts, mut allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
+        // MNEMOSYNE_ALLOWED_ORIGINS: browser pages of other origins (CORS).
+        allowed_origins.extend(
+            settings
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase()),
+        );
         Guard {
             sessions: Arc::new(OwnedSessions::new(settings.session_limits())),
             limits: Arc::new(RateLimits::new(
@@ -55,6 +62,18 @@ impl Guard {
             allowed_hosts,
             allowed_origins,
         }
+    }
+}
+
+impl Guard {
+    /// Whether a request's `Origin` may call `/mcp` (and gets CORS answers).
+    fn allows_origin(&self, origin: &str) -> bool {
+        self.allowed_origins
+            .contains(&origin.trim_end_matches('/').to_ascii_lowercase())
+    }
+
+    fn allows_host(&self, host: &str) -> bool {
+        self.allowed_hosts.contains(&host.to_ascii_lowercase())
     }
 }
 
@@ -253,22 +272,100 @@ fn tool_rate_limited(id: serde_json::Value, tool: &str, retry_after_secs: u64) -
     r
 }
 
+/// Request headers a browser MCP client sends (Streamable HTTP, both eras).
+const CORS_ALLOW_HEADERS: [&str; 8] = [
+    "authorization",
+    "content-type",
+    "accept",
+    "last-event-id",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+];
+/// Response headers a browser MCP client must read: its session, and why it
+/// was refused (the 401 challenge, the 429 wait).
+const CORS_EXPOSE_HEADERS: &str = "Mcp-Session-Id, WWW-Authenticate, Retry-After";
+
+/// The CORS preflight answer for an allowed origin: the methods and headers
+/// MCP needs, plus the `Mcp-Param-*` headers (SEP-2243) it asked for.
+fn preflight(origin: &http::HeaderValue, requested: Option<&str>) -> Response {
+    let mut allow: Vec<String> = CORS_ALLOW_HEADERS.iter().map(|h| (*h).to_owned()).collect();
+    for h in requested.unwrap_or_default().split(',') {
+        let h = h.trim().to_ascii_lowercase();
+        if h.starts_with("mcp-param-")
+            && h.len() <= 128
+            && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !allow.contains(&h)
+        {
+            allow.push(h);
+        }
+    }
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        http::HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&allow.join(", ")) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+    }
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, http::HeaderValue::from_static("600"));
+    h.insert(
+        header::VARY,
+        http::HeaderValue::from_static("Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
+    );
+    r
+}
+
+/// CORS for browser clients (issue 24): a preflight from an allowed origin
+/// is answered here, before any auth (a preflight carries no credentials);
+/// every answer to an allowed origin, refusals included, names it and
+/// exposes the headers an MCP client reads. Any other Origin stays 403, and
+/// the Host check (DNS rebinding) holds for preflights too.
+pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let origin = match header(req.headers(), header::ORIGIN) {
+        Header::Value(o) if state.allows_origin(o) => req.headers().get(header::ORIGIN).cloned(),
+        _ => None,
+    };
+    if req.method() == http::Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
+        if let Header::Value(host) = header(req.headers(), header::HOST) {
+            if !state.allows_host(host) {
+                return forbidden("Host header is not allowed");
+            }
+        }
+        return match &origin {
+            Some(o) => preflight(o, header_str(req.headers(), header::ACCESS_CONTROL_REQUEST_HEADERS)),
+            None => forbidden("Origin is not allowed"),
+        };
+    }
+    let mut resp = checked(State(state), req, next).await;
+    if let Some(o) = origin {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            http::HeaderValue::from_static(CORS_EXPOSE_HEADERS),
+        );
+        h.append(header::VARY, http::HeaderValue::from_static("Origin"));
+    }
+    resp
+}
+
 /// Everything before rmcp: cheap checks first (Host, Origin, protocol header,
 /// session id, the session's existence), then the bearer, then the session's
 /// owner; a request that fails here never reaches rmcp and consumes nothing.
-pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     match header(headers, header::HOST) {
         Header::Absent => {}
-        Header::Value(host) if state.allowed_hosts.contains(&host.to_ascii_lowercase()) => {}
+        Header::Value(host) if state.allows_host(host) => {}
         _ => return forbidden("Host header is not allowed"),
     }
     match header(headers, header::ORIGIN) {
         Header::Absent => {}
-        Header::Value(origin)
-            if state
-                .allowed_origins
-                .contains(&origin.trim_end_matches('/').to_ascii_lowercase()) => {}
+        Header::Value(origin) if state.allows_origin(origin) => {}
         _ => return forbidden("Origin is not allowed"),
     }
     let limit = state.settings.body_limit_bytes;
