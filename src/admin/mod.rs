@@ -15,6 +15,7 @@ mod search;
 pub mod session;
 mod teams;
 mod tokens;
+mod tools;
 mod users;
 mod view;
 
@@ -48,6 +49,11 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/tokens", get(tokens::list).post(tokens::create))
         .route("/admin/tokens/new", get(tokens::new_form))
         .route("/admin/tokens/revoke", post(tokens::revoke_action))
+        .route(
+            "/admin/tokens/{id}/tools",
+            get(tools::token_form).post(tools::token_set),
+        )
+        .route("/admin/teams/{id}/tools", post(tools::team_set))
         .route("/admin/teams", get(teams::list))
         .route("/admin/teams/{id}", get(teams::detail))
         .route("/admin/teams/{id}/workspaces", post(teams::workspaces))

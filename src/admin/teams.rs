@@ -81,6 +81,7 @@ async fn detail_page(
     let (t, ws) = service::detail(&state.pg, id).await.map_err(refused)?;
     let text = workspaces_text.map(str::to_owned).unwrap_or_else(|| ws.join("\n"));
     let base = format!("/admin/teams/{id}");
+    let tools = super::tools::team_section(state, s, id).await?;
     let body = html! {
         section.card {
             p { "ID " code { (t.id) } }
@@ -98,6 +99,7 @@ async fn detail_page(
             (view::field_error(err, "workspace_ids"))
             button type="submit" { "Save workspaces" }
         }
+        (tools)
         @if t.active {
             h2 { "Rotate" }
             p { "A new JWT replaces the current one, which is refused from the next request on. The new one is shown once." }

@@ -70,7 +70,7 @@ fn token_table(s: &Session, list: &[tokens::TokenInfo], revoke_path: &str, show_
     html! {
         div.table { table {
             thead { tr {
-                th { "ID" } @if show_user { th { "User" } } th { "Name" } th { "Libraries" }
+                th { "ID" } @if show_user { th { "User" } } th { "Name" } th { "Libraries" } th { "Tools" }
                 th { "Last used" } th { "Expires" } th { "Active" } th {}
             } }
             tbody {
@@ -84,6 +84,11 @@ fn token_table(s: &Session, list: &[tokens::TokenInfo], revoke_path: &str, show_
                             @if t.allowed_libraries.0.is_empty() { span.muted { "none (reads nothing)" } }
                             @for l in &t.allowed_libraries.0 { code { (l) } " " }
                         }
+                        td {
+                            (super::tools::summary(t.allowed_tools.as_deref()))
+                            // Staff pages only: a person's own tokens keep what staff set.
+                            @if show_user && t.active { " " a href={ "/admin/tokens/" (t.id) "/tools" } { "Change" } }
+                        }
                         td { (view::when(t.last_used_at, "never")) }
                         td { (view::when(t.expires_at, "never")) }
                         td { (view::badge(live, "active", if t.active { "expired" } else { "revoked" })) }
@@ -92,7 +97,7 @@ fn token_table(s: &Session, list: &[tokens::TokenInfo], revoke_path: &str, show_
                         } }
                     }
                 }
-                @if list.is_empty() { tr { td colspan="8" .muted { "No tokens." } } }
+                @if list.is_empty() { tr { td colspan="9" .muted { "No tokens." } } }
             }
         } }
     }

@@ -16,3 +16,4 @@ mod observability;
 mod search;
 mod sessions;
 mod teams;
+mod tool_permissions;
