@@ -1,13 +1,18 @@
 //! Per-principal rate limits (token buckets, `governor`), kept in memory on
-//! each replica: with N replicas behind a load balancer a principal may make
-//! up to N times the configured rate.
+//! each replica. A configured rate is for the whole deployment: each replica
+//! enforces it divided by the number of live replicas it knows (counted with
+//! the auth heartbeat), and rebuilds its buckets when that number changes.
 //!
 //! Two buckets: one per principal (`team:<id>`, `token:<id>`, or the per-turn
 //! `sub` — every turn of one Daedalus deployment shares it) over every MCP
-//! request, and one per principal and tool over `tools/call`.
+//! request, and one per principal and tool over `tools/call`. A token or a
+//! team may carry its own request rate (issue 24), used instead of the
+//! configured one.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use governor::{clock::Clock, clock::DefaultClock, DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -28,6 +33,13 @@ impl Limited {
 /// A keyed token bucket: `per_minute` requests a minute, a burst of ten
 /// seconds' worth. `None` when the limit is off (0).
 struct Bucket(Option<DefaultKeyedRateLimiter<Arc<str>>>);
+
+/// This replica's share of a deployment-wide rate: `per_minute / replicas`,
+/// rounded up (never 0 while the limit is on).
+fn share(per_minute: u32, replicas: usize) -> u32 {
+    let n = replicas.max(1) as u32;
+    per_minute.div_ceil(n)
+}
 
 impl Bucket {
     fn new(per_minute: u32) -> Self {
@@ -52,39 +64,106 @@ impl Bucket {
     }
 }
 
-/// The rate limits of one replica.
-pub struct RateLimits {
-    principal: Bucket,
+/// The buckets for one replica count: the principal buckets by deployment
+/// rate (the configured one, and each credential override in use), and the
+/// tool buckets.
+struct Buckets {
+    replicas: usize,
+    principal: HashMap<u32, Bucket>,
     tool: Bucket,
 }
 
+/// The rate limits of one replica.
+pub struct RateLimits {
+    principal_per_minute: u32,
+    tool_per_minute: u32,
+    /// Live replicas (see `AuthCaches::live_replicas`).
+    replicas: Arc<AtomicUsize>,
+    buckets: RwLock<Buckets>,
+}
+
 impl RateLimits {
+    /// Limits of a replica that is alone (tests, the CLI).
     pub fn new(principal_per_minute: u32, tool_per_minute: u32) -> Self {
+        Self::shared(principal_per_minute, tool_per_minute, Arc::new(AtomicUsize::new(1)))
+    }
+
+    /// Limits whose deployment-wide rates are divided by `replicas`.
+    pub fn shared(principal_per_minute: u32, tool_per_minute: u32, replicas: Arc<AtomicUsize>) -> Self {
+        let n = replicas.load(Ordering::SeqCst).max(1);
         RateLimits {
-            principal: Bucket::new(principal_per_minute),
-            tool: Bucket::new(tool_per_minute),
+            principal_per_minute,
+            tool_per_minute,
+            buckets: RwLock::new(Self::build(tool_per_minute, n)),
+            replicas,
+        }
+    }
+
+    fn build(tool_per_minute: u32, replicas: usize) -> Buckets {
+        Buckets {
+            replicas,
+            principal: HashMap::new(),
+            tool: Bucket::new(share(tool_per_minute, replicas)),
         }
     }
 
     /// Whether per-tool limits are on (then the layer reads the tool name).
     pub fn per_tool(&self) -> bool {
-        self.tool.0.is_some()
+        self.tool_per_minute > 0
     }
 
-    /// One MCP request of `principal`.
-    pub fn request(&self, principal: &str) -> Result<(), Limited> {
-        self.principal.check(principal)
+    /// Runs `f` over the buckets of the current replica count, rebuilding
+    /// them first when it changed (the new shares start with full bursts).
+    fn with<T>(&self, f: impl Fn(&Buckets) -> Option<T>, make: impl FnOnce(&mut Buckets) -> T) -> T {
+        let n = self.replicas.load(Ordering::SeqCst).max(1);
+        if let Ok(b) = self.buckets.read() {
+            if b.replicas == n {
+                if let Some(out) = f(&b) {
+                    return out;
+                }
+            }
+        }
+        let mut b = self.buckets.write().unwrap_or_else(|p| p.into_inner());
+        if b.replicas != n {
+            *b = Self::build(self.tool_per_minute, n);
+        }
+        make(&mut b)
+    }
+
+    /// One MCP request of `principal`, whose credential may carry its own
+    /// deployment-wide rate (`override_per_minute`; 0 = no limit).
+    pub fn request(&self, principal: &str, override_per_minute: Option<u32>) -> Result<(), Limited> {
+        let rate = override_per_minute.unwrap_or(self.principal_per_minute);
+        if rate == 0 {
+            return Ok(());
+        }
+        self.with(
+            |b| b.principal.get(&rate).map(|bucket| bucket.check(principal)),
+            |b| {
+                let n = b.replicas;
+                b.principal
+                    .entry(rate)
+                    .or_insert_with(|| Bucket::new(share(rate, n)))
+                    .check(principal)
+            },
+        )
     }
 
     /// One call of `tool` by `principal`.
     pub fn tool_call(&self, principal: &str, tool: &str) -> Result<(), Limited> {
-        self.tool.check(&format!("{principal}\u{0}{tool}"))
+        let key = format!("{principal}\u{0}{tool}");
+        self.with(|b| Some(b.tool.check(&key)), |b| b.tool.check(&key))
     }
 
-    /// Forgets full buckets (idle principals), returning their memory.
+    /// Forgets full buckets (idle principals), returning their memory, and
+    /// the buckets of override rates no principal uses any more.
     pub fn shrink(&self) {
-        self.principal.shrink();
-        self.tool.shrink();
+        let mut b = self.buckets.write().unwrap_or_else(|p| p.into_inner());
+        b.principal.retain(|_, bucket| {
+            bucket.shrink();
+            bucket.0.as_ref().is_some_and(|l| !l.is_empty())
+        });
+        b.tool.shrink();
     }
 }
 
@@ -97,11 +176,11 @@ mod tests {
         let l = RateLimits::new(60, 0);
         // burst = 10 (ten seconds' worth of 60/min)
         for _ in 0..10 {
-            assert!(l.request("token:1").is_ok());
+            assert!(l.request("token:1", None).is_ok());
         }
-        let e = l.request("token:1").unwrap_err();
+        let e = l.request("token:1", None).unwrap_err();
         assert!(e.retry_after_secs() >= 1);
-        assert!(l.request("token:2").is_ok());
+        assert!(l.request("token:2", None).is_ok());
         assert!(!l.per_tool());
         assert!(l.tool_call("token:1", "search").is_ok());
     }
@@ -113,6 +192,41 @@ mod tests {
         assert!(l.tool_call("team:a", "search").is_err());
         assert!(l.tool_call("team:a", "get_chunk").is_ok());
         assert!(l.tool_call("team:b", "search").is_ok());
-        assert!(l.request("team:a").is_ok());
+        assert!(l.request("team:a", None).is_ok());
+    }
+
+    fn accepted(l: &RateLimits, key: &str, override_per_minute: Option<u32>) -> usize {
+        (0..100).filter(|_| l.request(key, override_per_minute).is_ok()).count()
+    }
+
+    #[test]
+    fn each_replica_takes_its_share_of_the_rate_and_follows_the_count() {
+        let replicas = Arc::new(AtomicUsize::new(2));
+        let l = RateLimits::shared(120, 12, replicas.clone());
+        // 120/min over 2 replicas: 60/min here, a burst of 10.
+        assert_eq!(accepted(&l, "token:1", None), 10);
+        assert_eq!((0..10).filter(|_| l.tool_call("token:1", "search").is_ok()).count(), 1);
+        // A third replica appears: rebuilt at 40/min, a burst of 6.
+        replicas.store(3, Ordering::SeqCst);
+        assert_eq!(accepted(&l, "token:1", None), 6);
+    }
+
+    #[test]
+    fn a_credential_override_replaces_the_configured_rate() {
+        let l = RateLimits::shared(120, 0, Arc::new(AtomicUsize::new(2)));
+        // 600/min over 2 replicas: a burst of 50 here.
+        assert_eq!(accepted(&l, "token:fast", Some(600)), 50);
+        assert_eq!(accepted(&l, "token:slow", Some(12)), 1);
+        assert_eq!(accepted(&l, "token:free", Some(0)), 100);
+        assert_eq!(accepted(&l, "token:plain", None), 10);
+        l.shrink();
+        assert_eq!(accepted(&l, "token:plain", None), 0, "a shrink keeps live buckets");
+    }
+
+    #[test]
+    fn a_share_is_rounded_up_and_never_zero() {
+        assert_eq!(share(100, 3), 34);
+        assert_eq!(share(1, 4), 1);
+        assert_eq!(share(60, 0), 60);
     }
 }

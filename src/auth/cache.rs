@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -232,6 +232,9 @@ pub struct AuthCaches {
     notifications: broadcast::Sender<String>,
     /// This instance's identity on the auth channel (fences and acks).
     pub instance: Uuid,
+    /// Replicas seen alive (this one included, at least 1), counted with
+    /// each heartbeat: the rate limits divide their rates by it.
+    live_replicas: Arc<AtomicUsize>,
     requests: IntCounterVec,
     listener_connected: IntGauge,
     listener_reconnects: IntCounter,
@@ -276,6 +279,7 @@ impl AuthCaches {
             jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000, &requests),
             notifications,
             instance: Uuid::new_v4(),
+            live_replicas: Arc::new(AtomicUsize::new(1)),
             requests,
             listener_connected,
             listener_reconnects,
@@ -381,6 +385,11 @@ impl AuthCaches {
     /// that it answers only once the caches have seen the change).
     pub fn subscribe(&self) -> broadcast::Receiver<String> {
         self.notifications.subscribe()
+    }
+
+    /// The live replica count, shared (the rate limits read it per request).
+    pub fn live_replicas(&self) -> Arc<AtomicUsize> {
+        self.live_replicas.clone()
     }
 
     pub fn listener_up(&self) -> bool {
@@ -504,6 +513,17 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
             .await;
             if let Err(e) = sent {
                 tracing::debug!(error = %e, "auth heartbeat not sent");
+            }
+            // The replicas alive by the fence's own window. Unknown (an
+            // error) keeps the last count: it never jumps to "alone".
+            let live: Result<i64, _> = sqlx::query_scalar(
+                "SELECT count(*) FROM auth_replicas WHERE seen_at > now() - make_interval(secs => $1)",
+            )
+            .bind((LISTENER_TRUST + HEARTBEAT_EVERY).as_secs_f64())
+            .fetch_one(&pool)
+            .await;
+            if let Ok(n) = live {
+                caches.live_replicas.store((n as usize).max(1), Ordering::SeqCst);
             }
         }
         ticks += 1;

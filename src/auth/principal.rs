@@ -44,6 +44,9 @@ pub struct Principal {
     pub libraries: Scope,
     /// The MCP tools this credential may see and call (issue 24).
     pub tools: ToolGrant,
+    /// Its own deployment-wide request rate a minute, instead of the
+    /// configured one (0 = no limit); `None` = the configured one.
+    pub rate_limit_per_minute: Option<u32>,
 }
 
 impl Principal {
@@ -57,6 +60,7 @@ impl Principal {
             credential: "token:test".into(),
             libraries: Scope::for_tests(libraries),
             tools: ToolGrant::Every,
+            rate_limit_per_minute: None,
         }
     }
 }

@@ -187,6 +187,7 @@ impl Authenticator {
                     libraries: Scope::new(libs),
                     // A per-turn JWT has no stored credential to restrict.
                     tools: ToolGrant::Every,
+                    rate_limit_per_minute: None,
                 };
                 Ok((p, pending))
             }
@@ -295,6 +296,7 @@ impl Authenticator {
             subject,
             libraries: Scope::new(libraries),
             tools: ToolGrant::from_stored(row.allowed_tools.as_deref()),
+            rate_limit_per_minute: row.rate_limit_per_minute.map(|r| r.max(0) as u32),
         })
     }
 
@@ -371,6 +373,7 @@ impl Authenticator {
             credential: format!("team:{team_id}:{jti}").into(),
             libraries,
             tools: ToolGrant::from_stored(team.allowed_tools.as_deref()),
+            rate_limit_per_minute: team.rate_limit_per_minute.map(|r| r.max(0) as u32),
         })
     }
 

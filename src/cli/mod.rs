@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::auth::changes::AuthChanges;
 use crate::config::Settings;
+use crate::service::credential_limits;
 use crate::service::tokens::{self as tokens_service, Minted, TokenError};
 use crate::service::tool_grants::{self, ToolAllowlist};
 use crate::service::{self, accounts, memberships};
@@ -150,6 +151,12 @@ pub enum TokenCmd {
         #[command(flatten)]
         tools: ToolsArg,
     },
+    /// Give a token its own request rate, or back the configured one.
+    SetRateLimit {
+        id: i64,
+        #[command(flatten)]
+        rate: RateArg,
+    },
     /// List tokens (never their hashes).
     List {
         #[arg(long)]
@@ -207,6 +214,34 @@ pub enum TeamCmd {
         #[command(flatten)]
         tools: ToolsArg,
     },
+    /// Give a team's JWT its own request rate, or back the configured one.
+    SetRateLimit {
+        /// The team id (a UUID).
+        id: String,
+        #[command(flatten)]
+        rate: RateArg,
+    },
+}
+
+/// A credential's own rate: `--per-minute N` or `--default`.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct RateArg {
+    /// MCP requests a minute over the whole deployment (every replica
+    /// together); 0 = no limit.
+    #[arg(long)]
+    per_minute: Option<u32>,
+    /// The configured rate (MNEMOSYNE_RATE_LIMIT_PER_MINUTE).
+    #[arg(long)]
+    default: bool,
+}
+
+fn rate_human(per_minute: Option<u32>) -> String {
+    match per_minute {
+        None => "the configured rate".into(),
+        Some(0) => "no limit".into(),
+        Some(n) => format!("{n} requests a minute"),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -294,6 +329,16 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         Command::Membership(c) => membership(&pool, c, json).await?,
         Command::Token(c) => token(&pool, c, json).await?,
         Command::SigningKey(c) => signing_key(&pool, c, json).await?,
+        Command::Team(TeamCmd::SetRateLimit { id, rate }) => {
+            let id = crate::service::teams::parse_id("id", &id)?;
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = credential_limits::set_team_rate_limit(&pool, &changes, CLI_ACTOR, id, rate.per_minute).await?;
+            emit(
+                json,
+                serde_json::json!({"id": id, "rate_limit_per_minute": rate.per_minute}),
+                || println!("team {id}: {}", rate_human(rate.per_minute)),
+            );
+        }
         Command::Team(TeamCmd::SetTools { id, tools }) => {
             let id = crate::service::teams::parse_id("id", &id)?;
             let list = tools.allowlist()?;
@@ -460,7 +505,8 @@ async fn membership(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow
 
 fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
     serde_json::json!({"id": t.id, "name": t.name, "user": t.username, "libraries": t.allowed_libraries.0,
-                       "tools": tools_json(t.allowed_tools.as_deref()), "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
+                       "tools": tools_json(t.allowed_tools.as_deref()),
+                       "rate_limit_per_minute": t.rate_limit_per_minute, "active": t.active, "expires_at": t.expires_at, "last_used_at": t.last_used_at,
                        "created_at": t.created_at})
 }
 
@@ -539,6 +585,15 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             emit(json, serde_json::json!({"id": id, "tools": tools_json(names)}), || {
                 println!("token {id} may use: {}", tools_human(names))
             });
+        }
+        TokenCmd::SetRateLimit { id, rate } => {
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = credential_limits::set_token_rate_limit(pool, &changes, CLI_ACTOR, id, rate.per_minute).await?;
+            emit(
+                json,
+                serde_json::json!({"id": id, "rate_limit_per_minute": rate.per_minute}),
+                || println!("token {id}: {}", rate_human(rate.per_minute)),
+            );
         }
         TokenCmd::Revoke { id } => {
             // The CLI has no caches to fence: the NOTIFY is what applies.

@@ -52,9 +52,12 @@ impl Guard {
         );
         Guard {
             sessions: Arc::new(OwnedSessions::new(settings.session_limits())),
-            limits: Arc::new(RateLimits::new(
+            // Deployment-wide rates, shared among the replicas the auth
+            // heartbeat counts.
+            limits: Arc::new(RateLimits::shared(
                 settings.rate_limit_per_minute,
                 settings.tool_rate_limit_per_minute,
+                auth.caches.live_replicas(),
             )),
             settings,
             auth,
@@ -422,7 +425,10 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         }
         resp
     };
-    if let Err(l) = state.limits.request(&principal.subject) {
+    if let Err(l) = state
+        .limits
+        .request(&principal.subject, principal.rate_limit_per_minute)
+    {
         state
             .metrics
             .rate_limited

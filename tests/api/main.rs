@@ -13,6 +13,7 @@ mod foundation;
 mod ingest;
 mod mcp;
 mod observability;
+mod rate_limits;
 mod search;
 mod sessions;
 mod teams;

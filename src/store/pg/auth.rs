@@ -18,6 +18,8 @@ pub struct TokenAuthRow {
     pub member_libraries: Vec<String>,
     /// The token's tool allowlist; `None` = every tool.
     pub allowed_tools: Option<Vec<String>>,
+    /// Its own request rate a minute; `None` = the configured one.
+    pub rate_limit_per_minute: Option<i32>,
 }
 
 /// The opaque token with this hash, whether its user is active, and the
@@ -28,7 +30,7 @@ pub async fn token_by_hash(pool: &PgPool, hash: &str) -> Result<Option<TokenAuth
         "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active,
                 ARRAY(SELECT DISTINCT m.library_uid::text FROM library_memberships m
                        WHERE m.user_id = t.user_id AND m.role IN ('owner', 'manager')) AS member_libraries,
-                t.allowed_tools
+                t.allowed_tools, t.rate_limit_per_minute
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE t.token_hash = $1",
     )
@@ -45,6 +47,8 @@ pub struct TeamAuthRow {
     pub workspace_ids: Vec<String>,
     /// The team's tool allowlist; `None` = every tool.
     pub allowed_tools: Option<Vec<String>>,
+    /// Its own request rate a minute; `None` = the configured one.
+    pub rate_limit_per_minute: Option<i32>,
 }
 
 /// A team with its workspace assignments, in one round trip.
@@ -53,7 +57,7 @@ pub async fn team_for_auth(pool: &PgPool, id: Uuid) -> Result<Option<TeamAuthRow
         "SELECT t.active, t.active_jti,
                 COALESCE(array_agg(a.workspace_id ORDER BY a.position, a.id)
                          FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids,
-                t.allowed_tools
+                t.allowed_tools, t.rate_limit_per_minute
            FROM teams t LEFT JOIN team_workspace_assignments a ON a.team_id = t.id
           WHERE t.id = $1
           GROUP BY t.id",

@@ -189,6 +189,35 @@ pub async fn set_tools(pool: &PgPool, actor: &str, id: Uuid, tools: Option<&[Str
     Ok(n == 1)
 }
 
+/// Sets a team's own request rate (`None` = the configured one) with its
+/// audit event. False when the team does not exist.
+pub async fn set_rate_limit(
+    pool: &PgPool,
+    actor: &str,
+    id: Uuid,
+    per_minute: Option<i32>,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let n = sqlx::query("UPDATE teams SET rate_limit_per_minute = $2, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(per_minute)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if n == 1 {
+        audit(
+            &mut tx,
+            actor,
+            "team_rate_limit_set",
+            &id.to_string(),
+            json!({"per_minute": per_minute}),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(n == 1)
+}
+
 /// A team's tool allowlist: `None` when the team does not exist,
 /// `Some(None)` when it may use every tool.
 pub async fn tools_of(pool: &PgPool, id: Uuid) -> Result<Option<Option<Vec<String>>>, sqlx::Error> {

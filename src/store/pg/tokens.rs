@@ -12,6 +12,8 @@ pub struct TokenInfo {
     pub allowed_libraries: Json<Vec<String>>,
     /// The tool allowlist; `None` = every tool.
     pub allowed_tools: Option<Vec<String>>,
+    /// Its own request rate a minute; `None` = the configured one.
+    pub rate_limit_per_minute: Option<i32>,
     pub active: bool,
     pub expires_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -43,7 +45,7 @@ pub async fn create<'e>(
 
 pub async fn list(pool: &PgPool, username: Option<&str>) -> Result<Vec<TokenInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.active, t.expires_at,
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.rate_limit_per_minute, t.active, t.expires_at,
                 t.last_used_at, t.created_at
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE ($1::text IS NULL OR u.username = $1)
@@ -96,10 +98,28 @@ pub async fn set_tools<'e>(
         == 1)
 }
 
+/// Sets an active token's own request rate (`None` = the configured one);
+/// false when unknown or revoked. The row trigger announces the change.
+pub async fn set_rate_limit<'e>(
+    ex: impl PgExecutor<'e>,
+    id: i64,
+    per_minute: Option<i32>,
+) -> Result<bool, sqlx::Error> {
+    Ok(
+        sqlx::query("UPDATE mcp_tokens SET rate_limit_per_minute = $2 WHERE id = $1 AND active")
+            .bind(id)
+            .bind(per_minute)
+            .execute(ex)
+            .await?
+            .rows_affected()
+            == 1,
+    )
+}
+
 /// One token's listing row.
 pub async fn get(pool: &PgPool, id: i64) -> Result<Option<TokenInfo>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.active, t.expires_at,
+        "SELECT t.id, t.name, u.username, t.allowed_libraries, t.allowed_tools, t.rate_limit_per_minute, t.active, t.expires_at,
                 t.last_used_at, t.created_at
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = $1",
     )
