@@ -192,6 +192,11 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_TOOL_DEADLINE_MS", default_value_t = 10_000, global = true)]
     pub tool_deadline_ms: u64,
 
+    /// How often each replica writes its tool-call counts per credential to
+    /// Postgres, in seconds (a replica that dies loses at most this much).
+    #[arg(long, env = "MNEMOSYNE_USAGE_FLUSH_SECS", default_value_t = 60, global = true)]
+    pub usage_flush_secs: u64,
+
     /// Failed HTTP Basic attempts a minute per username and per client address
     /// before further attempts are refused with 429 without hashing.
     #[arg(
@@ -314,6 +319,7 @@ impl fmt::Debug for Settings {
             rate_limit_per_minute,
             tool_rate_limit_per_minute,
             tool_deadline_ms,
+            usage_flush_secs,
             basic_failures_per_minute,
             cold_lookups,
             header_timeout_secs,
@@ -346,6 +352,7 @@ impl fmt::Debug for Settings {
             .field("rate_limit_per_minute", rate_limit_per_minute)
             .field("tool_rate_limit_per_minute", tool_rate_limit_per_minute)
             .field("tool_deadline_ms", tool_deadline_ms)
+            .field("usage_flush_secs", usage_flush_secs)
             .field("basic_failures_per_minute", basic_failures_per_minute)
             .field("cold_lookups", cold_lookups)
             .field("header_timeout_secs", header_timeout_secs)

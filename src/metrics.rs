@@ -45,6 +45,9 @@ pub struct Metrics {
     pub ingest_chunks: IntCounter,
     pub ingest_duration: Histogram,
     pub build_info: IntGaugeVec,
+    /// Tool calls per credential (issue 24): not Prometheus labels (unbounded),
+    /// counted in memory and flushed to Postgres.
+    pub usage: std::sync::Arc<crate::usage::UsageCounter>,
 }
 
 impl Metrics {
@@ -212,6 +215,7 @@ impl Metrics {
             ingest_chunks,
             ingest_duration,
             build_info,
+            usage: Default::default(),
         }
     }
 

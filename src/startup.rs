@@ -56,6 +56,11 @@ impl Application {
             self.state.auth.caches.clone(),
         ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
+        let usage = tokio::spawn(crate::usage::flush_every(
+            self.state.pg.clone(),
+            self.state.metrics.usage.clone(),
+            Duration::from_secs(self.state.settings.usage_flush_secs),
+        ));
         let shrink = {
             let (limits, basic) = (self.state.mcp.limits.clone(), self.state.basic.clone());
             tokio::spawn(async move {
@@ -73,7 +78,9 @@ impl Application {
         listen.abort();
         heartbeat.abort();
         housekeeping.abort();
+        usage.abort();
         self.state.auth.flush_token_usage().await;
+        self.state.metrics.usage.flush(&self.state.pg).await;
         res
     }
 

@@ -16,6 +16,7 @@ pub mod session;
 mod teams;
 mod tokens;
 mod tools;
+mod usage;
 mod users;
 mod view;
 
@@ -74,6 +75,7 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/library/revoke", post(libraries::revoke))
         .route("/admin/search", get(search::search))
         .route("/admin/audit", get(pages::audit))
+        .route("/admin/usage", get(usage::page))
         .layer(middleware::from_fn(security_headers))
 }
 

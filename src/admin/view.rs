@@ -15,6 +15,7 @@ const NAV: &[(&str, &str)] = &[
     ("/admin/keys", "Signing keys"),
     ("/admin/users", "Users"),
     ("/admin/search", "Search"),
+    ("/admin/usage", "Usage"),
     ("/admin/audit", "Audit"),
 ];
 

@@ -64,6 +64,13 @@ pub enum Command {
     /// Libraries in the graph.
     #[command(subcommand)]
     Library(LibraryCmd),
+    /// Tool calls per token, team, per-turn caller and tool (the counts every
+    /// replica writes each MNEMOSYNE_USAGE_FLUSH_SECS).
+    Usage {
+        /// Over the last this many days.
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=366))]
+        days: u32,
+    },
     /// Load demo data and print credentials and client snippets.
     Demo(crate::cli::demo::DemoArgs),
 }
@@ -375,6 +382,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
             });
         }
         Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
+        Command::Usage { days } => usage_report(&pool, days, json).await?,
     }
     Ok(())
 }
@@ -603,6 +611,46 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             });
         }
     }
+    Ok(())
+}
+
+/// Rows per credential kind in `mnemosyne usage`.
+const USAGE_TOP: i64 = 50;
+
+async fn usage_report(pool: &sqlx::PgPool, days: u32, json: bool) -> anyhow::Result<()> {
+    use crate::store::pg::usage;
+    let tokens = usage::top_credentials(pool, "token", days, USAGE_TOP).await?;
+    let teams = usage::top_credentials(pool, "team", days, USAGE_TOP).await?;
+    let per_turn = usage::top_credentials(pool, "per_turn", days, USAGE_TOP).await?;
+    let tools = usage::by_tool(pool, days).await?;
+    let value = serde_json::json!({"days": days, "tokens": tokens, "teams": teams, "per_turn": per_turn,
+                                   "tools": tools});
+    emit(json, value, || {
+        println!("tool calls over the last {days} days");
+        for (title, rows) in [("TOKENS", &tokens), ("TEAMS", &teams), ("PER-TURN", &per_turn)] {
+            println!(
+                "\n{title}\n{:<48} {:<24} {:>10} {:>10} {:>10}",
+                "CREDENTIAL", "NAME", "CALLS", "REFUSED", "ERRORS"
+            );
+            for r in rows {
+                println!(
+                    "{:<48} {:<24} {:>10} {:>10} {:>10}",
+                    r.credential,
+                    r.name.as_deref().unwrap_or(""),
+                    r.calls,
+                    r.refused,
+                    r.errors
+                );
+            }
+        }
+        println!(
+            "\nTOOLS\n{:<20} {:>10} {:>10} {:>10}",
+            "TOOL", "CALLS", "REFUSED", "ERRORS"
+        );
+        for t in &tools {
+            println!("{:<20} {:>10} {:>10} {:>10}", t.tool, t.calls, t.refused, t.errors);
+        }
+    });
     Ok(())
 }
 

@@ -464,17 +464,25 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
                 let m = &state.metrics;
                 m.rate_limited.with_label_values(&[principal.kind.as_str(), tool]).inc();
                 m.tool_calls.with_label_values(&[tool, "refused"]).inc();
+                let p = &principal;
+                m.usage
+                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
                 return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
             }
             // A credential with an allowlist has its unknown tools refused
             // (and counted) by the server, as any tool it may not use.
             if tool == "other" && principal.tools.is_every() {
                 // rmcp answers it with a JSON-RPC error: no tool of ours ran.
-                state
-                    .metrics
-                    .tool_calls
-                    .with_label_values(&["other", "protocol_error"])
-                    .inc();
+                let m = &state.metrics;
+                m.tool_calls.with_label_values(&["other", "protocol_error"]).inc();
+                let p = &principal;
+                m.usage.record(
+                    p.kind.as_str(),
+                    &p.subject,
+                    p.libraries.len(),
+                    "other",
+                    "protocol_error",
+                );
             }
         }
         req = Request::from_parts(parts, axum::body::Body::from(bytes));

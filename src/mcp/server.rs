@@ -124,6 +124,10 @@ impl KnowledgeServer {
             .with_label_values(&[tool])
             .observe(elapsed.as_secs_f64());
         let principal = parts.extensions.get::<Principal>();
+        if let (Some(p), Some(t)) = (principal, crate::mcp::TOOLS.iter().find(|t| **t == tool)) {
+            m.usage
+                .record(p.kind.as_str(), &p.subject, p.libraries.len(), t, outcome);
+        }
         let request_id = parts.extensions.get::<crate::telemetry::RequestId>();
         tracing::info!(
             request_id = request_id.map_or("-", |r| &*r.0),
@@ -205,6 +209,11 @@ impl ServerHandler for KnowledgeServer {
                 .extensions
                 .get::<Parts>()
                 .and_then(|p| p.extensions.get::<Principal>());
+            if let Some(p) = principal {
+                let m = &self.state.metrics;
+                m.usage
+                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
+            }
             tracing::info!(
                 tool,
                 principal = principal.map_or("none", |p| p.kind.as_str()),

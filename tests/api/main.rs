@@ -18,3 +18,4 @@ mod search;
 mod sessions;
 mod teams;
 mod tool_permissions;
+mod usage;

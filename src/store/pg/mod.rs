@@ -6,6 +6,7 @@ pub mod grants;
 pub mod keys;
 pub mod teams;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 
 use std::time::Duration;
