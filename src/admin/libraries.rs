@@ -83,6 +83,7 @@ async fn detail_page(
                 p.error { "Not in the graph (memberships remain)." }
             }
         }
+        @if let Some(l) = &lib { (super::library_lifecycle::staff_controls(s, l)) }
         h2 { "Memberships" }
         p.muted { "Owners may grant any role, managers may grant reader; a library keeps at least one owner. \
                    A user can scope a library into their tokens when they are owner or manager." }
@@ -218,7 +219,8 @@ pub(super) async fn my_libraries(
             @if err.field.starts_with("member") { p.error role="alert" { (err.message) } }
             @for (uid, role, members) in &sections {
                 section.card {
-                    p { code { (uid) } " — you are " b { (role.as_str()) } }
+                    p { code { (uid) } " — you are " b { (role.as_str()) }
+                        @if *role == Role::Owner { " · " a href={ "/admin/me/library?uid=" (urlencode(uid)) } { "Rename or delete…" } } }
                     div.table { table {
                         thead { tr { th { "User" } th { "Role" } th {} } }
                         tbody { @for m in members {

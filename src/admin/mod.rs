@@ -10,6 +10,7 @@
 //! cross-replica fence, so it applies on the next MCP request everywhere.
 
 mod libraries;
+mod library_lifecycle;
 mod pages;
 mod search;
 pub mod session;
@@ -73,6 +74,14 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/library", get(libraries::detail))
         .route("/admin/library/grant", post(libraries::grant))
         .route("/admin/library/revoke", post(libraries::revoke))
+        .route(
+            "/admin/library/delete",
+            get(library_lifecycle::staff_confirm).post(library_lifecycle::staff_delete),
+        )
+        .route("/admin/library/rename", post(library_lifecycle::staff_rename))
+        .route("/admin/me/library", get(library_lifecycle::owner_page))
+        .route("/admin/me/library/rename", post(library_lifecycle::owner_rename))
+        .route("/admin/me/library/delete", post(library_lifecycle::owner_delete))
         .route("/admin/search", get(search::search))
         .route("/admin/audit", get(pages::audit))
         .route("/admin/usage", get(usage::page))

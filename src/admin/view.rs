@@ -215,6 +215,8 @@ pub fn notice(key: &str) -> Option<&'static str> {
         "user-password" => "Password set; the user's console sessions were ended.",
         "granted" => "Role granted.",
         "revoked" => "Role revoked.",
+        "library-renamed" => "Library renamed.",
+        "library-deleted" => "Library deleted with its content, its memberships and its place in every token's scope.",
         "unconfirmed" => {
             "The change is committed, but not every replica confirmed it in time; those replicas no longer \
              use cached credentials."

@@ -16,8 +16,9 @@ use super::teams::fenced;
 use crate::auth::basic::ServiceAccount;
 use crate::error::{ApiError, ApiJson};
 use crate::ids::{LibraryUid, Uid, WorkspaceId};
+use crate::service::audit;
 use crate::service::ingest::{self, Document, DocumentIn, IngestError, Status};
-use crate::service::libraries;
+use crate::service::libraries::{self, Authority, LibraryError};
 use crate::service::{check_len, BadField};
 use crate::state::AppState;
 use crate::store::graph::analysis::{Language, LANGUAGES};
@@ -28,6 +29,10 @@ pub fn routes() -> Router<AppState> {
         .route("/library/api/items/{uid}", delete(delete_item))
         .route("/library/api/workspaces/{ws}", get(workspace).delete(delete_workspace))
         .route("/library/api/libraries", post(create_library))
+        .route(
+            "/library/api/libraries/{uid}",
+            get(library_detail).patch(rename_library).delete(delete_library),
+        )
 }
 
 fn bad(e: impl Into<BadField>) -> ApiError {
@@ -209,9 +214,100 @@ async fn create_library(
         return Err(ApiError::Conflict(format!("library {uid} already exists")));
     }
     tracing::info!(actor = ?sa.username, library = ?uid, "library created");
+    audit::after_commit(
+        &state.pg,
+        &sa.username,
+        "library_created",
+        &uid,
+        json!({"name": body.name, "language": language.code()}),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(json!({"uid": uid, "name": body.name, "description": description, "language": language.code()})),
     )
         .into_response())
+}
+
+impl From<LibraryError> for ApiError {
+    fn from(e: LibraryError) -> Self {
+        match e {
+            LibraryError::BadField(f) => bad(f),
+            LibraryError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            LibraryError::NotOwner(_) => ApiError::Forbidden(e.to_string()),
+            LibraryError::Workspace { .. } | LibraryError::Deleting(_) => ApiError::Conflict(e.to_string()),
+            LibraryError::Graph(g) => g.into(),
+            LibraryError::Postgres(p) => p.into(),
+            // Logged by the service; the DELETE is safe to retry.
+            LibraryError::Grants(_) => ApiError::StoreUnavailable("postgres"),
+        }
+    }
+}
+
+/// `GET /library/api/libraries/{uid}/`: the library and its counts.
+async fn library_detail(
+    State(state): State<AppState>,
+    _sa: ServiceAccount,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let uid = LibraryUid::parse("uid", uid).map_err(bad)?;
+    let Some(l) = state.graph.admin().library_detail(uid.as_str()).await? else {
+        return Err(ApiError::NotFound(format!("library not found: {uid}")));
+    };
+    Ok(Json(json!({
+        "uid": l.uid, "name": l.name, "description": l.description, "workspace_id": l.workspace_id,
+        "collection_count": l.collection_count, "item_count": l.item_count, "chunk_count": l.chunk_count,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenameBody {
+    name: String,
+    description: Option<String>,
+}
+
+/// `PATCH /library/api/libraries/{uid}/` `{name, description?}`: renames a
+/// user-managed library (409 for a workspace's).
+async fn rename_library(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(uid): Path<String>,
+    ApiJson(body): ApiJson<RenameBody>,
+) -> Result<Response, ApiError> {
+    let out = libraries::rename(
+        &state.graph,
+        &state.pg,
+        &sa.username,
+        Authority::Operator,
+        &uid,
+        &body.name,
+        body.description.as_deref(),
+    )
+    .await?;
+    tracing::info!(actor = ?sa.username, library = ?out.uid, "library renamed");
+    Ok(Json(json!({"uid": out.uid, "name": out.name, "description": out.description})).into_response())
+}
+
+/// `DELETE /library/api/libraries/{uid}/`: a user-managed library, its
+/// content and every grant on it (409 for a workspace's); 204, or 202 when
+/// not every replica confirmed in time.
+async fn delete_library(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let out = libraries::delete(
+        &state.graph,
+        &state.pg,
+        &state.changes,
+        &sa.username,
+        Authority::Operator,
+        &uid,
+    )
+    .await?;
+    tracing::info!(actor = ?sa.username, library = ?out.uid, memberships_removed = out.memberships_removed,
+                   tokens_changed = out.tokens_changed, "library deleted");
+    Ok(fenced(out.propagation, StatusCode::NO_CONTENT, None))
 }

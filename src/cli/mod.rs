@@ -265,6 +265,26 @@ pub enum KeyCmd {
 pub enum LibraryCmd {
     /// List every library in the graph.
     List,
+    /// Rename a user-managed library (workspace libraries follow their
+    /// workspace and are refused).
+    Rename {
+        uid: String,
+        /// The new name (1 to 200 characters).
+        #[arg(long)]
+        name: String,
+        /// A new description (kept when not given).
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete a user-managed library: its content, every membership on it and
+    /// its uid from every token's scope, on every replica from the next
+    /// request on. Cannot be undone.
+    Delete {
+        uid: String,
+        /// Confirm the delete (without it nothing is deleted).
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 pub mod demo;
@@ -381,8 +401,62 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
                 }
             });
         }
+        Command::Library(c) => library_lifecycle(&settings, &pool, c, json).await?,
         Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
         Command::Usage { days } => usage_report(&pool, days, json).await?,
+    }
+    Ok(())
+}
+
+/// `library rename|delete` (`library list` is above).
+async fn library_lifecycle(settings: &Settings, pool: &sqlx::PgPool, c: LibraryCmd, json: bool) -> anyhow::Result<()> {
+    use crate::service::libraries::{self, Authority};
+    let graph = GraphStore::connect(settings).await?;
+    match c {
+        LibraryCmd::List => unreachable!("listed above"),
+        LibraryCmd::Rename { uid, name, description } => {
+            let r = libraries::rename(
+                &graph,
+                pool,
+                CLI_ACTOR,
+                Authority::Operator,
+                &uid,
+                &name,
+                description.as_deref(),
+            )
+            .await?;
+            emit(json, serde_json::json!(r), || {
+                println!("library {}: renamed from {:?} to {:?}", r.uid, r.previous_name, r.name)
+            });
+        }
+        LibraryCmd::Delete { uid, yes } => {
+            if !yes {
+                bail!(
+                    "deleting library {uid} removes its content and every grant on it and cannot be undone: add --yes"
+                );
+            }
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let changes = AuthChanges::new(pool.clone(), None);
+            let d = libraries::delete(&graph, pool, &changes, CLI_ACTOR, Authority::Operator, &uid).await?;
+            let c = d.content.as_ref();
+            let value = serde_json::json!({
+                "uid": d.uid, "deleted_from_graph": c.is_some(),
+                "collections": c.map(|c| c.collection_count), "items": c.map(|c| c.item_count),
+                "chunks": c.map(|c| c.chunk_count), "memberships_removed": d.memberships_removed,
+                "tokens_changed": d.tokens_changed,
+            });
+            emit(json, value, || match c {
+                Some(c) => println!(
+                    "library {} deleted: {} collection(s), {} item(s), {} chunk(s); {} membership(s) removed, \
+                     {} token(s) no longer scope it",
+                    d.uid, c.collection_count, c.item_count, c.chunk_count, d.memberships_removed, d.tokens_changed
+                ),
+                None => println!(
+                    "library {} was not in the graph; {} membership(s) removed, {} token(s) no longer scope it",
+                    d.uid, d.memberships_removed, d.tokens_changed
+                ),
+            });
+        }
     }
     Ok(())
 }

@@ -1,17 +1,22 @@
-//! Deleting a workspace's Library (DESIGN §6) together with every grant on
-//! it. A workspace's library uid is derived from its id, so a workspace
-//! deleted and later ingested again gets the same uid back: memberships and
-//! token scopes naming it must go with the content, or they would silently
-//! grant whatever is ingested next. Used by the library REST API.
+//! Library lifecycle: deleting a workspace's Library (DESIGN §6), and
+//! renaming or deleting a user-managed one (spec §4.1: its owner, or an
+//! operator), each delete together with every grant on the library. A
+//! workspace's library uid is derived from its id, and a user-managed uid can
+//! be chosen again, so a library deleted and later re-created gets the same
+//! uid back: memberships and token scopes naming it must go with the content,
+//! or they would silently grant whatever is put there next. Used by the
+//! library REST API, the console and the CLI.
 
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::Propagation;
+use super::{check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
-use crate::ids::WorkspaceId;
+use crate::ids::{LibraryUid, WorkspaceId};
+use crate::store::graph::admin::LibraryDetail;
 use crate::store::graph::ingest::workspace_library_uid;
 use crate::store::graph::{GraphError, GraphStore};
+use crate::store::pg::users::{self, Role};
 use crate::store::pg::{self, grants};
 
 /// Why a workspace delete did not finish.
@@ -73,21 +78,13 @@ pub async fn delete_workspace(
         }
     }
     graph.admin().delete_libraries(&deleted).await?;
-    let payload = |t: &str| format!("{t}:*");
     let mut notes = Vec::new();
     if !deleted.is_empty() {
         notes.push(format!("workspace:{ws}"));
     }
     let cleanup = async {
         let mut tx = pg.begin().await?;
-        let memberships_removed = grants::remove_memberships(&mut tx, &cleared).await?;
-        let tokens_changed = grants::remove_from_tokens(&mut tx, &cleared).await?;
-        if memberships_removed > 0 {
-            notes.push(payload("library_memberships"));
-        }
-        if tokens_changed > 0 {
-            notes.push(payload("mcp_tokens"));
-        }
+        let (memberships_removed, tokens_changed) = remove_grants(&mut tx, &cleared, &mut notes).await?;
         if !notes.is_empty() {
             pg::audit(
                 &mut tx,
@@ -132,6 +129,225 @@ pub async fn delete_workspace(
                 changes.announce_workspace(ws).await;
             }
             Err(DeleteError::Grants(e))
+        }
+    }
+}
+
+/// Removes every membership on `uids` and `uids` from every token's scope, in
+/// the caller's transaction; adds the announcements of what changed to
+/// `notes` (the row triggers announce each row as well).
+async fn remove_grants(
+    tx: &mut sqlx::PgConnection,
+    uids: &[String],
+    notes: &mut Vec<String>,
+) -> Result<(u64, u64), sqlx::Error> {
+    let memberships_removed = grants::remove_memberships(&mut *tx, uids).await?;
+    let tokens_changed = grants::remove_from_tokens(&mut *tx, uids).await?;
+    if memberships_removed > 0 {
+        notes.push("library_memberships:*".to_owned());
+    }
+    if tokens_changed > 0 {
+        notes.push("mcp_tokens:*".to_owned());
+    }
+    Ok((memberships_removed, tokens_changed))
+}
+
+/// On whose authority a library is renamed or deleted (spec §4.1).
+#[derive(Clone, Copy, Debug)]
+pub enum Authority<'a> {
+    /// Console staff, the CLI and the service account's REST API.
+    Operator,
+    /// A console user: only an owner of the library may.
+    Owner(&'a str),
+}
+
+/// Why a rename or delete was refused or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum LibraryError {
+    #[error(transparent)]
+    BadField(#[from] BadField),
+    #[error("library not found: {0}")]
+    NotFound(String),
+    /// Workspace libraries follow their workspace (DESIGN §6).
+    #[error(
+        "library {uid} is the library of workspace {workspace_id}: it is managed by the workspace API \
+         (DELETE /library/api/workspaces/{workspace_id}/), not renamed or deleted on its own"
+    )]
+    Workspace { uid: String, workspace_id: String },
+    #[error("only an owner of library {0} may rename or delete it")]
+    NotOwner(String),
+    #[error("library {0} is being deleted: delete it again to finish")]
+    Deleting(String),
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Postgres(#[from] sqlx::Error),
+    /// The content is deleted but the grants on it could not be removed
+    /// (nothing of them changed): retry the delete, which is safe.
+    #[error("the library is deleted but its grants could not be removed: {0}")]
+    Grants(sqlx::Error),
+}
+
+fn parse_uid(uid: &str) -> Result<String, LibraryError> {
+    Ok(LibraryUid::parse("uid", uid).map_err(BadField::from)?.into_string())
+}
+
+/// An owner check for `Authority::Owner`: no role at all reads as absent.
+async fn check_authority(pg: &PgPool, who: Authority<'_>, uid: &str) -> Result<(), LibraryError> {
+    match who {
+        Authority::Operator => Ok(()),
+        Authority::Owner(user) => match users::strongest_role(pg, user, uid).await? {
+            Some(Role::Owner) => Ok(()),
+            Some(_) => Err(LibraryError::NotOwner(uid.to_owned())),
+            None => Err(LibraryError::NotFound(uid.to_owned())),
+        },
+    }
+}
+
+/// The user-managed library `uid` (None when it is not in the graph).
+async fn user_managed(graph: &GraphStore, uid: &str) -> Result<Option<LibraryDetail>, LibraryError> {
+    match graph.admin().library_detail(uid).await? {
+        Some(LibraryDetail {
+            workspace_id: Some(ws), ..
+        }) => Err(LibraryError::Workspace {
+            uid: uid.to_owned(),
+            workspace_id: ws,
+        }),
+        other => Ok(other),
+    }
+}
+
+/// What a rename did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Renamed {
+    pub uid: String,
+    pub name: String,
+    pub description: String,
+    pub previous_name: String,
+}
+
+/// Renames a user-managed library (and sets its description when given),
+/// audited `library_renamed` right after the graph commits. Workspace
+/// libraries are refused (`LibraryError::Workspace`).
+pub async fn rename(
+    graph: &GraphStore,
+    pg: &PgPool,
+    actor: &str,
+    who: Authority<'_>,
+    uid: &str,
+    name: &str,
+    description: Option<&str>,
+) -> Result<Renamed, LibraryError> {
+    let uid = parse_uid(uid)?;
+    let name = name.trim();
+    check_len("name", name, 1, 200)?;
+    if let Some(d) = description {
+        check_len("description", d, 0, 2000)?;
+    }
+    check_authority(pg, who, &uid).await?;
+    let Some(lib) = user_managed(graph, &uid).await? else {
+        return Err(LibraryError::NotFound(uid));
+    };
+    if lib.deleting {
+        return Err(LibraryError::Deleting(uid));
+    }
+    let description = description.unwrap_or(&lib.description).to_owned();
+    if !graph.admin().rename_library(&uid, name, &description).await? {
+        // Deleted (or being deleted) since the read.
+        return Err(LibraryError::NotFound(uid));
+    }
+    super::audit::after_commit(
+        pg,
+        actor,
+        "library_renamed",
+        &uid,
+        json!({"from": lib.name, "to": name, "description_changed": description != lib.description}),
+    )
+    .await;
+    Ok(Renamed {
+        uid,
+        name: name.to_owned(),
+        description,
+        previous_name: lib.name,
+    })
+}
+
+/// What a library delete did.
+#[derive(Debug)]
+pub struct LibraryDeleted {
+    pub uid: String,
+    /// What the graph held when the delete started (None: nothing, a retry).
+    pub content: Option<LibraryDetail>,
+    pub memberships_removed: u64,
+    pub tokens_changed: u64,
+    pub propagation: Propagation,
+}
+
+/// Deletes a user-managed library and everything under it, then, in one
+/// Postgres transaction, every membership on it and its uid from every
+/// token's `allowed_libraries`, with one `library_deleted` audit event (the
+/// counts, never content); every replica drops what it cached before this
+/// returns (the fence). A library's last owner cannot be revoked, but the
+/// library can be deleted. A retry after a failed grant cleanup finishes it;
+/// nothing in the graph and no grants is `NotFound`.
+pub async fn delete(
+    graph: &GraphStore,
+    pg: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    who: Authority<'_>,
+    uid: &str,
+) -> Result<LibraryDeleted, LibraryError> {
+    let uid = parse_uid(uid)?;
+    check_authority(pg, who, &uid).await?;
+    let content = user_managed(graph, &uid).await?;
+    if content.is_some() {
+        graph.admin().delete_libraries(std::slice::from_ref(&uid)).await?;
+    }
+    let cleared = [uid.clone()];
+    let cleanup = async {
+        let mut tx = pg.begin().await?;
+        let mut notes = Vec::new();
+        let (memberships_removed, tokens_changed) = remove_grants(&mut tx, &cleared, &mut notes).await?;
+        if content.is_some() || !notes.is_empty() {
+            let c = content.as_ref();
+            pg::audit(
+                &mut tx,
+                actor,
+                "library_deleted",
+                &uid,
+                json!({
+                    "name": c.map(|c| c.name.as_str()),
+                    "deleted_from_graph": c.is_some(),
+                    "collections": c.map(|c| c.collection_count),
+                    "items": c.map(|c| c.item_count),
+                    "chunks": c.map(|c| c.chunk_count),
+                    "memberships_removed": memberships_removed,
+                    "tokens_changed": tokens_changed,
+                }),
+            )
+            .await?;
+            notes.push(format!("library:{uid}"));
+            pg::notify_in(&mut tx, &notes).await?;
+        }
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>((memberships_removed, tokens_changed))
+    }
+    .await;
+    match cleanup {
+        Ok((0, 0)) if content.is_none() => Err(LibraryError::NotFound(uid)),
+        Ok((memberships_removed, tokens_changed)) => Ok(LibraryDeleted {
+            uid,
+            content,
+            memberships_removed,
+            tokens_changed,
+            propagation: changes.fence().await,
+        }),
+        Err(e) => {
+            tracing::error!(error = %e, library = ?uid,
+                            "library deleted from the graph but its grants were NOT removed: \
+                             memberships and tokens still name it until the delete is retried");
+            Err(LibraryError::Grants(e))
         }
     }
 }

@@ -11,6 +11,7 @@ mod auth;
 mod dos;
 mod foundation;
 mod ingest;
+mod libraries;
 mod mcp;
 mod observability;
 mod rate_limits;

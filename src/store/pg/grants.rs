@@ -36,3 +36,11 @@ pub async fn remove_from_tokens(tx: &mut sqlx::PgConnection, library_uids: &[Str
     .await?
     .rows_affected())
 }
+
+/// How many tokens (active or not) name `library_uid` in their scope.
+pub async fn tokens_scoping(pool: &sqlx::PgPool, library_uid: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM mcp_tokens WHERE allowed_libraries ? $1")
+        .bind(library_uid)
+        .fetch_one(pool)
+        .await
+}
