@@ -248,6 +248,11 @@ pub struct Settings {
         global = true
     )]
     pub admin_session_absolute_secs: u64,
+
+    /// Audit events older than this many days are deleted (swept hourly by
+    /// every replica); 0 keeps them for ever.
+    #[arg(long, env = "MNEMOSYNE_AUDIT_RETENTION_DAYS", default_value_t = 400, global = true)]
+    pub audit_retention_days: u32,
 }
 
 /// An Origin as browsers send it: `http(s)://host[:port]`, no path, lower
@@ -328,6 +333,7 @@ impl fmt::Debug for Settings {
             otlp_endpoint,
             admin_session_idle_secs,
             admin_session_absolute_secs,
+            audit_retention_days,
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
@@ -361,6 +367,7 @@ impl fmt::Debug for Settings {
             .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
             .field("admin_session_idle_secs", admin_session_idle_secs)
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
+            .field("audit_retention_days", audit_retention_days)
             .finish()
     }
 }

@@ -61,6 +61,11 @@ impl Application {
             self.state.metrics.usage.clone(),
             Duration::from_secs(self.state.settings.usage_flush_secs),
         ));
+        let audit_retention = tokio::spawn(crate::service::audit::retention_loop(
+            self.state.pg.clone(),
+            self.state.settings.audit_retention_days,
+            Duration::from_secs(3600),
+        ));
         let shrink = {
             let (limits, basic) = (self.state.mcp.limits.clone(), self.state.basic.clone());
             tokio::spawn(async move {
@@ -79,6 +84,7 @@ impl Application {
         heartbeat.abort();
         housekeeping.abort();
         usage.abort();
+        audit_retention.abort();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
         res

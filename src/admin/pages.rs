@@ -149,8 +149,15 @@ pub async fn audit(
 ) -> Result<Response, AdminError> {
     let action = q.get("action").map(String::as_str).filter(|a| !a.is_empty());
     let by = q.get("actor").map(|a| a.trim()).filter(|a| !a.is_empty());
-    let events = store::audit_events(&state.pg, action, by, 500).await?;
-    let actions = store::audit_actions(&state.pg).await?;
+    let surface = q.get("surface").map(String::as_str).filter(|a| !a.is_empty());
+    let filter = crate::store::pg::audit::AuditFilter {
+        since: None,
+        action: action.map(str::to_owned),
+        actor: by.map(str::to_owned),
+        surface: surface.map(str::to_owned),
+    };
+    let events = crate::store::pg::audit::newest(&state.pg, &filter, 500).await?;
+    let actions = crate::store::pg::audit::actions(&state.pg).await?;
     let body = html! {
         form.card.row method="get" action="/admin/audit" {
             label { "Action" select name="action" {
@@ -158,21 +165,26 @@ pub async fn audit(
                 @for a in &actions { option value=(a) selected[action == Some(a.as_str())] { (a) } }
             } }
             label { "Actor" input type="text" name="actor" value=(by.unwrap_or("")) placeholder="e.g. admin:alice, cli, daedalus-service"; }
+            label { "Surface" select name="surface" {
+                option value="" { "any" }
+                @for a in ["rest", "mcp", "console", "cli"] { option value=(a) selected[surface == Some(a)] { (a) } }
+            } }
             button type="submit" { "Filter" }
         }
         div.table { table {
-            thead { tr { th { "When" } th { "Actor" } th { "Action" } th { "Target" } th { "Detail" } } }
+            thead { tr { th { "When" } th { "Actor" } th { "Surface" } th { "Action" } th { "Target" } th { "Detail" } } }
             tbody {
                 @for e in &events {
                     tr {
                         td { (view::when(Some(e.at), "")) }
                         td { (e.actor) }
+                        td { (e.surface) }
                         td { (e.action) }
                         td { code { (e.target.as_deref().unwrap_or("")) } }
                         td { code { (e.detail.to_string()) } }
                     }
                 }
-                @if events.is_empty() { tr { td colspan="5" .muted { "No events." } } }
+                @if events.is_empty() { tr { td colspan="6" .muted { "No events." } } }
             }
         } }
     };

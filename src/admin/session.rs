@@ -336,6 +336,15 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
             )
             .await?;
             tracing::info!(user = ?user.username, staff = user.is_staff, "admin console: signed in");
+            let by = super::actor(&user.username);
+            crate::service::audit::after_commit(
+                &state.pg,
+                &by,
+                "console_signed_in",
+                &user.username,
+                serde_json::json!({}),
+            )
+            .await;
             let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
             let h = resp.headers_mut();
             h.append(header::SET_COOKIE, names.set(names.session, &id, None));
@@ -344,6 +353,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         }
         Err(ApiError::BasicUnauthorized) => {
             tracing::info!("admin console: sign-in refused");
+            audit_refused_sign_in(&state, &username).await;
             Ok(login_page(
                 &state,
                 &headers,
@@ -363,10 +373,36 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     }
 }
 
+/// Audits a refused sign-in as an attempt on the account named, when there is
+/// one; otherwise without the typed name (it may be a password typed into the
+/// wrong field). Throttled attempts are not audited (they are counted).
+async fn audit_refused_sign_in(state: &AppState, username: &str) {
+    let known = matches!(
+        crate::store::pg::users::by_username(&state.pg, username).await,
+        Ok(Some(_))
+    );
+    let (by, target) = if known {
+        (super::actor(username), username)
+    } else {
+        ("admin:?".to_owned(), "")
+    };
+    let detail = serde_json::json!({"reason": "wrong_password", "known_user": known});
+    crate::service::audit::after_commit(&state.pg, &by, "console_sign_in_failed", target, detail).await;
+}
+
 /// POST /admin/logout: ends the session everywhere.
 pub async fn logout(State(state): State<AppState>, PersonForm(s, _): PersonForm) -> Result<Response, AdminError> {
     store::delete_session(&state.pg, &s.id_hash).await?;
     tracing::info!(user = ?s.username(), "admin console: signed out");
+    let by = super::actor(s.username());
+    crate::service::audit::after_commit(
+        &state.pg,
+        &by,
+        "console_signed_out",
+        s.username(),
+        serde_json::json!({}),
+    )
+    .await;
     let names = Cookies::of(&state);
     let mut resp = Redirect::to("/admin/login").into_response();
     resp.headers_mut()

@@ -108,6 +108,7 @@ async fn ingest(
     }
     tracing::info!(actor = ?sa.username, item = ?out.item_uid, library = ?out.library_uid,
                    chunks = out.chunk_count, status = out.status.as_str(), "ingested");
+    audit_ingest(&state, &sa.username, &out).await;
     let status = if out.status == Status::Created {
         StatusCode::CREATED
     } else {
@@ -123,6 +124,42 @@ async fn ingest(
         .into_response())
 }
 
+/// The audit events of an ingest that changed something (an unchanged one
+/// writes none): the workspace Library it created, and the item created or
+/// replaced — uids and counts, never content.
+async fn audit_ingest(state: &AppState, actor: &str, out: &ingest::Ingested) {
+    if let Some(ws) = &out.created_workspace {
+        let detail = json!({"workspace_id": ws, "by": "ingest"});
+        audit::after_commit(&state.pg, actor, "library_created", &out.library_uid, detail).await;
+    }
+    let action = match out.status {
+        Status::Created => "item_created",
+        Status::Replaced => "item_replaced",
+        Status::Unchanged => return,
+    };
+    let detail = json!({"library_uid": out.library_uid, "collection_uid": out.collection_uid,
+                        "chunk_count": out.chunk_count});
+    audit::after_commit(&state.pg, actor, action, &out.item_uid, detail).await;
+}
+
+/// The 503 of an ingest whose graph call failed or ran out of time. The wait
+/// was abandoned, not the Bolt exchange (see `GraphStore::detached`): a write
+/// already sent may still commit after this answer, and its COMMIT may be in
+/// flight, so "nothing was written" cannot be promised. What holds is that
+/// the item is written whole or not at all (one transaction), and that
+/// ingest is idempotent per item uid: the same request again converges on
+/// the same item (`unchanged` if the first one landed).
+fn ingest_unavailable() -> Response {
+    let mut resp = ApiError::StoreUnavailable("graph").into_response();
+    *resp.body_mut() = axum::body::Body::from(
+        json!({"error": "unavailable", "store": "graph", "retry_safe": true,
+               "message": "graph is unavailable, retry later; the item may or may not have been written \
+                           (whole either way): sending the same request again is safe"})
+        .to_string(),
+    );
+    resp
+}
+
 async fn delete_item(
     State(state): State<AppState>,
     sa: ServiceAccount,
@@ -133,6 +170,7 @@ async fn delete_item(
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
     }
     tracing::info!(actor = ?sa.username, item = ?uid.as_str(), "item deleted");
+    audit::after_commit(&state.pg, &sa.username, "item_deleted", uid.as_str(), json!({})).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -73,6 +73,47 @@ pub enum Command {
     },
     /// Load demo data and print credentials and client snippets.
     Demo(crate::cli::demo::DemoArgs),
+    /// The audit trail: who changed what, through which surface.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+}
+
+/// Filters shared by `audit list` and `audit export`.
+#[derive(clap::Args, Debug)]
+pub struct AuditFilterArgs {
+    /// Only one action (e.g. library_deleted, token_created).
+    #[arg(long)]
+    action: Option<String>,
+    /// Only one actor (e.g. cli, admin:alice, daedalus-service).
+    #[arg(long)]
+    actor: Option<String>,
+    /// Only one surface: rest, mcp, console or cli.
+    #[arg(long, value_parser = ["rest", "mcp", "console", "cli"])]
+    surface: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCmd {
+    /// The newest events, newest first.
+    List {
+        /// Only events since: an RFC 3339 time, a date (2026-11-01) or an age (24h, 7d).
+        #[arg(long)]
+        since: Option<String>,
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// At most this many events.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        limit: i64,
+    },
+    /// Every event since a time as JSON lines, oldest first, on standard
+    /// output (`mnemosyne audit export --since 30d > audit.jsonl`).
+    Export {
+        /// An RFC 3339 time, a date (2026-11-01) or an age (24h, 7d).
+        #[arg(long)]
+        since: String,
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -402,8 +443,71 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
             });
         }
         Command::Library(c) => library_lifecycle(&settings, &pool, c, json).await?,
+        Command::Audit(c) => audit(&pool, c, json).await?,
         Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
         Command::Usage { days } => usage_report(&pool, days, json).await?,
+    }
+    Ok(())
+}
+
+fn audit_filter(since: Option<&str>, f: AuditFilterArgs) -> anyhow::Result<pg::audit::AuditFilter> {
+    let since = since
+        .map(|s| service::audit::parse_since(s, Utc::now()))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    Ok(pg::audit::AuditFilter {
+        since,
+        action: f.action,
+        actor: f.actor,
+        surface: f.surface,
+    })
+}
+
+/// `audit list|export`.
+async fn audit(pool: &sqlx::PgPool, c: AuditCmd, json: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    match c {
+        AuditCmd::List { since, filter, limit } => {
+            let f = audit_filter(since.as_deref(), filter)?;
+            let events = pg::audit::newest(pool, &f, limit).await?;
+            emit(json, serde_json::json!(events), || {
+                println!(
+                    "{:<20} {:<8} {:<24} {:<24} {:<40} DETAIL",
+                    "AT", "SURFACE", "ACTOR", "ACTION", "TARGET"
+                );
+                for e in &events {
+                    println!(
+                        "{:<20} {:<8} {:<24} {:<24} {:<40} {}",
+                        e.at.format("%Y-%m-%d %H:%M:%S"),
+                        e.surface,
+                        e.actor,
+                        e.action,
+                        e.target.as_deref().unwrap_or(""),
+                        e.detail
+                    );
+                }
+            });
+        }
+        AuditCmd::Export { since, filter } => {
+            let f = audit_filter(Some(&since), filter)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let (mut after, mut total) = (0i64, 0u64);
+            // Pages by id: each is one index range read, however large the trail.
+            loop {
+                let page = pg::audit::page_after(pool, &f, after, 5_000).await?;
+                for e in &page {
+                    serde_json::to_writer(&mut out, e)?;
+                    out.write_all(b"\n")?;
+                }
+                total += page.len() as u64;
+                match page.last() {
+                    Some(last) if page.len() == 5_000 => after = last.id,
+                    _ => break,
+                }
+            }
+            out.flush()?;
+            eprintln!("{total} audit event(s) exported");
+        }
     }
     Ok(())
 }

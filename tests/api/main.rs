@@ -7,6 +7,7 @@
 mod helpers;
 
 mod admin;
+mod audit;
 mod auth;
 mod dos;
 mod foundation;

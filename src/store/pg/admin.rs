@@ -1,7 +1,6 @@
 //! The admin console's own rows: server-side sessions (only the SHA-256 of the
-//! cookie's id is stored) and the reads of its overview and audit pages.
+//! cookie's id is stored) and the reads of its overview page.
 
-use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 /// The signed-in user of a live session.
@@ -120,42 +119,6 @@ pub async fn counts(pool: &PgPool) -> Result<Counts, sqlx::Error> {
     )
     .fetch_one(pool)
     .await
-}
-
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct AuditEvent {
-    pub id: i64,
-    pub at: DateTime<Utc>,
-    pub actor: String,
-    pub action: String,
-    pub target: Option<String>,
-    pub detail: serde_json::Value,
-}
-
-/// Audit events, newest first, optionally only one action and/or one actor.
-pub async fn audit_events(
-    pool: &PgPool,
-    action: Option<&str>,
-    actor: Option<&str>,
-    limit: i64,
-) -> Result<Vec<AuditEvent>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, at, actor, action, target, detail FROM audit_events
-          WHERE ($1::text IS NULL OR action = $1) AND ($2::text IS NULL OR actor = $2)
-          ORDER BY at DESC, id DESC LIMIT $3",
-    )
-    .bind(action)
-    .bind(actor)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
-}
-
-/// The distinct actions recorded (the audit filter's choices).
-pub async fn audit_actions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT DISTINCT action::text FROM audit_events ORDER BY 1")
-        .fetch_all(pool)
-        .await
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Postgres: pool, migrations and the queries of each resource.
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod grants;
 pub mod keys;
@@ -39,6 +40,7 @@ pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
 }
 
 /// Writes an audit event inside the caller's transaction (never a credential).
+/// Its surface follows from the actor (`surface_of`).
 pub async fn audit(
     tx: &mut sqlx::PgConnection,
     actor: &str,
@@ -46,14 +48,30 @@ pub async fn audit(
     target: &str,
     detail: serde_json::Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO audit_events (actor, action, target, detail) VALUES ($1, $2, $3, $4)")
+    sqlx::query("INSERT INTO audit_events (actor, action, target, detail, surface) VALUES ($1, $2, $3, $4, $5)")
         .bind(actor)
         .bind(action)
         .bind(target)
         .bind(detail)
+        .bind(surface_of(actor))
         .execute(tx)
         .await
         .map(|_| ())
+}
+
+/// The surface an audit actor acts through: the CLI writes `cli`, the
+/// console `admin:<user>`, an MCP caller `mcp:<principal>`; anyone else is a
+/// Basic-authenticated REST account (the service account).
+pub fn surface_of(actor: &str) -> &'static str {
+    if actor == "cli" {
+        "cli"
+    } else if actor.starts_with("admin:") {
+        "console"
+    } else if actor.starts_with("mcp:") {
+        "mcp"
+    } else {
+        "rest"
+    }
 }
 
 /// Announces a change that no trigger sees (graph-side workspace libraries).
@@ -78,4 +96,23 @@ pub async fn notify_in(tx: &mut sqlx::PgConnection, payloads: &[String]) -> Resu
         .execute(tx)
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::surface_of;
+
+    #[test]
+    fn an_audit_actor_names_its_surface() {
+        for (actor, surface) in [
+            ("cli", "cli"),
+            ("admin:alice", "console"),
+            ("mcp:token:12", "mcp"),
+            ("daedalus-service", "rest"),
+            ("clippy", "rest"),
+            ("administrator", "rest"),
+        ] {
+            assert_eq!(surface_of(actor), surface, "{actor}");
+        }
+    }
 }
