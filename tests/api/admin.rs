@@ -198,6 +198,7 @@ const STAFF_PAGES: &[&str] = &[
     "/admin/",
     "/admin/libraries",
     "/admin/library?uid=x",
+    "/admin/library/delete?uid=x",
     "/admin/tokens",
     "/admin/tokens/new",
     "/admin/teams",
@@ -223,6 +224,8 @@ const STAFF_ACTIONS: &[&str] = &[
     "/admin/users/password",
     "/admin/library/grant",
     "/admin/library/revoke",
+    "/admin/library/rename",
+    "/admin/library/delete",
 ];
 
 #[tokio::test]
