@@ -17,14 +17,30 @@ use crate::service::memberships::{self, may_grant, Change, Granter};
 use crate::state::AppState;
 use crate::store::pg::users::{self, Role};
 
-/// GET /admin/libraries.
-pub async fn list(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
-    let libs = state.graph.admin().library_overview().await?;
-    let members = users::memberships(&state.pg, None, None).await?;
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for m in &members {
-        *count.entry(m.library_uid.as_str()).or_default() += 1;
-    }
+/// Libraries per page of the list (`?limit=` chooses up to
+/// `admin::MAX_PAGE`).
+const PAGE: usize = 50;
+
+/// GET /admin/libraries?after=<uid>&limit=<n>: one page in uid order; only
+/// that page's libraries are counted.
+pub async fn list(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let after = q.get("after").map(String::as_str).unwrap_or("");
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(PAGE)
+        .clamp(1, crate::store::graph::admin::MAX_PAGE);
+    let (libs, more) = state.graph.admin().library_page(after, limit).await?;
+    let uids: Vec<String> = libs.iter().map(|l| l.uid.clone()).collect();
+    let count = users::membership_counts(&state.pg, &uids).await?;
+    let next = more
+        .then(|| libs.last())
+        .flatten()
+        .map(|l| format!("/admin/libraries?after={}&limit={limit}", urlencode(&l.uid)));
     let body = html! {
         div.table { table {
             thead { tr { th { "Library" } th { "UID" } th { "Workspace" } th { "Collections" } th { "Items" } th { "Chunks" } th { "Members" } } }
@@ -40,9 +56,14 @@ pub async fn list(State(state): State<AppState>, Staff(s): Staff) -> Result<Resp
                         td.num { (count.get(l.uid.as_str()).copied().unwrap_or(0)) }
                     }
                 }
-                @if libs.is_empty() { tr { td colspan="7" .muted { "No libraries yet: ingest creates them." } } }
+                @if libs.is_empty() && after.is_empty() { tr { td colspan="7" .muted { "No libraries yet: ingest creates them." } } }
+                @if libs.is_empty() && !after.is_empty() { tr { td colspan="7" .muted { "No more libraries." } } }
             }
         } }
+        nav.row {
+            @if !after.is_empty() { a href={ "/admin/libraries?limit=" (limit) } { "First page" } }
+            @if let Some(n) = &next { a rel="next" href=(n) { "Next page" } }
+        }
     };
     Ok(view::page(&s, "/admin/libraries", "Libraries", None, body))
 }
@@ -60,13 +81,7 @@ async fn detail_page(
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let lib = state
-        .graph
-        .admin()
-        .library_overview()
-        .await?
-        .into_iter()
-        .find(|l| l.uid == uid);
+    let lib = state.graph.admin().library_overview(uid).await?;
     let members = users::memberships(&state.pg, None, Some(uid)).await?;
     if lib.is_none() && members.is_empty() {
         return Err(AdminError::NotFound);

@@ -20,7 +20,7 @@ pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<
         crate::service::health::probe_stores(&state.pg, &state.graph, crate::api::health::PROBE_TIMEOUT).await;
     let counts = store::counts(&state.pg).await.unwrap_or_default();
     let libraries = match &graph {
-        Ok(()) => state.graph.admin().all_libraries().await.ok().map(|l| l.len()),
+        Ok(()) => state.graph.admin().library_count().await.ok(),
         Err(_) => None,
     };
     let status = match (&pg, &graph) {

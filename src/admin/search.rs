@@ -72,7 +72,7 @@ pub async fn search(
     let text = q.get("q").map(|t| t.trim()).unwrap_or("");
     let library = q.get("library").map(String::as_str).unwrap_or("");
     let as_raw = q.get("as").map(String::as_str).unwrap_or("");
-    let libs = state.graph.admin().all_libraries().await?;
+    let libs = state.graph.admin().library_list().await?;
     let team_list = teams::list(&state.pg).await?;
     let token_list = tokens::list(&state.pg, None).await?;
     let who = resolve_as(&state, as_raw).await?;

@@ -23,8 +23,9 @@ use crate::store::pg::{tokens, users};
 async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>, AdminError> {
     let uids = users::scopable_libraries(&state.pg, user_id).await?;
     // Names are a convenience: the picker still works while the graph is down.
-    let names: Option<HashMap<String, String>> = match state.graph.admin().all_libraries().await {
-        Ok(libs) => Some(libs.into_iter().map(|l| (l.uid, l.name)).collect()),
+    // Only the picker's own libraries are read, and nothing is counted.
+    let names: Option<HashMap<String, String>> = match state.graph.admin().library_names(&uids).await {
+        Ok(names) => Some(names),
         Err(e) => {
             tracing::warn!(error = ?e.to_string(), "admin console: library names unavailable");
             None

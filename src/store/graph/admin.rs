@@ -1,5 +1,8 @@
-//! The admin console's operator read (staff only): every library with its
-//! counts. (Its searches use `AdminGraph::every_library`, spec §3.3.)
+//! The admin console's operator reads (staff only): libraries a page at a
+//! time with their counts, and names without counts. (Its searches use
+//! `AdminGraph::every_library`, spec §3.3.)
+
+use std::collections::HashMap;
 
 use neo4rs::query;
 
@@ -18,12 +21,28 @@ pub struct LibraryOverview {
     pub chunk_count: i64,
 }
 
+/// A library's uid and name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraryName {
+    pub uid: String,
+    pub name: String,
+}
+
+/// Most libraries one page of the console's library list shows.
+pub const MAX_PAGE: usize = 200;
+
 impl AdminGraph {
-    /// Every library, uid order, with collection, item and chunk counts.
-    pub async fn library_overview(&self) -> Result<Vec<LibraryOverview>, GraphError> {
-        let q = query(include_str!("../../../cypher/admin_libraries.cypher"));
+    /// One page of libraries in uid order, those after `after`, with their
+    /// collection and item counts and the items' recorded chunk counts (no
+    /// scan of the chunks); true when more follow. Only the page's libraries
+    /// are counted.
+    pub async fn library_page(&self, after: &str, limit: usize) -> Result<(Vec<LibraryOverview>, bool), GraphError> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let q = query(include_str!("../../../cypher/admin_libraries_page.cypher"))
+            .param("after", after)
+            .param("limit", limit as i64 + 1);
         let mut out = Vec::new();
-        for row in self.0.rows("admin_libraries.cypher", q).await? {
+        for row in self.0.rows("admin_libraries_page.cypher", q).await? {
             out.push(LibraryOverview {
                 uid: row.get("uid")?,
                 name: row.get::<Option<String>>("name")?.unwrap_or_default(),
@@ -31,10 +50,61 @@ impl AdminGraph {
                 workspace_id: row.get("workspace_id")?,
                 collection_count: row.get("collection_count")?,
                 item_count: row.get("item_count")?,
-                chunk_count: row.get("chunk_count")?,
+                chunk_count: row.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
+            });
+        }
+        let more = out.len() > limit;
+        out.truncate(limit);
+        Ok((out, more))
+    }
+
+    /// One library with its counts, as the list shows it; None if it does
+    /// not exist.
+    pub async fn library_overview(&self, uid: &str) -> Result<Option<LibraryOverview>, GraphError> {
+        Ok(self.library_detail(uid).await?.map(|d| LibraryOverview {
+            uid: d.uid,
+            name: d.name,
+            description: d.description,
+            workspace_id: d.workspace_id,
+            collection_count: d.collection_count,
+            item_count: d.item_count,
+            chunk_count: d.chunk_count,
+        }))
+    }
+
+    /// The names of these libraries (those that exist): what a picker shows,
+    /// read without counting anything.
+    pub async fn library_names(&self, uids: &[String]) -> Result<HashMap<String, String>, GraphError> {
+        if uids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let q = query(include_str!("../../../cypher/library_names.cypher")).param("uids", uids.to_vec());
+        let mut out = HashMap::new();
+        for row in self.0.rows("library_names.cypher", q).await? {
+            out.insert(row.get("uid")?, row.get::<Option<String>>("name")?.unwrap_or_default());
+        }
+        Ok(out)
+    }
+
+    /// Every library's uid and name, uid order, without counts (a filter's
+    /// choices, the admin search's scope).
+    pub async fn library_list(&self) -> Result<Vec<LibraryName>, GraphError> {
+        let q = query(include_str!("../../../cypher/library_list.cypher"));
+        let mut out = Vec::new();
+        for row in self.0.rows("library_list.cypher", q).await? {
+            out.push(LibraryName {
+                uid: row.get("uid")?,
+                name: row.get::<Option<String>>("name")?.unwrap_or_default(),
             });
         }
         Ok(out)
+    }
+
+    /// How many libraries there are.
+    pub async fn library_count(&self) -> Result<i64, GraphError> {
+        let q = query(include_str!("../../../cypher/library_count.cypher"));
+        let rows = self.0.rows("library_count.cypher", q).await?;
+        Ok(rows.first().map(|r| r.get::<i64>("n")).transpose()?.unwrap_or(0))
     }
 }
 
@@ -93,5 +163,37 @@ impl AdminGraph {
             )
             .await?;
         Ok(found.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl AdminGraph {
+    /// Forgets everything this replica cached about a library that was
+    /// deleted (on any replica: see `forget_deleted_libraries`), so a library
+    /// later created with the same uid is read afresh (its language, its
+    /// collections, its ranking statistics).
+    pub async fn forget_deleted(&self, uid: &str) {
+        self.forget_library(uid).await;
+        self.0.ranking.invalidate(uid).await;
+    }
+}
+
+/// Applies `library:<uid>` announcements (a library delete, on any replica)
+/// to this replica's graph caches, for as long as the channel lasts.
+pub async fn forget_deleted_libraries(graph: super::GraphStore, mut rx: tokio::sync::broadcast::Receiver<String>) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.recv().await {
+            Ok(p) => {
+                if let Some(uid) = p.strip_prefix("library:") {
+                    graph.admin().forget_deleted(uid).await;
+                }
+            }
+            // Missed some: forget every library's cached facts (they are re-read).
+            Err(RecvError::Lagged(_)) => {
+                graph.known.invalidate_all();
+                graph.ranking.invalidate_all();
+            }
+            Err(RecvError::Closed) => return,
+        }
     }
 }

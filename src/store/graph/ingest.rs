@@ -202,8 +202,8 @@ impl AdminGraph {
     /// A view of every library, in uid order: the staff admin search
     /// (spec §3.3: admin searches name every Library uid explicitly).
     pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
-        let mut uids: Vec<String> = self.all_libraries().await?.into_iter().map(|l| l.uid).collect();
-        uids.sort();
+        // Names only: nothing is counted to name the scope.
+        let uids: Vec<String> = self.library_list().await?.into_iter().map(|l| l.uid).collect();
         Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
     }
 

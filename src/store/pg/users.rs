@@ -251,6 +251,21 @@ pub async fn memberships(
     .await
 }
 
+/// How many memberships each of `library_uids` has (absent: none).
+pub async fn membership_counts(
+    pool: &PgPool,
+    library_uids: &[String],
+) -> Result<std::collections::HashMap<String, i64>, sqlx::Error> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT library_uid::text, count(*) FROM library_memberships
+          WHERE library_uid = ANY($1) GROUP BY library_uid",
+    )
+    .bind(library_uids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
 /// Of `library_uids`, those the user may NOT scope into a token (spec §4.1: only
 /// owner or manager may), in the given order.
 pub async fn unscopable_libraries<'e>(

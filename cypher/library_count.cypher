@@ -1,0 +1,2 @@
+MATCH (l:Library)
+RETURN count(l) AS n

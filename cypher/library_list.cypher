@@ -1,0 +1,3 @@
+MATCH (l:Library)
+RETURN l.uid AS uid, l.name AS name
+ORDER BY uid
