@@ -95,13 +95,21 @@ async fn ingest(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let doc = Document::parse(body.into()).map_err(bad)?;
-    let out = ingest::ingest(
+    let out = match ingest::ingest(
         &state.graph.admin(),
         &state.changes,
         state.settings.chunk_max_chars,
         doc,
     )
-    .await?;
+    .await
+    {
+        Ok(out) => out,
+        Err(IngestError::Graph(crate::store::graph::GraphError::Unavailable(cause))) => {
+            tracing::warn!(store = "graph", ?cause, "ingest: graph unavailable (retry-safe 503)");
+            return Ok(ingest_unavailable());
+        }
+        Err(e) => return Err(e.into()),
+    };
     state.metrics.ingest_duration.observe(started.elapsed().as_secs_f64());
     if out.status != Status::Unchanged {
         state.metrics.ingest_chunks.inc_by(out.chunk_count.max(0) as u64);
@@ -140,6 +148,24 @@ async fn audit_ingest(state: &AppState, actor: &str, out: &ingest::Ingested) {
     let detail = json!({"library_uid": out.library_uid, "collection_uid": out.collection_uid,
                         "chunk_count": out.chunk_count});
     audit::after_commit(&state.pg, actor, action, &out.item_uid, detail).await;
+}
+
+/// The 503 of an ingest whose graph call failed or ran out of time. The wait
+/// was abandoned, not the Bolt exchange (see `GraphStore::detached`): a write
+/// already sent may still commit after this answer, and its COMMIT may be in
+/// flight, so "nothing was written" cannot be promised. What holds is that
+/// the item is written whole or not at all (one transaction), and that
+/// ingest is idempotent per item uid: the same request again converges on
+/// the same item (`unchanged` if the first one landed).
+fn ingest_unavailable() -> Response {
+    let mut resp = ApiError::StoreUnavailable("graph").into_response();
+    *resp.body_mut() = axum::body::Body::from(
+        json!({"error": "unavailable", "store": "graph", "retry_safe": true,
+               "message": "graph is unavailable, retry later; the item may or may not have been written \
+                           (whole either way): sending the same request again is safe"})
+        .to_string(),
+    );
+    resp
 }
 
 /// The 503 of an ingest whose graph call failed or ran out of time. The wait
