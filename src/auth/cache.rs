@@ -203,6 +203,14 @@ impl Named<String, Arc<String>> {
 pub struct AuthCaches {
     enabled: bool,
     listener_up: AtomicBool,
+    /// This LISTEN connection has heard its own heartbeat at least once. The
+    /// heartbeat statement also registers the replica in `auth_replicas`, so
+    /// from then on every writer's fence counts it even when its listener
+    /// drops out of `pg_stat_activity`; before it, it must not trust caches.
+    echoed: AtomicBool,
+    /// Wakes the heartbeat as soon as a LISTEN connection is made (the
+    /// caches wait for its echo).
+    connected: tokio::sync::Notify,
     /// When this instance last heard its own heartbeat on the auth channel
     /// (ms since `started`): a listener that is connected but hears nothing
     /// (a blocked connection) is not trusted past `LISTENER_TRUST`.
@@ -266,6 +274,8 @@ impl AuthCaches {
         AuthCaches {
             enabled: !max_staleness.is_zero(),
             listener_up: AtomicBool::new(false),
+            echoed: AtomicBool::new(false),
+            connected: tokio::sync::Notify::new(),
             last_echo_ms: AtomicU64::new(0),
             started: Instant::now(),
             connections: AtomicU64::new(0),
@@ -301,9 +311,13 @@ impl AuthCaches {
     }
 
     /// Whether cached answers may be used right now: caches on, the listener
-    /// connected, and its own heartbeat heard within `LISTENER_TRUST`.
+    /// connected, its own heartbeat heard on this connection (so the replica
+    /// is registered for writers' fences), and heard within `LISTENER_TRUST`.
     pub fn usable(&self) -> bool {
-        self.enabled && self.listener_up.load(Ordering::SeqCst) && self.echo_fresh()
+        self.enabled
+            && self.listener_up.load(Ordering::SeqCst)
+            && self.echoed.load(Ordering::SeqCst)
+            && self.echo_fresh()
     }
 
     fn now_ms(&self) -> u64 {
@@ -321,10 +335,11 @@ impl AuthCaches {
     /// than the trust window, whatever is cached may have missed a
     /// notification: start from empty.
     fn heard_echo(&self, sent_ms: u64) {
-        if !self.echo_fresh() {
+        if !self.echo_fresh() || !self.echoed.load(Ordering::SeqCst) {
             self.invalidate_all();
         }
         self.last_echo_ms.fetch_max(sent_ms, Ordering::SeqCst);
+        self.echoed.store(true, Ordering::SeqCst);
     }
 
     /// The heartbeat payload of this instance, stamped with its send time.
@@ -376,6 +391,9 @@ impl AuthCaches {
                 self.unknown.invalidate_all();
             }
             "workspace" if key != "*" => self.workspace_libraries.invalidate(&key.to_owned()).await,
+            // A user-managed library was deleted: its grants came with payloads of
+            // their own; the graph's caches of it listen for this (startup).
+            "library" if key != "*" => {}
             _ => self.invalidate_all(),
         }
         let _ = self.notifications.send(payload.to_owned());
@@ -493,8 +511,14 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
     let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticks: u64 = 0;
+    let mut failing = false;
     loop {
-        tick.tick().await;
+        // Every tick, and at once when a LISTEN connection was just made: its
+        // caches are not trusted until this statement's echo comes back.
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = caches.connected.notified() => {}
+        }
         if pool.is_closed() {
             return;
         }
@@ -511,8 +535,21 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
             .bind(caches.instance.to_string())
             .execute(&pool)
             .await;
-            if let Err(e) = sent {
-                tracing::debug!(error = %e, "auth heartbeat not sent");
+            match sent {
+                Ok(_) => failing = false,
+                // A database without `auth_replicas` is not migrated: no echo
+                // ever comes back, so the caches stay off. Said loudly, once
+                // per failure streak (a store outage is logged elsewhere).
+                Err(e) if !failing => {
+                    failing = true;
+                    if is_undefined_table(&e) {
+                        tracing::error!(error = %e, "auth heartbeat failed: the database is not migrated \
+                            (run `mnemosyne migrate`); auth caches stay off until it is");
+                    } else {
+                        tracing::warn!(error = %e, "auth heartbeat not sent; auth caches are off until it is");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "auth heartbeat not sent"),
             }
             // The replicas alive by the fence's own window. Unknown (an
             // error) keeps the last count: it never jumps to "alone".
@@ -534,6 +571,11 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
                 .await;
         }
     }
+}
+
+/// Postgres' `undefined_table` (42P01): a migration is missing.
+fn is_undefined_table(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01")
 }
 
 /// The LISTEN task: runs until the process ends. Any error or dropped
@@ -573,9 +615,12 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
         if caches.connections.fetch_add(1, Ordering::SeqCst) > 0 {
             caches.listener_reconnects.inc();
         }
-        // Just subscribed: everything from here on is heard.
-        caches.last_echo_ms.store(caches.now_ms(), Ordering::SeqCst);
+        // Just subscribed: everything from here on is heard, but the caches
+        // wait for the first heartbeat echo on this connection (that
+        // heartbeat registers the replica for writers' fences).
+        caches.echoed.store(false, Ordering::SeqCst);
         caches.listener_up.store(true, Ordering::SeqCst);
+        caches.connected.notify_one();
         tracing::debug!("auth LISTEN connected");
         loop {
             match listener.try_recv().await {
@@ -602,6 +647,7 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
             }
         }
         caches.listener_up.store(false, Ordering::SeqCst);
+        caches.echoed.store(false, Ordering::SeqCst);
         caches.invalidate_all();
     }
 }

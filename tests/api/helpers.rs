@@ -108,13 +108,14 @@ impl TestApp {
         t
     }
 
-    /// Waits until this instance's LISTEN connection is up (caches usable).
+    /// Waits until this instance's LISTEN connection is up and has heard its
+    /// first heartbeat (caches usable).
     pub async fn wait_listener(&self) {
         if self.settings.cache_max_staleness_secs == 0 {
             return;
         }
-        for _ in 0..200 {
-            if self.state.auth.caches.listener_up() {
+        for _ in 0..500 {
+            if self.state.auth.caches.usable() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
