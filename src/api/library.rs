@@ -168,24 +168,6 @@ fn ingest_unavailable() -> Response {
     resp
 }
 
-/// The 503 of an ingest whose graph call failed or ran out of time. The wait
-/// was abandoned, not the Bolt exchange (see `GraphStore::detached`): a write
-/// already sent may still commit after this answer, and its COMMIT may be in
-/// flight, so "nothing was written" cannot be promised. What holds is that
-/// the item is written whole or not at all (one transaction), and that
-/// ingest is idempotent per item uid: the same request again converges on
-/// the same item (`unchanged` if the first one landed).
-fn ingest_unavailable() -> Response {
-    let mut resp = ApiError::StoreUnavailable("graph").into_response();
-    *resp.body_mut() = axum::body::Body::from(
-        json!({"error": "unavailable", "store": "graph", "retry_safe": true,
-               "message": "graph is unavailable, retry later; the item may or may not have been written \
-                           (whole either way): sending the same request again is safe"})
-        .to_string(),
-    );
-    resp
-}
-
 async fn delete_item(
     State(state): State<AppState>,
     sa: ServiceAccount,
