@@ -230,6 +230,32 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_OTLP_ENDPOINT", global = true)]
     pub otlp_endpoint: Option<String>,
 
+    /// Admin console requests a minute per signed-in user, for the whole
+    /// deployment (divided among the live replicas like the MCP limits);
+    /// bursts of ten seconds' worth. Past it: 429 with Retry-After. 0 = none.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ADMIN_RATE_LIMIT_PER_MINUTE",
+        default_value_t = 600,
+        global = true
+    )]
+    pub admin_rate_limit_per_minute: u32,
+
+    /// Console sign-in attempts (right or wrong) a minute per client address,
+    /// checked before the form is read. 0 = none.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ADMIN_SIGN_IN_PER_MINUTE",
+        default_value_t = 60,
+        global = true
+    )]
+    pub admin_sign_in_per_minute: u32,
+
+    /// How often each replica deletes expired console sessions and form
+    /// submissions older than a form's lifetime, in seconds.
+    #[arg(long, env = "MNEMOSYNE_ADMIN_SWEEP_SECS", default_value_t = 60, global = true)]
+    pub admin_sweep_secs: u64,
+
     /// An admin console session with no request for this many seconds ends.
     #[arg(
         long,
@@ -331,6 +357,9 @@ impl fmt::Debug for Settings {
             request_timeout_secs,
             max_connections,
             otlp_endpoint,
+            admin_rate_limit_per_minute,
+            admin_sign_in_per_minute,
+            admin_sweep_secs,
             admin_session_idle_secs,
             admin_session_absolute_secs,
             audit_retention_days,
@@ -365,6 +394,9 @@ impl fmt::Debug for Settings {
             .field("request_timeout_secs", request_timeout_secs)
             .field("max_connections", max_connections)
             .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
+            .field("admin_rate_limit_per_minute", admin_rate_limit_per_minute)
+            .field("admin_sign_in_per_minute", admin_sign_in_per_minute)
+            .field("admin_sweep_secs", admin_sweep_secs)
             .field("admin_session_idle_secs", admin_session_idle_secs)
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .field("audit_retention_days", audit_retention_days)

@@ -22,6 +22,7 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen).await?;
         let state = AppState::new(settings, listener.local_addr()?).await?;
+        check_migrations(&state.pg).await?;
         let router = router(state.clone());
         Ok(Application {
             listener,
@@ -56,6 +57,7 @@ impl Application {
             self.state.auth.caches.clone(),
         ));
         let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
+        let console = tokio::spawn(crate::admin::housekeeping(self.state.clone()));
         let usage = tokio::spawn(crate::usage::flush_every(
             self.state.pg.clone(),
             self.state.metrics.usage.clone(),
@@ -83,6 +85,7 @@ impl Application {
         listen.abort();
         heartbeat.abort();
         housekeeping.abort();
+        console.abort();
         usage.abort();
         audit_retention.abort();
         self.state.auth.flush_token_usage().await;
@@ -94,6 +97,45 @@ impl Application {
     pub async fn run(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
     }
+}
+
+/// Refuses to serve a reachable database that lacks migrations this binary
+/// needs: requests would fail on missing tables, and the auth heartbeat
+/// (`auth_replicas`) could never register, which silently turns every auth
+/// cache off. A database that cannot be reached in time is not refused
+/// (`serve` starts while Postgres is down; `/readyz` says why).
+async fn check_migrations(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let applied = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(pool),
+    )
+    .await;
+    let applied: Vec<i64> = match applied {
+        Ok(Ok(v)) => v,
+        // No migrations table: nothing was ever applied.
+        Ok(Err(e)) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => Vec::new(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not check the database's migrations; serving anyway");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::warn!("could not check the database's migrations in time; serving anyway");
+            return Ok(());
+        }
+    };
+    let missing: Vec<String> = crate::store::pg::MIGRATOR
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect();
+    if let Some(first) = missing.first() {
+        anyhow::bail!(
+            "the database is not migrated: {} migration(s) this binary needs are missing (first: {first}); \
+             run `mnemosyne migrate` first (serving without them would fail requests and keep the auth caches off)",
+            missing.len()
+        );
+    }
+    Ok(())
 }
 
 /// The accept loop: at most `max_connections` connections at once (further

@@ -30,6 +30,8 @@ pub struct AppState {
     pub mcp: Arc<Guard>,
     /// HTTP Basic flood protection (argon2 permits, failure throttles).
     pub basic: Arc<BasicGuard>,
+    /// The admin console's rate limits (per signed-in user, per sign-in address).
+    pub console: Arc<crate::admin::throttle::ConsoleLimits>,
 }
 
 impl AppState {
@@ -63,6 +65,11 @@ impl AppState {
             settings.basic_failures_per_minute,
         ));
         let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
+        let console = Arc::new(crate::admin::throttle::ConsoleLimits::new(
+            settings.admin_rate_limit_per_minute,
+            settings.admin_sign_in_per_minute,
+            caches.live_replicas(),
+        ));
         Ok(AppState {
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
@@ -72,6 +79,7 @@ impl AppState {
             auth,
             mcp,
             basic,
+            console,
         })
     }
 }

@@ -15,6 +15,7 @@ mod pages;
 mod search;
 pub mod session;
 mod teams;
+pub mod throttle;
 mod tokens;
 mod tools;
 mod usage;
@@ -131,6 +132,9 @@ pub enum AdminError {
     Csrf,
     /// The same rendered form posted a second time (a reload).
     AlreadySubmitted,
+    /// A rendered form posted after its lifetime (`session::FORM_TTL`), or
+    /// with a `once` value the console did not make.
+    FormExpired,
     NotFound,
     Api(ApiError),
 }
@@ -169,6 +173,15 @@ impl IntoResponse for AdminError {
                  site). Go back, reload the page and try again."
                     .to_owned(),
             ),
+            AdminError::FormExpired => (
+                StatusCode::CONFLICT,
+                "Form expired",
+                format!(
+                    "This form was opened more than {} minutes ago; nothing was done. Open the page again to \
+                     start over.",
+                    session::FORM_TTL.as_secs() / 60
+                ),
+            ),
             AdminError::AlreadySubmitted => (
                 StatusCode::CONFLICT,
                 "Already done",
@@ -191,7 +204,12 @@ impl IntoResponse for AdminError {
                     other => other.to_string(),
                 };
                 let title = status.canonical_reason().unwrap_or("Error");
-                return (status, view::bare(title, &text)).into_response();
+                let mut resp = (status, view::bare(title, &text)).into_response();
+                if let ApiError::RateLimited { retry_after_secs, .. } = e {
+                    resp.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                }
+                return resp;
             }
         };
         (status, view::bare(title, &text)).into_response()
@@ -275,6 +293,35 @@ pub fn propagation_notice(p: &crate::service::Propagation) -> Option<String> {
 /// after a committed change; the notice when some did not confirm in time.
 pub async fn fence(state: &AppState) -> Option<String> {
     propagation_notice(&state.changes.fence().await)
+}
+
+/// Deletes expired console sessions and form submissions older than a
+/// form's lifetime every `MNEMOSYNE_ADMIN_SWEEP_SECS` (each replica; the
+/// deletes are idempotent), so console storage stays bounded however long a
+/// session lives.
+pub async fn housekeeping(state: AppState) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(state.settings.admin_sweep_secs.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if state.pg.is_closed() {
+            return;
+        }
+        let s = &state.settings;
+        match crate::store::pg::admin::sweep(
+            &state.pg,
+            s.admin_session_idle_secs.max(1) as i64,
+            s.admin_session_absolute_secs.max(1) as i64,
+            (session::FORM_TTL + session::FORM_CLOCK_SKEW).as_secs() as i64,
+        )
+        .await
+        {
+            Ok((0, 0)) => {}
+            Ok((sessions, forms)) => tracing::debug!(sessions, forms, "admin console: swept expired rows"),
+            Err(e) => tracing::debug!(error = %e, "admin console: sweep failed (next tick retries)"),
+        }
+        state.console.shrink();
+    }
 }
 
 /// Redirect after a POST (303: the browser GETs the page), with a notice key.

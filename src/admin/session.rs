@@ -90,6 +90,35 @@ impl Cookies {
     }
 }
 
+/// How long a rendered console form may be submitted. Its `once` value
+/// carries its render time, so a submission past this is refused whether or
+/// not its first submission is still recorded, and the sweep can forget
+/// submissions after this long.
+pub const FORM_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Margin for replicas' clocks (a form rendered by one, posted to another,
+/// recorded by Postgres' clock).
+pub const FORM_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
+/// Most form submissions a session keeps recorded; past it the oldest are
+/// forgotten (a reload of one of those forms within its lifetime would run
+/// again: it takes this many other submissions in between).
+pub const MAX_ONCE_PER_SESSION: i64 = 256;
+
+/// A form's `once` value: `<unix seconds>.<random>`.
+pub(super) fn once_value() -> String {
+    format!("{}.{}", chrono::Utc::now().timestamp(), random_token())
+}
+
+/// Whether a posted `once` is one the console made and still within its
+/// lifetime (allowing `FORM_CLOCK_SKEW` either way).
+fn once_is_live(once: &str, now_secs: i64) -> bool {
+    let Some((stamp, random)) = once.split_once('.') else {
+        return false;
+    };
+    let Ok(at) = stamp.parse::<i64>() else { return false };
+    let (ttl, skew) = (FORM_TTL.as_secs() as i64, FORM_CLOCK_SKEW.as_secs() as i64);
+    !random.is_empty() && at <= now_secs + skew && now_secs - at <= ttl
+}
+
 pub(super) fn random_token() -> String {
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
@@ -166,7 +195,10 @@ async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session
         s.admin_session_absolute_secs.max(1) as i64,
     )
     .await?;
-    Ok(user.map(|user| Session { user, id_hash }))
+    let Some(user) = user else { return Ok(None) };
+    // Every request of a signed-in user counts against their console rate.
+    state.console.user(user.user_id)?;
+    Ok(Some(Session { user, id_hash }))
 }
 
 /// A signed-in staff user (any page but sign-in and the self-service page).
@@ -219,8 +251,13 @@ impl FromRequest<AppState> for PersonForm {
         // (a reload of the result page) is refused, so a rotation, a token or
         // a key is never made twice by accident.
         let once = form.get("once");
-        if !once.is_empty() && (once.len() > 100 || !store::first_submission(&state.pg, &s.id_hash, once).await?) {
-            return Err(AdminError::AlreadySubmitted);
+        if !once.is_empty() {
+            if once.len() > 100 || !once_is_live(once, chrono::Utc::now().timestamp()) {
+                return Err(AdminError::FormExpired);
+            }
+            if !store::first_submission(&state.pg, &s.id_hash, once, MAX_ONCE_PER_SESSION).await? {
+                return Err(AdminError::AlreadySubmitted);
+            }
         }
         Ok(PersonForm(s, form))
     }
@@ -282,6 +319,14 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     let (parts, body) = req.into_parts();
     let address = client_address(&parts);
     let headers = parts.headers.clone();
+    // Sign-ins per client address, before the form is read or hashed.
+    if let Err(secs) = state.console.sign_in(&address) {
+        tracing::info!(address = ?address, "admin console: sign-in rate limited");
+        let msg = format!("Too many sign-ins from your address. Try again in {secs} s.");
+        let mut resp = login_page(&state, &headers, StatusCode::TOO_MANY_REQUESTS, "", Some(&msg));
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return Ok(crate::auth::failure::closing(resp));
+    }
     // Read before anyone is authenticated: small, and promptly or not at all
     // (a body trickling in one byte at a time must not hold a connection).
     let deadline = std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1));
@@ -475,6 +520,22 @@ mod tests {
             v.to_str().unwrap(),
             "mnemosyne_admin_login=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"
         );
+    }
+
+    #[test]
+    fn a_once_value_lives_for_the_form_lifetime() {
+        let now = 1_800_000_000;
+        let ttl = FORM_TTL.as_secs() as i64;
+        assert!(once_is_live(&format!("{now}.abc"), now));
+        assert!(once_is_live(&format!("{}.abc", now - ttl), now));
+        assert!(!once_is_live(&format!("{}.abc", now - ttl - 1), now), "expired");
+        assert!(once_is_live(&format!("{}.abc", now + 60), now), "another replica's clock ahead");
+        assert!(!once_is_live(&format!("{}.abc", now + 3600), now), "from the future");
+        for made_up in ["abc", "x.abc", &format!("{now}."), ""] {
+            assert!(!once_is_live(made_up, now), "{made_up}");
+        }
+        let v = once_value();
+        assert!(once_is_live(&v, chrono::Utc::now().timestamp()), "{v}");
     }
 
     #[test]

@@ -117,12 +117,13 @@ pub fn login(username: &str, csrf_token: &str, error: Option<&str>) -> Html<Stri
 }
 
 /// The hidden fields every form carries: the session's CSRF token, and a
-/// fresh random `once` that makes a second submission of this very form (a
-/// reload of its result page) a refusal instead of a repeat.
+/// fresh `once` (its render time and a random value) that makes a second
+/// submission of this very form (a reload of its result page) a refusal
+/// instead of a repeat, and a submission after its lifetime too.
 pub fn csrf(s: &Session) -> Markup {
     html! {
         input type="hidden" name="csrf" value=(s.csrf());
-        input type="hidden" name="once" value=(super::session::random_token());
+        input type="hidden" name="once" value=(super::session::once_value());
     }
 }
 

@@ -11,6 +11,7 @@ mod audit;
 mod auth;
 mod dos;
 mod foundation;
+mod hardening3;
 mod ingest;
 mod libraries;
 mod mcp;

@@ -72,18 +72,52 @@ pub async fn touch_session(
 }
 
 /// Records the first submission of a form (`once`, its random value) in a
-/// session; false when it was submitted before.
-pub async fn first_submission(pool: &PgPool, session_hash: &str, once: &str) -> Result<bool, sqlx::Error> {
+/// session; false when it was submitted before. A session keeps at most
+/// `cap` submissions: the oldest beyond it are forgotten in the same
+/// statement.
+pub async fn first_submission(pool: &PgPool, session_hash: &str, once: &str, cap: i64) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
-        "INSERT INTO admin_form_submissions (session_hash, once) VALUES ($1, $2)
+        "WITH beyond AS (
+             DELETE FROM admin_form_submissions
+              WHERE session_hash = $1 AND once IN (
+                    SELECT once FROM admin_form_submissions WHERE session_hash = $1
+                     ORDER BY at DESC, once OFFSET $3))
+         INSERT INTO admin_form_submissions (session_hash, once) VALUES ($1, $2)
          ON CONFLICT DO NOTHING",
     )
     .bind(session_hash)
     .bind(once)
+    .bind((cap - 1).max(0))
     .execute(pool)
     .await?
     .rows_affected()
         == 1)
+}
+
+/// Deletes sessions past either expiry and form submissions older than
+/// `form_secs` (their forms can no longer be posted); (sessions, forms).
+pub async fn sweep(
+    pool: &PgPool,
+    idle_secs: i64,
+    absolute_secs: i64,
+    form_secs: i64,
+) -> Result<(u64, u64), sqlx::Error> {
+    let sessions = sqlx::query(
+        "DELETE FROM admin_sessions
+          WHERE last_seen_at < now() - make_interval(secs => $1)
+             OR created_at < now() - make_interval(secs => $2)",
+    )
+    .bind(idle_secs as f64)
+    .bind(absolute_secs as f64)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    let forms = sqlx::query("DELETE FROM admin_form_submissions WHERE at < now() - make_interval(secs => $1)")
+        .bind(form_secs as f64)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok((sessions, forms))
 }
 
 pub async fn delete_session(pool: &PgPool, id_hash: &str) -> Result<(), sqlx::Error> {

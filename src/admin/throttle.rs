@@ -1,0 +1,74 @@
+//! The console's rate limits: every request of a signed-in user counts
+//! against that user's bucket, and every sign-in POST against its client
+//! address's (checked before the form is read). The same token buckets as
+//! the MCP surface (`crate::limits`), so a configured rate is for the whole
+//! deployment, divided among the live replicas.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use crate::error::ApiError;
+use crate::limits::RateLimits;
+
+/// The console's buckets on one replica.
+pub struct ConsoleLimits {
+    users: RateLimits,
+    sign_in: RateLimits,
+}
+
+impl ConsoleLimits {
+    /// `per_user` console requests and `sign_in_per_address` sign-ins a
+    /// minute (0 = no limit), shared among `replicas`.
+    pub fn new(per_user: u32, sign_in_per_address: u32, replicas: Arc<AtomicUsize>) -> Self {
+        ConsoleLimits {
+            users: RateLimits::shared(per_user, 0, replicas.clone()),
+            sign_in: RateLimits::shared(sign_in_per_address, 0, replicas),
+        }
+    }
+
+    /// One request of a signed-in user.
+    pub fn user(&self, user_id: i64) -> Result<(), ApiError> {
+        self.users.request(&format!("user:{user_id}"), None).map_err(|l| {
+            let secs = l.retry_after_secs();
+            ApiError::RateLimited {
+                retry_after_secs: secs,
+                message: format!("Too many console requests. Try again in {secs} s."),
+            }
+        })
+    }
+
+    /// One sign-in attempt from `address`; `Err` holds the seconds to wait.
+    pub fn sign_in(&self, address: &str) -> Result<(), u64> {
+        self.sign_in
+            .request(&format!("ip:{address}"), None)
+            .map_err(|l| l.retry_after_secs())
+    }
+
+    /// Forgets idle users' and addresses' full buckets.
+    pub fn shrink(&self) {
+        self.users.shrink();
+        self.sign_in.shrink();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_addresses_have_their_own_buckets() {
+        let l = ConsoleLimits::new(12, 6, Arc::new(AtomicUsize::new(1)));
+        // Bursts: 2 requests per user, 1 sign-in per address.
+        assert!(l.user(1).is_ok() && l.user(1).is_ok());
+        match l.user(1) {
+            Err(ApiError::RateLimited { retry_after_secs, .. }) => assert!(retry_after_secs >= 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(l.user(2).is_ok());
+        assert!(l.sign_in("10.0.0.1").is_ok());
+        assert!(l.sign_in("10.0.0.1").unwrap_err() >= 1);
+        assert!(l.sign_in("10.0.0.2").is_ok());
+        let off = ConsoleLimits::new(0, 0, Arc::new(AtomicUsize::new(1)));
+        assert!((0..100).all(|_| off.user(1).is_ok() && off.sign_in("a").is_ok()));
+    }
+}
