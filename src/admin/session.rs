@@ -529,7 +529,10 @@ mod tests {
         assert!(once_is_live(&format!("{now}.abc"), now));
         assert!(once_is_live(&format!("{}.abc", now - ttl), now));
         assert!(!once_is_live(&format!("{}.abc", now - ttl - 1), now), "expired");
-        assert!(once_is_live(&format!("{}.abc", now + 60), now), "another replica's clock ahead");
+        assert!(
+            once_is_live(&format!("{}.abc", now + 60), now),
+            "another replica's clock ahead"
+        );
         assert!(!once_is_live(&format!("{}.abc", now + 3600), now), "from the future");
         for made_up in ["abc", "x.abc", &format!("{now}."), ""] {
             assert!(!once_is_live(made_up, now), "{made_up}");
