@@ -63,6 +63,10 @@ impl Application {
             self.state.metrics.usage.clone(),
             Duration::from_secs(self.state.settings.usage_flush_secs),
         ));
+        let forget_deleted = tokio::spawn(crate::store::graph::admin::forget_deleted_libraries(
+            self.state.graph.clone(),
+            self.state.auth.caches.subscribe(),
+        ));
         let audit_retention = tokio::spawn(crate::service::audit::retention_loop(
             self.state.pg.clone(),
             self.state.settings.audit_retention_days,
@@ -88,6 +92,7 @@ impl Application {
         console.abort();
         usage.abort();
         audit_retention.abort();
+        forget_deleted.abort();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
         res

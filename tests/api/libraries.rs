@@ -350,3 +350,32 @@ async fn the_console_confirms_a_delete_naming_the_counts_for_staff_and_for_an_ow
             .unwrap();
     assert_eq!(actors, [format!("admin:{boss}"), format!("admin:{owner}")]);
 }
+
+#[tokio::test]
+async fn a_library_deleted_on_one_replica_is_forgotten_by_the_others_caches() {
+    let app = TestApp::spawn().await;
+    let other = app.second_instance().await;
+    let lib = app.library("polyglot").await;
+    let code = |app: &TestApp| {
+        let (g, lib) = (app.state.graph.clone(), lib.clone());
+        async move { g.admin().language_of(&lib).await.unwrap().code() }
+    };
+    assert_eq!(code(&other).await, "en", "cached on the other replica");
+    let (status, _) = send(app.service(Method::DELETE, &format!("/library/api/libraries/{lib}/"))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = send(
+        app.service(Method::POST, "/library/api/libraries/")
+            .json(&json!({"uid": lib, "name": "polyglot", "language": "de"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let mut seen = code(&other).await;
+    for _ in 0..100 {
+        if seen == "de" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        seen = code(&other).await;
+    }
+    assert_eq!(seen, "de", "the same uid created again is read afresh");
+}
