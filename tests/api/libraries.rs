@@ -340,6 +340,23 @@ async fn the_console_confirms_a_delete_naming_the_counts_for_staff_and_for_an_ow
     let page = o.get(&format!("/admin/me/library?uid={b}")).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("2 membership(s)"), "{}", page.body);
+    let refused = m
+        .post("/admin/me/library/rename", &[("uid", &b), ("name", "Manager named")])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+    let renamed = o
+        .post(
+            "/admin/me/library/rename",
+            &[("uid", &b), ("name", "Owner named"), ("description", "Mine")],
+        )
+        .await;
+    assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
+    let page = o.get(renamed.location()).await;
+    assert!(
+        page.body.contains("Library renamed.") && page.body.contains("Owner named"),
+        "{}",
+        page.body
+    );
     let done = o.post("/admin/me/library/delete", &[("uid", &b)]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert!(!library_in_graph(&app, &b).await);
