@@ -116,7 +116,7 @@ async fn ingest(
     }
     tracing::info!(actor = ?sa.username, item = ?out.item_uid, library = ?out.library_uid,
                    chunks = out.chunk_count, status = out.status.as_str(), "ingested");
-    audit_ingest(&state, &sa.username, &out).await;
+    audit::ingested(&state.pg, &sa.username, &out).await;
     let status = if out.status == Status::Created {
         StatusCode::CREATED
     } else {
@@ -130,24 +130,6 @@ async fn ingest(
         ),
     )
         .into_response())
-}
-
-/// The audit events of an ingest that changed something (an unchanged one
-/// writes none): the workspace Library it created, and the item created or
-/// replaced — uids and counts, never content.
-async fn audit_ingest(state: &AppState, actor: &str, out: &ingest::Ingested) {
-    if let Some(ws) = &out.created_workspace {
-        let detail = json!({"workspace_id": ws, "by": "ingest"});
-        audit::after_commit(&state.pg, actor, "library_created", &out.library_uid, detail).await;
-    }
-    let action = match out.status {
-        Status::Created => "item_created",
-        Status::Replaced => "item_replaced",
-        Status::Unchanged => return,
-    };
-    let detail = json!({"library_uid": out.library_uid, "collection_uid": out.collection_uid,
-                        "chunk_count": out.chunk_count});
-    audit::after_commit(&state.pg, actor, action, &out.item_uid, detail).await;
 }
 
 /// The 503 of an ingest whose graph call failed or ran out of time. The wait

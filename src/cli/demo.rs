@@ -65,9 +65,11 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
         async move {
             let title = doc.title.clone();
             let doc = Document::parse(doc).map_err(|e| anyhow::anyhow!("{title}: {e}"))?;
-            ingest::ingest(graph, changes, settings.chunk_max_chars, doc)
+            let out = ingest::ingest(graph, changes, settings.chunk_max_chars, doc)
                 .await
-                .map_err(|e| anyhow::anyhow!("ingesting {title}: {e}"))
+                .map_err(|e| anyhow::anyhow!("ingesting {title}: {e}"))?;
+            crate::service::audit::ingested(pool, super::CLI_ACTOR, &out).await;
+            Ok::<_, anyhow::Error>(out)
         }
     };
     let mut libs = std::collections::HashMap::new();
@@ -82,14 +84,18 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
         .await?;
         libs.insert(*ws, out.library_uid);
     }
-    graph
+    if graph
         .create_library(
             HANDBOOK,
             "Team handbook",
             "House style and citation rules",
             crate::store::graph::analysis::Language::English,
         )
-        .await?;
+        .await?
+    {
+        let detail = serde_json::json!({"name": "Team handbook", "language": "en"});
+        crate::service::audit::after_commit(pool, super::CLI_ACTOR, "library_created", HANDBOOK, detail).await;
+    }
     load(DocumentIn {
         library_uid: Some(HANDBOOK.into()),
         collection: Some("Guides".into()),

@@ -22,6 +22,25 @@ pub async fn after_commit(pool: &PgPool, actor: &str, action: &str, target: &str
     }
 }
 
+/// The audit events of an ingest that changed something (an unchanged one
+/// writes none): the workspace Library it created, and the item created or
+/// replaced — uids and counts, never content.
+pub async fn ingested(pool: &PgPool, actor: &str, out: &super::ingest::Ingested) {
+    use super::ingest::Status;
+    if let Some(ws) = &out.created_workspace {
+        let detail = serde_json::json!({"workspace_id": ws, "by": "ingest"});
+        after_commit(pool, actor, "library_created", &out.library_uid, detail).await;
+    }
+    let action = match out.status {
+        Status::Created => "item_created",
+        Status::Replaced => "item_replaced",
+        Status::Unchanged => return,
+    };
+    let detail = serde_json::json!({"library_uid": out.library_uid, "collection_uid": out.collection_uid,
+                                    "chunk_count": out.chunk_count});
+    after_commit(pool, actor, action, &out.item_uid, detail).await;
+}
+
 /// A `--since` value: an RFC 3339 time, a date (`2026-11-01`, midnight UTC),
 /// or an age (`30m`, `24h`, `7d`) before `now`.
 pub fn parse_since(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
