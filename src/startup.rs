@@ -63,7 +63,7 @@ impl Application {
             self.state.metrics.usage.clone(),
             Duration::from_secs(self.state.settings.usage_flush_secs),
         ));
-        let forget_deleted = tokio::spawn(crate::store::graph::admin::forget_deleted_libraries(
+        let forget_changed = tokio::spawn(crate::store::graph::admin::forget_changed_libraries(
             self.state.graph.clone(),
             self.state.auth.caches.subscribe(),
         ));
@@ -92,7 +92,7 @@ impl Application {
         console.abort();
         usage.abort();
         audit_retention.abort();
-        forget_deleted.abort();
+        forget_changed.abort();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
         res

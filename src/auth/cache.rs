@@ -391,8 +391,9 @@ impl AuthCaches {
                 self.unknown.invalidate_all();
             }
             "workspace" if key != "*" => self.workspace_libraries.invalidate(&key.to_owned()).await,
-            // A user-managed library was deleted: its grants came with payloads of
-            // their own; the graph's caches of it listen for this (startup).
+            // A user-managed library was renamed or deleted: a delete's grants
+            // came with payloads of their own; the graph's caches of it listen
+            // for this (`forget_changed_libraries`).
             "library" if key != "*" => {}
             _ => self.invalidate_all(),
         }

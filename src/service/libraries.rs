@@ -256,6 +256,11 @@ pub async fn rename(
         // Deleted (or being deleted) since the read.
         return Err(LibraryError::NotFound(uid));
     }
+    // Every replica forgets what it cached of the library (see
+    // `forget_changed_libraries`); the MCP tools read names from the graph.
+    if let Err(e) = pg::notify(pg, &format!("library:{uid}")).await {
+        tracing::warn!(error = %e, library = ?uid, "could not announce a library rename");
+    }
     super::audit::after_commit(
         pg,
         actor,

@@ -168,24 +168,26 @@ impl AdminGraph {
 
 impl AdminGraph {
     /// Forgets everything this replica cached about a library that was
-    /// deleted (on any replica: see `forget_deleted_libraries`), so a library
-    /// later created with the same uid is read afresh (its language, its
-    /// collections, its ranking statistics).
-    pub async fn forget_deleted(&self, uid: &str) {
+    /// renamed or deleted (on any replica: see `forget_changed_libraries`),
+    /// so it is read afresh — a library later created with the same uid too
+    /// (its language, its collections, its ranking statistics). A cache of
+    /// library names belongs here as well.
+    pub async fn forget_changed(&self, uid: &str) {
         self.forget_library(uid).await;
         self.0.ranking.invalidate(uid).await;
     }
 }
 
-/// Applies `library:<uid>` announcements (a library delete, on any replica)
-/// to this replica's graph caches, for as long as the channel lasts.
-pub async fn forget_deleted_libraries(graph: super::GraphStore, mut rx: tokio::sync::broadcast::Receiver<String>) {
+/// Applies `library:<uid>` announcements (a library renamed or deleted, on
+/// any replica) to this replica's graph caches, for as long as the channel
+/// lasts.
+pub async fn forget_changed_libraries(graph: super::GraphStore, mut rx: tokio::sync::broadcast::Receiver<String>) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match rx.recv().await {
             Ok(p) => {
                 if let Some(uid) = p.strip_prefix("library:") {
-                    graph.admin().forget_deleted(uid).await;
+                    graph.admin().forget_changed(uid).await;
                 }
             }
             // Missed some: forget every library's cached facts (they are re-read).
