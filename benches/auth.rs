@@ -122,6 +122,20 @@ fn bench(c: &mut Criterion) {
             .iter(|| async { f.auth.authenticate(&f.per_turn, session).await.unwrap() })
     });
     g.finish();
+    // What the guard and the tool wrapper add per request since issue 24:
+    // the deployment-wide rate check (two replicas) and the usage count.
+    let mut g = c.benchmark_group("per_request");
+    g.measurement_time(Duration::from_secs(3));
+    let limits =
+        mnemosyne::limits::RateLimits::shared(u32::MAX, u32::MAX, Arc::new(std::sync::atomic::AtomicUsize::new(2)));
+    g.bench_function("rate_limit_check", |b| {
+        b.iter(|| limits.request("token:1", None).is_ok())
+    });
+    let usage = mnemosyne::usage::UsageCounter::default();
+    g.bench_function("usage_record", |b| {
+        b.iter(|| usage.record("token", "token:1", 3, "search", "ok"))
+    });
+    g.finish();
     let mut g = c.benchmark_group("resolve_cold");
     // The team's row and its workspaces' libraries uncached, the key cached:
     // one Postgres and one graph round trip.

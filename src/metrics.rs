@@ -29,7 +29,8 @@ pub struct Metrics {
     pub rate_limited: IntCounterVec,
     /// `mcp_tool_calls_total{tool,outcome}`: ok, tool_error (an `isError`
     /// answer: bad argument, not found, store down, deadline), refused (rate
-    /// limited before it ran), protocol_error (a `tools/call` of no tool of ours).
+    /// limited before it ran, or not available to the credential),
+    /// protocol_error (a `tools/call` of no tool of ours).
     pub tool_calls: IntCounterVec,
     pub tool_duration: HistogramVec,
     /// `graph_query_duration_seconds{query}`: query = the Cypher file's name.
