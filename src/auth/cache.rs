@@ -426,6 +426,11 @@ impl AuthCaches {
 pub const LISTENER_TRUST: Duration = Duration::from_secs(2);
 /// How often each replica sends its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
+/// A replica counts as live for the rate limits while its heartbeat was seen
+/// this recently: long enough that a late heartbeat (a loaded machine) does
+/// not make the count, and so every bucket, flap; a replica that is gone
+/// keeps the others at its share for this long (stricter, never looser).
+pub const REPLICA_WINDOW: Duration = Duration::from_secs(10);
 /// Heartbeats between two prunes of long-gone replicas' registrations.
 const PRUNE_EVERY_TICKS: u64 = 7_200;
 /// Longest a writer waits for the replicas' acknowledgements: past it, a
@@ -552,12 +557,12 @@ pub async fn heartbeat(pool: PgPool, caches: Arc<AuthCaches>) {
                 }
                 Err(e) => tracing::debug!(error = %e, "auth heartbeat not sent"),
             }
-            // The replicas alive by the fence's own window. Unknown (an
+            // The replicas heard from within `REPLICA_WINDOW`. Unknown (an
             // error) keeps the last count: it never jumps to "alone".
             let live: Result<i64, _> = sqlx::query_scalar(
                 "SELECT count(*) FROM auth_replicas WHERE seen_at > now() - make_interval(secs => $1)",
             )
-            .bind((LISTENER_TRUST + HEARTBEAT_EVERY).as_secs_f64())
+            .bind(REPLICA_WINDOW.as_secs_f64())
             .fetch_one(&pool)
             .await;
             if let Ok(n) = live {
