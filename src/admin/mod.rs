@@ -57,6 +57,8 @@ pub fn routes() -> Router<AppState> {
             get(tools::token_form).post(tools::token_set),
         )
         .route("/admin/teams/{id}/tools", post(tools::team_set))
+        .route("/admin/tokens/{id}/rate", post(tools::token_rate))
+        .route("/admin/teams/{id}/rate", post(tools::team_rate))
         .route("/admin/teams", get(teams::list))
         .route("/admin/teams/{id}", get(teams::detail))
         .route("/admin/teams/{id}/workspaces", post(teams::workspaces))

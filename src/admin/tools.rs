@@ -1,7 +1,8 @@
-//! Tool permissions per credential (issue 24) in the console: the allowlist
-//! of an opaque token (its own page) and of a team (a section of its page).
-//! Writes go through `service::tool_grants` (audited, then fenced), so they
-//! apply on the next MCP request on every replica.
+//! Tool permissions and rate limits per credential (issue 24) in the
+//! console: the tool allowlist and the own request rate of an opaque token
+//! (its own page) and of a team (a section of its page). Writes go through
+//! `service::tool_grants` and `service::credential_limits` (audited, then
+//! fenced), so they apply on the next MCP request on every replica.
 
 use axum::{
     extract::{Path, State},
@@ -14,6 +15,7 @@ use super::session::{Session, Staff, StaffForm};
 use super::view::{self, FieldError};
 use super::{actor, propagation_notice, AdminError, FormData};
 use crate::error::ApiError;
+use crate::service::credential_limits;
 use crate::service::teams::TeamError;
 use crate::service::tokens::TokenError;
 use crate::service::tool_grants::{self, ToolAllowlist};
@@ -57,6 +59,40 @@ pub(super) fn form(s: &Session, action: &str, current: Option<&[String]>, err: &
     }
 }
 
+/// The rate form: the configured rate, or the credential's own.
+pub(super) fn rate_form(s: &Session, action: &str, current: Option<i32>, err: &FieldError) -> Markup {
+    html! {
+        form.card.stack method="post" action=(action) {
+            (view::csrf(s))
+            p { "Requests a minute, over every replica together: "
+                @match current { None => "the configured rate", Some(0) => "no limit", Some(n) => b { (n) } } }
+            label { "Its own rate (empty: the configured one; 0: no limit)"
+                input type="number" name="per_minute" min="0" value=(current.map(|n| n.to_string()).unwrap_or_default());
+            }
+            (view::field_error(err, "per_minute"))
+            button type="submit" { "Save rate limit" }
+        }
+    }
+}
+
+/// The rate a form asks for (`None` = the configured one).
+fn parse_rate(form: &FormData) -> Result<Option<u32>, FieldError> {
+    let raw = form.get("per_minute").trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    raw.parse::<u32>()
+        .ok()
+        .filter(|n| *n <= crate::service::credential_limits::MAX_PER_MINUTE)
+        .map(Some)
+        .ok_or_else(|| {
+            FieldError::new(
+                "per_minute",
+                "A whole number of requests a minute (0: no limit), or empty.",
+            )
+        })
+}
+
 /// The allowlist a form asks for (`None` = every tool).
 fn parse(form: &FormData) -> Result<Option<ToolAllowlist>, FieldError> {
     match form.get("mode") {
@@ -89,6 +125,8 @@ async fn token_page(
             p { "May use: " (summary(t.allowed_tools.as_deref())) }
         }
         (form(s, &format!("/admin/tokens/{id}/tools"), t.allowed_tools.as_deref(), err))
+        h2 { "Rate limit" }
+        (rate_form(s, &format!("/admin/tokens/{id}/rate"), t.rate_limit_per_minute, err))
     };
     Ok((
         status,
@@ -132,14 +170,63 @@ pub async fn token_set(
     )))
 }
 
-/// The team page's section: its allowlist and the form.
+/// The team page's section: its allowlist and rate, with their forms.
 pub(super) async fn team_section(state: &AppState, s: &Session, id: uuid::Uuid) -> Result<Markup, AdminError> {
     let current = teams::tools_of(&state.pg, id).await?.ok_or(AdminError::NotFound)?;
+    let rate = teams::rate_limit_of(&state.pg, id).await?.ok_or(AdminError::NotFound)?;
     Ok(html! {
         h2 { "Tools" }
         p { "The team's JWT may use: " (summary(current.as_deref())) }
         (form(s, &format!("/admin/teams/{id}/tools"), current.as_deref(), &FieldError::none()))
+        h2 { "Rate limit" }
+        (rate_form(s, &format!("/admin/teams/{id}/rate"), rate, &FieldError::none()))
     })
+}
+
+/// POST /admin/tokens/{id}/rate.
+pub async fn token_rate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = token_id(&id)?;
+    let rate = match parse_rate(&form) {
+        Ok(r) => r,
+        Err(err) => return token_page(&state, &s, id, &err, StatusCode::BAD_REQUEST).await,
+    };
+    let p = credential_limits::set_token_rate_limit(&state.pg, &state.changes, &actor(s.username()), id, rate)
+        .await
+        .map_err(|e| match e {
+            TokenError::NotFound(_) => AdminError::NotFound,
+            TokenError::Store(e) => e.into(),
+            other => ApiError::Internal(other.to_string()).into(),
+        })?;
+    Ok(super::see_other(&view::done(
+        "/admin/tokens",
+        "token-rate",
+        &propagation_notice(&p),
+    )))
+}
+
+/// POST /admin/teams/{id}/rate.
+pub async fn team_rate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = crate::service::teams::parse_id("id", &id).map_err(|_| AdminError::NotFound)?;
+    let rate = parse_rate(&form).map_err(|e| AdminError::Api(ApiError::bad_field("per_minute", e.message)))?;
+    let p = credential_limits::set_team_rate_limit(&state.pg, &state.changes, &actor(s.username()), id, rate)
+        .await
+        .map_err(|e| match e {
+            TeamError::NotFound => AdminError::NotFound,
+            other => ApiError::from(other).into(),
+        })?;
+    Ok(super::see_other(&view::done(
+        &format!("/admin/teams/{id}"),
+        "team-rate",
+        &propagation_notice(&p),
+    )))
 }
 
 /// POST /admin/teams/{id}/tools.

@@ -205,6 +205,8 @@ pub fn notice(key: &str) -> Option<&'static str> {
     Some(match key {
         "token-revoked" => "Token revoked: it is refused from the next request on.",
         "token-tools" => "Tool permissions saved: the token uses only those tools from the next request on.",
+        "token-rate" => "Rate limit saved: it applies from the next request on.",
+        "team-rate" => "Rate limit saved: it applies from the next request on.",
         "team-tools" => "Tool permissions saved: the team's JWT uses only those tools from the next request on.",
         "team-workspaces" => "Workspaces saved: the team's JWT resolves to them from the next request on.",
         "team-deactivated" => "Team deactivated: its JWT is refused from the next request on.",

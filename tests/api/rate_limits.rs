@@ -110,3 +110,65 @@ async fn a_token_with_its_own_rate_gets_it_over_both_replicas() {
     let mut clients = [app.mcp(&fast).stateless(), other.mcp(&fast).stateless()];
     assert_eq!(hammer(&mut clients, 30).await.0, 60);
 }
+
+#[tokio::test]
+async fn a_rate_set_in_the_console_applies_on_the_next_request_of_another_replica() {
+    use crate::admin::{staff, Console, STAFF_PASSWORD};
+    let app = TestApp::spawn().await;
+    let other = app.second_instance().await;
+    let token = app.opaque_token(&[]).await;
+    let id = tokens::list(&app.pg, None).await.unwrap()[0].id;
+    let (team, jwt) = app.create_team("Throttled").await;
+    staff(&app, "sam").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+
+    let page = c.get(&format!("/admin/tokens/{id}/tools")).await;
+    assert!(page.body.contains("the configured rate"), "{}", page.body);
+    let r = c
+        .post(&format!("/admin/tokens/{id}/rate"), &[("per_minute", "lots")])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("A whole number of requests a minute"), "{}", r.body);
+    // 6 a minute: a burst of one, whatever the replica count.
+    let r = c
+        .post(&format!("/admin/tokens/{id}/rate"), &[("per_minute", "6")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/admin/tokens?ok=token-rate");
+    let mut there = other.mcp(&token).stateless();
+    assert_eq!(there.list_tools().await.status, StatusCode::OK);
+    assert_eq!(there.list_tools().await.status, StatusCode::TOO_MANY_REQUESTS);
+
+    c.get(&format!("/admin/teams/{team}")).await;
+    let r = c
+        .post(&format!("/admin/teams/{team}/rate"), &[("per_minute", "6")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let mut there = other.mcp(&jwt).stateless();
+    assert_eq!(there.list_tools().await.status, StatusCode::OK);
+    assert_eq!(there.list_tools().await.status, StatusCode::TOO_MANY_REQUESTS);
+    let page = c.get(&format!("/admin/teams/{team}?ok=team-rate")).await;
+    assert!(page.body.contains("Rate limit saved"), "{}", page.body);
+
+    let audited: Vec<(String, String, serde_json::Value)> = sqlx::query_as(
+        "SELECT actor, action, detail FROM audit_events WHERE action LIKE '%rate_limit_set' ORDER BY id",
+    )
+    .fetch_all(&app.pg)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        [
+            (
+                "admin:sam".to_owned(),
+                "token_rate_limit_set".to_owned(),
+                serde_json::json!({"per_minute": 6})
+            ),
+            (
+                "admin:sam".to_owned(),
+                "team_rate_limit_set".to_owned(),
+                serde_json::json!({"per_minute": 6})
+            ),
+        ]
+    );
+}

@@ -227,6 +227,15 @@ pub async fn tools_of(pool: &PgPool, id: Uuid) -> Result<Option<Option<Vec<Strin
         .await
 }
 
+/// A team's own request rate: `None` when the team does not exist,
+/// `Some(None)` when it has the configured one.
+pub async fn rate_limit_of(pool: &PgPool, id: Uuid) -> Result<Option<Option<i32>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT rate_limit_per_minute FROM teams WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
 /// Re-activates a deleted team under a new active jti (the demo re-running
 /// after its team was deleted). False when the team does not exist.
 pub async fn reactivate(pool: &PgPool, actor: &str, id: Uuid, jti: Uuid) -> Result<bool, sqlx::Error> {
