@@ -539,6 +539,18 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
          mcp-name, mcp-param-query"
     );
 
+    // A foreign Host (DNS rebinding) is refused even for an allowed origin.
+    let r = http
+        .request(reqwest::Method::OPTIONS, app.url("/mcp/"))
+        .header("Host", "attacker.example")
+        .header("Origin", allowed)
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+
     // Another origin: 403, with nothing a browser would accept.
     let r = preflight("http://127.0.0.1:2").await.unwrap();
     assert_eq!(r.status(), reqwest::StatusCode::FORBIDDEN);

@@ -333,10 +333,10 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
         _ => None,
     };
     if req.method() == http::Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-        if let Header::Value(host) = header(req.headers(), header::HOST) {
-            if !state.allows_host(host) {
-                return forbidden("Host header is not allowed");
-            }
+        match header(req.headers(), header::HOST) {
+            Header::Absent => {}
+            Header::Value(host) if state.allows_host(host) => {}
+            _ => return forbidden("Host header is not allowed"),
         }
         return match &origin {
             Some(o) => preflight(o, header_str(req.headers(), header::ACCESS_CONTROL_REQUEST_HEADERS)),
