@@ -164,7 +164,11 @@ impl Target {
     }
 
     async fn raw_search(&self) {
-        let hits = self.graph.search("quasar tidal", 10, None, 0.0).await.unwrap();
+        let hits = self
+            .graph
+            .search(&mnemosyne::store::graph::knowledge::Search::keyword("quasar tidal", 10))
+            .await
+            .unwrap();
         assert!(!hits.is_empty());
     }
 }

@@ -8,4 +8,5 @@ CREATE INDEX collection_library IF NOT EXISTS FOR (n:Collection) ON (n.library_u
 CREATE INDEX item_library IF NOT EXISTS FOR (n:Item) ON (n.library_uid);
 CREATE INDEX item_collection IF NOT EXISTS FOR (n:Item) ON (n.collection_uid);
 CREATE INDEX chunk_library IF NOT EXISTS FOR (n:Chunk) ON (n.library_uid);
-CREATE INDEX chunk_item IF NOT EXISTS FOR (n:Chunk) ON (n.item_uid)
+CREATE INDEX chunk_item IF NOT EXISTS FOR (n:Chunk) ON (n.item_uid);
+CREATE INDEX chunk_pending IF NOT EXISTS FOR (n:Chunk) ON (n.pending_lib)

@@ -279,6 +279,38 @@ pub struct Settings {
     /// every replica); 0 keeps them for ever.
     #[arg(long, env = "MNEMOSYNE_AUDIT_RETENTION_DAYS", default_value_t = 400, global = true)]
     pub audit_retention_days: u32,
+
+    /// Directory of the embedding model (config.json, tokenizer.json,
+    /// model.safetensors; `scripts/dev` unpacks one into
+    /// .dev/models/all-minilm-l6-v2). Unset: keyword search only.
+    #[arg(long, env = "MNEMOSYNE_EMBED_MODEL", global = true)]
+    pub embed_model: Option<std::path::PathBuf>,
+
+    /// Chunks the embedding worker embeds in one batch.
+    #[arg(long, env = "MNEMOSYNE_EMBED_BATCH", default_value_t = 16, global = true)]
+    pub embed_batch: usize,
+
+    /// Most chunk vectors held in memory for semantic search, over every
+    /// library (about 1.6 KB each); past it the least recently searched
+    /// libraries are dropped and read again when searched.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_VECTOR_CACHE_CHUNKS",
+        default_value_t = 2_000_000,
+        global = true
+    )]
+    pub vector_cache_chunks: usize,
+
+    /// Only libraries whose uid starts with this are embedded by this
+    /// process (tests share one graph; empty: all).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_EMBED_SCOPE_PREFIX",
+        default_value = "",
+        global = true,
+        hide = true
+    )]
+    pub embed_scope_prefix: String,
 }
 
 /// An Origin as browsers send it: `http(s)://host[:port]`, no path, lower
@@ -363,6 +395,10 @@ impl fmt::Debug for Settings {
             admin_session_idle_secs,
             admin_session_absolute_secs,
             audit_retention_days,
+            embed_model,
+            embed_batch,
+            vector_cache_chunks,
+            embed_scope_prefix,
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
@@ -400,6 +436,10 @@ impl fmt::Debug for Settings {
             .field("admin_session_idle_secs", admin_session_idle_secs)
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .field("audit_retention_days", audit_retention_days)
+            .field("embed_model", embed_model)
+            .field("embed_batch", embed_batch)
+            .field("vector_cache_chunks", vector_cache_chunks)
+            .field("embed_scope_prefix", embed_scope_prefix)
             .finish()
     }
 }

@@ -83,8 +83,23 @@ impl Application {
                 }
             })
         };
+        let embedding = self.state.graph.semantic().map(|s| {
+            tokio::spawn(crate::embed::worker::run(
+                self.state.graph.clone(),
+                self.state.pg.clone(),
+                s.embedder().clone(),
+                s.status().clone(),
+                crate::embed::worker::WorkerConfig {
+                    batch: self.state.settings.embed_batch,
+                    prefix: self.state.settings.embed_scope_prefix.clone(),
+                },
+            ))
+        });
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
         let res = serve(self.listener, self.router, &self.state.settings, shutdown).await;
+        if let Some(e) = embedding {
+            e.abort();
+        }
         shrink.abort();
         listen.abort();
         heartbeat.abort();

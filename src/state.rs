@@ -41,7 +41,21 @@ impl AppState {
         let settings = Arc::new(settings);
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
         let metrics = Metrics::new();
-        let graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
+        let mut graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
+        match &settings.embed_model {
+            Some(dir) => {
+                let embedder = crate::embed::Embedder::shared(dir)
+                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}: {e:#}", dir.display()))?;
+                tracing::info!(
+                    model = embedder.id(),
+                    "semantic search on: hybrid, keyword and semantic modes"
+                );
+                graph = graph.with_embedder(embedder, crate::embed::worker::Status::new(&metrics));
+            }
+            None => tracing::warn!(
+                "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"
+            ),
+        }
         metrics
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])

@@ -480,7 +480,10 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
         let g = g.clone();
         async move {
             let principal = mnemosyne::auth::Principal::for_tests([lib]);
-            g.scoped(&principal).search("pelican", 1, None, 0.0).await.unwrap()[0]
+            g.scoped(&principal)
+                .search(&mnemosyne::store::graph::knowledge::Search::keyword("pelican", 1))
+                .await
+                .unwrap()[0]
                 .chunk_uid
                 .clone()
         }

@@ -66,6 +66,7 @@ async fn spans_reach_the_collector_without_secrets() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
         .arg("serve")
         .env("MNEMOSYNE_DATABASE_URL", &url)
+        .env_remove("MNEMOSYNE_EMBED_MODEL")
         .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{port}"))
         .env("MNEMOSYNE_PUBLIC_URL", &base)
         .env("MNEMOSYNE_OTLP_ENDPOINT", &collector)

@@ -16,7 +16,7 @@ use super::view;
 use super::AdminError;
 use crate::auth::AuthError;
 use crate::state::AppState;
-use crate::store::graph::knowledge::ScopedGraph;
+use crate::store::graph::knowledge::{ScopedGraph, Search};
 use crate::store::pg::{teams, tokens};
 
 /// Results per search.
@@ -92,7 +92,7 @@ pub async fn search(
     });
     let too_long = text.chars().count() > 1000;
     let hits = match (&view, text.is_empty() || too_long) {
-        (Some(v), false) => Some(v.search(text, LIMIT, None, 0.0).await?),
+        (Some(v), false) => Some(v.search(&Search::keyword(text, LIMIT).mode(v.default_mode())).await?),
         _ => None,
     };
     let body = html! {

@@ -284,8 +284,14 @@ mod tests {
     /// `additionalProperties: false`.
     #[test]
     fn published_schemas_are_the_fixtures() {
-        let fixture: Value = serde_json::from_str(include_str!("../../tests/fixtures/tool_schemas.json")).unwrap();
         let now = published();
+        // A deliberate schema change: UPDATE_TOOL_SCHEMAS=1 rewrites the
+        // fixture (then review its diff).
+        if std::env::var_os("UPDATE_TOOL_SCHEMAS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tool_schemas.json");
+            std::fs::write(path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+        }
+        let fixture: Value = serde_json::from_str(include_str!("../../tests/fixtures/tool_schemas.json")).unwrap();
         assert_eq!(
             now.as_object().unwrap().keys().collect::<Vec<_>>(),
             fixture.as_object().unwrap().keys().collect::<Vec<_>>()

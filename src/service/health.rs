@@ -82,9 +82,9 @@ const REPORT_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
 /// Slower than this (both probes together) is `degraded`.
 const DEGRADED_AFTER: Duration = Duration::from_millis(300);
 
-async fn report_of(pg: &PgPool, graph: &KnowledgeGraph) -> Value {
+async fn report_of(pg: &PgPool, knowledge: &KnowledgeGraph) -> Value {
     let started = Instant::now();
-    let (pg, graph) = probe(pg, graph, REPORT_PROBE_TIMEOUT).await;
+    let (pg, graph) = probe(pg, knowledge, REPORT_PROBE_TIMEOUT).await;
     let elapsed = started.elapsed();
     let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
     let mut down = Vec::new();
@@ -94,12 +94,28 @@ async fn report_of(pg: &PgPool, graph: &KnowledgeGraph) -> Value {
     if let Err(e) = &graph {
         down.push(format!("graph store unreachable ({e})"));
     }
-    if !down.is_empty() {
+    let mut report = if !down.is_empty() {
         json!({"status": "error", "timestamp": timestamp, "message": down.join("; ")})
     } else if elapsed > DEGRADED_AFTER {
         json!({"status": "degraded", "timestamp": timestamp,
                "message": format!("stores slow to answer ({} ms)", elapsed.as_millis())})
     } else {
         json!({"status": "ok", "timestamp": timestamp})
+    };
+    // Information, never a reason for `degraded`: the search modes, and the
+    // chunks still waiting for a vector (keyword-searchable already).
+    report["search"] = search_info(knowledge);
+    report
+}
+
+/// `{"modes": [...], "embedding_model"?, "embedding_backlog"?}`.
+pub fn search_info(graph: &KnowledgeGraph) -> Value {
+    match graph.semantic() {
+        Some(s) => json!({
+            "modes": ["hybrid", "keyword", "semantic"],
+            "embedding_model": s.embedder().id(),
+            "embedding_backlog": s.status().backlog.get(),
+        }),
+        None => json!({"modes": ["keyword"]}),
     }
 }

@@ -188,10 +188,10 @@ async fn audit_actions(app: &TestApp, actor: &str) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT action::text FROM audit_events WHERE actor = $1 AND action NOT LIKE 'console\\_%' ORDER BY id",
     )
-        .bind(actor)
-        .fetch_all(&app.pg)
-        .await
-        .unwrap()
+    .bind(actor)
+    .fetch_all(&app.pg)
+    .await
+    .unwrap()
 }
 
 const STAFF_PAGES: &[&str] = &[

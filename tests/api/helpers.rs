@@ -44,7 +44,21 @@ pub fn base_settings() -> Settings {
     s.listen = "127.0.0.1:0".parse().unwrap();
     s.public_url = "http://127.0.0.1:0".into();
     s.store_timeout_ms = 10_000;
+    // Keyword-only unless a test asks for the model (`with_model`): every
+    // app would otherwise embed, on 2 cores, whatever its test ingests.
+    s.embed_model = None;
     s
+}
+
+/// The embedding model `scripts/dev` installed (MNEMOSYNE_TEST_EMBED_MODEL
+/// under scripts/test, else MNEMOSYNE_EMBED_MODEL from .dev/env).
+pub fn model_dir() -> std::path::PathBuf {
+    ["MNEMOSYNE_TEST_EMBED_MODEL", "MNEMOSYNE_EMBED_MODEL"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .find(|v| !v.is_empty())
+        .map(Into::into)
+        .expect("the embedding model (scripts/dev up installs it; MNEMOSYNE_EMBED_MODEL)")
 }
 
 impl TestApp {
@@ -68,6 +82,9 @@ impl TestApp {
             .expect("create test database");
         admin_pool.close().await;
         settings.database_url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
+        // An embedding worker (if a test turns the model on) embeds this
+        // test's namespace only.
+        settings.embed_scope_prefix = ns.clone();
         bootstrap_graph(&settings).await;
         let real_graph = settings.clone();
         tweak(&mut settings);

@@ -540,7 +540,7 @@ async fn admin_search_over_every_library_and_a_principals_view() {
         assert!(every.scope().contains(lib), "{lib}");
     }
     let mut libs: Vec<String> = every
-        .search("zanzibarine", 50, None, 0.0)
+        .search(&mnemosyne::store::graph::knowledge::Search::keyword("zanzibarine", 50))
         .await
         .unwrap()
         .into_iter()
@@ -555,7 +555,10 @@ async fn admin_search_over_every_library_and_a_principals_view() {
 
     let principal = mnemosyne::auth::Principal::for_tests([s.lib_b.clone()]);
     let mine = app.state.graph.scoped(&principal);
-    let hits = mine.search("zanzibarine", 50, None, 0.0).await.unwrap();
+    let hits = mine
+        .search(&mnemosyne::store::graph::knowledge::Search::keyword("zanzibarine", 50))
+        .await
+        .unwrap();
     assert!(!hits.is_empty() && hits.iter().all(|h| h.library_uid == s.lib_b));
     assert!(mine.library(&s.lib_a).await.unwrap().is_none(), "outside the scope");
     assert!(mine.library(&s.lib_b).await.unwrap().is_some());

@@ -193,7 +193,8 @@ async def exercise(client: Client, stack: Stack) -> None:
     assert [c.type for c in health.content] == ["text"]
     body = json.loads(health.content[0].text)
     assert body["status"] == "ok", body
-    assert set(body) == {"status", "timestamp"}, body
+    assert set(body) == {"status", "timestamp", "search"}, body
+    assert "keyword" in body["search"]["modes"], body
 
 
 # --------------------------------------------------------------------------- session mode

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::store::graph::knowledge::{ScopedGraph, SearchHit};
+use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit};
 
 const QUERY: Len = Len { min: 1, max: 1000 };
 const LIMIT: Range = Range {
@@ -48,6 +48,9 @@ pub struct SearchArgs {
     /// 0.5 keeps the answers to most questions and drops most "nothing relevant"
     #[schemars(range(min = 0.0, max = 1.0), extend("default" = 0.0))]
     pub min_relevance: Option<f64>,
+    /// hybrid (keyword and semantic results fused; the default when the
+    /// server has an embedding model), keyword (words), or semantic (meaning)
+    pub mode: Option<Mode>,
 }
 
 /// Each entry of `library_uids` says what it is.
@@ -92,7 +95,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Keyword search over the chunks of the libraries you may read (titles included; case, accents and word endings do not matter). Returns the best-matching chunks with their library, collection and item uids, a score and a relevance from 0 to 1 (below about 0.5: probably nothing relevant).",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (below about 0.5: probably nothing relevant) and which searches found each.",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -110,36 +113,82 @@ impl KnowledgeServer {
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let a: SearchArgs = parse(args)?;
+    let semantic = graph.has_semantic();
+    let mode = match a.mode {
+        Some(m @ (Mode::Semantic | Mode::Hybrid)) if !semantic => {
+            return Err(ArgError::new(
+                "mode",
+                format!(
+                    "`{}` is not available: this server has no embedding model (available: keyword)",
+                    mode_name(m)
+                ),
+            )
+            .into());
+        }
+        Some(m) => m,
+        None if semantic => Mode::Hybrid,
+        None => Mode::Keyword,
+    };
     let graph = match &a.library_uids {
         Some(only) => graph.narrow(only),
         None => graph,
     };
     let limit = int("limit", a.limit, LIMIT)?;
     let hits = graph
-        .search(
-            &a.query,
-            limit as usize,
-            a.collection_uid.as_deref(),
-            a.min_relevance.unwrap_or(0.0),
-        )
+        .search(&Search {
+            text: &a.query,
+            limit: limit as usize,
+            collection_uid: a.collection_uid.as_deref(),
+            min_relevance: a.min_relevance.unwrap_or(0.0),
+            mode,
+        })
         .await?;
-    let mut text = format!("{} result(s) for \"{}\"", hits.len(), a.query);
+    let mut text = format!(
+        "{} result(s) for \"{}\" ({} search)",
+        hits.len(),
+        a.query,
+        mode_name(mode)
+    );
     for (i, h) in hits.iter().enumerate() {
+        let found: Vec<&str> = h
+            .found_by
+            .iter()
+            .map(|s| match s {
+                crate::store::graph::knowledge::Signal::Keyword => "keyword",
+                crate::store::graph::knowledge::Signal::Semantic => "semantic",
+            })
+            .collect();
+        let source = match &h.source_uri {
+            Some(uri) => format!("; source {uri}"),
+            None => String::new(),
+        };
         text.push_str(&format!(
-            "\n\n{}. {} (score {:.3}; relevance {:.2}; chunk {} #{}; item {}; collection {}; library {})\n{}",
+            "\n\n{}. {} (score {:.3}; relevance {:.2}; found by {}; chunk {} #{}; item {}; collection {}; library {} \"{}\"{}{})\n{}",
             i + 1,
             h.item_title,
             h.score,
             h.relevance,
+            found.join("+"),
             h.chunk_uid,
             h.ordinal,
             h.item_uid,
             h.collection_uid,
             h.library_uid,
+            h.library_name,
+            source,
+            h.updated_at.as_deref().map(|u| format!("; updated {u}")).unwrap_or_default(),
             snippet(&h.text, 400)
         ));
     }
     Reply::structured(&SearchOut { results: hits }, text)
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Hybrid => "hybrid",
+        Mode::Keyword => "keyword",
+        Mode::Semantic => "semantic",
+    }
 }
 
 /// The first `n` characters of `text` with its whitespace collapsed, and `…`

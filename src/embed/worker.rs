@@ -1,0 +1,249 @@
+//! The embedding worker: gives pending chunks their vectors, off the request
+//! path. One replica works at a time (a Postgres advisory lock, freed when
+//! its connection ends); the others only read the backlog for reporting.
+//!
+//! Round-robin: each round takes one batch from every library with pending
+//! chunks (in uid order, starting after the library served last), so one
+//! tenant's bulk sync never starves another's. Its state is the graph's
+//! (`store::graph::vectors`), so a restart resumes where it stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntGauge};
+use sqlx::PgPool;
+
+use super::Embedder;
+use crate::store::graph::GraphStore;
+
+/// How long an idle worker (or one that is not the leader) waits before it
+/// looks again.
+const IDLE: Duration = Duration::from_millis(500);
+/// Advisory lock key of the embedding leader (per database).
+const LOCK_KEY: i64 = 0x6d6e_656d_5f65_6d62; // "mnem_emb"
+/// Chunks marked pending per backfill page.
+const BACKFILL_PAGE: i64 = 1000;
+
+/// What the worker reports (metrics, `get_health`, the console).
+pub struct Status {
+    /// Chunks waiting for a vector (as last counted).
+    pub backlog: IntGauge,
+    /// Chunks given a vector by this replica.
+    pub embedded: IntCounter,
+    /// Chunks that could not be embedded (left out of semantic search).
+    pub failed: IntCounter,
+    /// 1 while this replica is the one embedding.
+    pub leader: IntGauge,
+}
+
+impl Status {
+    pub fn new(metrics: &crate::metrics::Metrics) -> Arc<Status> {
+        let s = Status {
+            backlog: IntGauge::new(
+                "mnemosyne_embedding_backlog",
+                "Chunks waiting for a vector (keyword-searchable already)",
+            )
+            .expect("valid metric"),
+            embedded: IntCounter::new(
+                "mnemosyne_embedded_chunks_total",
+                "Chunks given a vector by this replica's embedding worker",
+            )
+            .expect("valid metric"),
+            failed: IntCounter::new(
+                "mnemosyne_embedding_failures_total",
+                "Chunks whose text could not be embedded (left out of semantic search)",
+            )
+            .expect("valid metric"),
+            leader: IntGauge::new(
+                "mnemosyne_embedding_leader",
+                "1 while this replica runs the embedding worker",
+            )
+            .expect("valid metric"),
+        };
+        for c in [
+            Box::new(s.backlog.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(s.embedded.clone()),
+            Box::new(s.failed.clone()),
+            Box::new(s.leader.clone()),
+        ] {
+            metrics.register(c);
+        }
+        Arc::new(s)
+    }
+}
+
+/// Settings of the worker.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub batch: usize,
+    /// Only libraries whose uid starts with this (tests; empty: all).
+    pub prefix: String,
+}
+
+/// Runs until the task is aborted.
+pub async fn run(graph: GraphStore, pg: PgPool, embedder: Arc<Embedder>, status: Arc<Status>, config: WorkerConfig) {
+    let mut lock: Option<sqlx::PgConnection> = None;
+    let mut last: Option<String> = None;
+    loop {
+        if lock.is_none() {
+            lock = lead(&pg).await;
+            if lock.is_some() {
+                status.leader.set(1);
+                tracing::info!(model = embedder.id(), "embedding worker: leading");
+                if let Err(e) = backfill(&graph, embedder.id(), &config.prefix).await {
+                    tracing::warn!(error = %e, "embedding worker: backfill failed");
+                }
+            }
+        } else if !still_held(lock.as_mut()).await {
+            tracing::warn!("embedding worker: lost its lock connection");
+            lock = None;
+            status.leader.set(0);
+            continue;
+        }
+        let backlog = match graph.embedding_backlog(&config.prefix).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "embedding worker: backlog unreadable");
+                tokio::time::sleep(IDLE).await;
+                continue;
+            }
+        };
+        status.backlog.set(backlog.iter().map(|(_, n)| n).sum());
+        if lock.is_none() || backlog.is_empty() {
+            tokio::time::sleep(IDLE).await;
+            continue;
+        }
+        for lib in round(&backlog, last.as_deref()) {
+            match one_batch(&graph, &embedder, &status, &lib, config.batch).await {
+                Ok(n) => status.backlog.sub(n),
+                Err(e) => {
+                    tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
+                    tokio::time::sleep(IDLE).await;
+                }
+            }
+            last = Some(lib);
+        }
+    }
+}
+
+/// This round's libraries: every library with a backlog, in uid order,
+/// starting after `last`.
+pub fn round(backlog: &[(String, i64)], last: Option<&str>) -> Vec<String> {
+    let libs: Vec<&String> = backlog.iter().filter(|(_, n)| *n > 0).map(|(l, _)| l).collect();
+    let start = match last {
+        Some(l) => libs.iter().position(|x| x.as_str() > l).unwrap_or(0),
+        None => 0,
+    };
+    libs[start..]
+        .iter()
+        .chain(libs[..start].iter())
+        .map(|l| (*l).clone())
+        .collect()
+}
+
+/// Takes the leader lock on a connection of its own, or None.
+async fn lead(pg: &PgPool) -> Option<sqlx::PgConnection> {
+    let mut conn = pg.acquire().await.ok()?.detach();
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await
+        .ok()?;
+    got.then_some(conn)
+}
+
+async fn still_held(conn: Option<&mut sqlx::PgConnection>) -> bool {
+    match conn {
+        Some(c) => sqlx::query("SELECT 1").execute(c).await.is_ok(),
+        None => false,
+    }
+}
+
+/// Marks chunks without this model's vector pending (a new model, or chunks
+/// from before embeddings).
+async fn backfill(graph: &GraphStore, model: &str, prefix: &str) -> Result<(), crate::store::graph::GraphError> {
+    let mut total = 0;
+    loop {
+        let n = graph.backfill_pending(model, prefix, BACKFILL_PAGE).await?;
+        total += n;
+        if n < BACKFILL_PAGE {
+            break;
+        }
+    }
+    if total > 0 {
+        tracing::info!(
+            chunks = total,
+            "embedding worker: chunks without a vector of this model queued"
+        );
+    }
+    Ok(())
+}
+
+/// Embeds one batch of a library's pending chunks; returns how many left
+/// the queue.
+async fn one_batch(
+    graph: &GraphStore,
+    embedder: &Arc<Embedder>,
+    status: &Status,
+    lib: &str,
+    batch: usize,
+) -> anyhow::Result<i64> {
+    let pending = graph.pending_chunks(lib, batch.max(1) as i64).await?;
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    let e = embedder.clone();
+    let texts: Vec<String> = pending
+        .iter()
+        .map(|(_, title, text)| super::chunk_text(title, text))
+        .collect();
+    let vectors = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        match e.embed(&refs) {
+            Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+            // One at a time, to find the text that fails.
+            Err(_) => refs.iter().map(|t| e.embed(&[t]).map(|mut v| v.remove(0))).collect(),
+        }
+    })
+    .await?;
+    let mut rows = Vec::with_capacity(pending.len());
+    let mut failed = Vec::new();
+    for ((uid, title, text), v) in pending.into_iter().zip(vectors) {
+        match v {
+            Ok(v) => rows.push((uid, title, text, v)),
+            Err(e) => {
+                tracing::warn!(chunk = %uid, error = %e, "embedding worker: chunk not embeddable");
+                failed.push(uid);
+            }
+        }
+    }
+    let mut done = 0;
+    if !failed.is_empty() {
+        status.failed.inc_by(failed.len() as u64);
+        done += failed.len() as i64;
+        graph.embedding_failed(embedder.id(), failed).await?;
+    }
+    let stored = graph.store_vectors(embedder.id(), lib, rows).await?;
+    status.embedded.inc_by(stored.max(0) as u64);
+    Ok(done + stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round;
+
+    #[test]
+    fn rounds_rotate_after_the_last_library() {
+        let b = vec![
+            ("a".to_owned(), 5),
+            ("b".to_owned(), 0),
+            ("c".to_owned(), 1),
+            ("d".to_owned(), 9),
+        ];
+        assert_eq!(round(&b, None), ["a", "c", "d"]);
+        assert_eq!(round(&b, Some("a")), ["c", "d", "a"]);
+        assert_eq!(round(&b, Some("c")), ["d", "a", "c"]);
+        assert_eq!(round(&b, Some("d")), ["a", "c", "d"]);
+        assert_eq!(round(&b, Some("bb")), ["c", "d", "a"]);
+    }
+}

@@ -1,0 +1,294 @@
+//! Semantic and hybrid search (issue 21): the embedding queue (durable,
+//! round-robin between libraries, resumed by another process, re-embedding
+//! changed content), the three modes and their fusion, the keyword-only
+//! fallback without a model, and tenant isolation in every mode.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::helpers::{model_dir, McpClient, TestApp};
+
+/// (title, text): a small library about the sea, and things far from it.
+const DOCS: &[(&str, &str)] = &[
+    (
+        "Kelp forests and blue carbon",
+        "Giant kelp grows up to half a metre a day along cold coasts. These underwater forests \
+         store carbon and shelter fish, otters and urchins.",
+    ),
+    (
+        "Sourdough starters",
+        "A starter is flour and water left to ferment with wild yeast. Feed it daily and bake when \
+         it doubles.",
+    ),
+    (
+        "Income tax brackets",
+        "Taxable income is split into bands, each taxed at its own rate. Deductions lower the \
+         income that is taxed.",
+    ),
+    (
+        "Volcanic islands",
+        "Hot spots in the mantle push magma through the ocean floor until an island rises above \
+         the waves.",
+    ),
+];
+
+/// An app with the embedding model (its worker embeds this test's namespace).
+async fn with_model() -> TestApp {
+    TestApp::spawn_with(|s| {
+        s.embed_model = Some(model_dir());
+        s.embed_batch = 4;
+    })
+    .await
+}
+
+/// Pending chunks per library of `app`'s namespace.
+async fn backlog(app: &TestApp) -> Vec<(String, i64)> {
+    app.state.graph.embedding_backlog(&app.ns).await.unwrap()
+}
+
+/// Waits (bounded) until no chunk of `app`'s namespace waits for a vector,
+/// and the vector cache has seen the last store.
+async fn embedded(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !backlog(app).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the embedding queue did not drain: {:?}",
+            backlog(app).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Vectors are seen by search once a library's stamp is read again.
+    tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(100)).await;
+}
+
+async fn ingest_docs(app: &TestApp, lib: &str, docs: &[(&str, &str)]) -> Vec<String> {
+    let mut items = Vec::new();
+    for (title, text) in docs {
+        let out = app
+            .ingest(json!({"library_uid": lib, "item": {"title": title}, "content": text}))
+            .await;
+        items.push(out["item_uid"].as_str().unwrap().to_owned());
+    }
+    items
+}
+
+async fn search(c: &mut McpClient, query: &str, mode: &str) -> Vec<Value> {
+    let out = c
+        .call_ok("search", json!({"query": query, "limit": 10, "mode": mode}))
+        .await;
+    out["results"].as_array().unwrap().clone()
+}
+
+fn titles(hits: &[Value]) -> Vec<&str> {
+    hits.iter().map(|h| h["item_title"].as_str().unwrap()).collect()
+}
+
+/// (chunk uid, score bits, similarity bits) of the results, best first.
+fn ranking(hits: &[Value]) -> Vec<(String, u64, Option<u64>)> {
+    hits.iter()
+        .map(|h| {
+            (
+                h["chunk_uid"].as_str().unwrap().to_owned(),
+                h["score"].as_f64().unwrap().to_bits(),
+                h["similarity"].as_f64().map(f64::to_bits),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn semantic_search_finds_meaning_without_shared_words() {
+    let app = with_model().await;
+    let lib = app.library("sea").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+
+    // Keyword-searchable at once, whatever the queue holds.
+    assert_eq!(
+        titles(&search(&mut c, "kelp", "keyword").await)[0],
+        "Kelp forests and blue carbon"
+    );
+    embedded(&app).await;
+
+    // No document holds "seaweed": keyword finds nothing, semantic finds kelp.
+    assert!(search(&mut c, "seaweed", "keyword").await.is_empty());
+    let sem = search(&mut c, "seaweed", "semantic").await;
+    assert_eq!(titles(&sem)[0], "Kelp forests and blue carbon", "{sem:?}");
+    assert_eq!(sem[0]["found_by"], json!(["semantic"]));
+    let s0 = sem[0]["similarity"].as_f64().unwrap();
+    assert!(s0 > sem[1]["similarity"].as_f64().unwrap());
+    assert_eq!(sem[0]["score"].as_f64().unwrap(), s0);
+
+    // Hybrid is the default with a model; it says which searches found what.
+    let out = c
+        .call_ok("search", json!({"query": "how do islands form from lava", "limit": 3}))
+        .await;
+    let hybrid = out["results"].as_array().unwrap();
+    assert_eq!(titles(hybrid)[0], "Volcanic islands", "{hybrid:?}");
+    let both = c
+        .call_ok("search", json!({"query": "kelp forests", "limit": 3, "mode": "hybrid"}))
+        .await;
+    assert_eq!(both["results"][0]["item_title"], "Kelp forests and blue carbon");
+    assert_eq!(both["results"][0]["found_by"], json!(["keyword", "semantic"]));
+    // Citations: the library's name and the item's source fields.
+    assert_eq!(both["results"][0]["library_name"], "sea");
+    assert!(both["results"][0]["updated_at"].is_string(), "{both}");
+
+    // A collection narrows semantic search too; min_relevance drops the
+    // dissimilar.
+    let far = c
+        .call_ok(
+            "search",
+            json!({"query": "seaweed", "mode": "semantic", "min_relevance": 0.99}),
+        )
+        .await;
+    assert_eq!(far["results"], json!([]));
+
+    // get_health says which modes there are and what waits for a vector.
+    let health = c.call("get_health", json!({})).await;
+    let body: Value = serde_json::from_str(health["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["search"]["modes"], json!(["hybrid", "keyword", "semantic"]));
+    assert_eq!(body["search"]["embedding_backlog"], json!(0));
+    assert!(app.metrics().await.contains("mnemosyne_embedded_chunks_total 4"));
+}
+
+#[tokio::test]
+async fn without_a_model_search_is_keyword_only() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("sea").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    for mode in ["semantic", "hybrid"] {
+        let r = c.call("search", json!({"query": "seaweed", "mode": mode})).await;
+        assert_eq!(r["isError"], json!(true), "{r}");
+        let text = r["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("`mode`") && text.contains("no embedding model"), "{text}");
+    }
+    let out = c.call_ok("search", json!({"query": "kelp"})).await;
+    assert_eq!(out["results"][0]["found_by"], json!(["keyword"]));
+    assert_eq!(out["results"][0]["similarity"], Value::Null);
+    let health = c.call("get_health", json!({})).await;
+    let body: Value = serde_json::from_str(health["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["search"], json!({"modes": ["keyword"]}));
+    // The tool says so too.
+    let tools = c.list_tools().await;
+    let search_tool = tools.response()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "search")
+        .unwrap()
+        .clone();
+    assert!(search_tool["inputSchema"]["properties"]["mode"].is_object());
+}
+
+#[tokio::test]
+async fn every_mode_ranks_a_tenant_alike_whatever_its_neighbours_hold() {
+    let app = with_model().await;
+    let mine = app.library("mine").await;
+    ingest_docs(&app, &mine, DOCS).await;
+    let token = app.opaque_token(&[mine.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    embedded(&app).await;
+    let queries = ["seaweed", "kelp carbon", "how do islands form", "taxes on income"];
+    let mut before = Vec::new();
+    for mode in ["keyword", "semantic", "hybrid"] {
+        for q in queries {
+            before.push(ranking(&search(&mut c, q, mode).await));
+        }
+    }
+    // A neighbour with near-duplicates of every document, and more.
+    let theirs = app.library("theirs").await;
+    let mut noise: Vec<(String, String)> = Vec::new();
+    for (t, x) in DOCS {
+        noise.push((t.to_string(), x.to_string()));
+        noise.push((
+            format!("{t} (notes)"),
+            format!("{x} Seaweed, kelp, islands and income tax."),
+        ));
+    }
+    let refs: Vec<(&str, &str)> = noise.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    ingest_docs(&app, &theirs, &refs).await;
+    embedded(&app).await;
+    let mut after = Vec::new();
+    for mode in ["keyword", "semantic", "hybrid"] {
+        for q in queries {
+            after.push(ranking(&search(&mut c, q, mode).await));
+        }
+    }
+    assert_eq!(before, after, "a neighbour's content moved a tenant's results");
+    // And the neighbour's chunks are scored only for its own readers.
+    let both = app.opaque_token(&[mine.clone(), theirs.clone()]).await;
+    let mut cb = app.mcp(&both).connect().await;
+    let wide = search(&mut cb, "seaweed", "semantic").await;
+    assert!(wide.iter().any(|h| h["library_uid"] == json!(theirs)));
+    assert!(search(&mut c, "seaweed", "semantic")
+        .await
+        .iter()
+        .all(|h| h["library_uid"] == json!(mine)));
+}
+
+#[tokio::test]
+async fn the_queue_is_durable_round_robin_and_follows_changes() {
+    // The first process has no model: ingest queues every chunk, durably.
+    let first = TestApp::spawn().await;
+    let big = first.library("big").await;
+    let small = first.library("small").await;
+    let many: Vec<(String, String)> = (0..16)
+        .map(|i| {
+            (
+                format!("Note {i}"),
+                format!("Note number {i} about the harbour and its tides."),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = many.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    ingest_docs(&first, &big, &refs).await;
+    let small_items = ingest_docs(&first, &small, &DOCS[..2]).await;
+    let queued = backlog(&first).await;
+    assert_eq!(queued, vec![(big.clone(), 16), (small.clone(), 2)]);
+
+    // Another process, with the model, finds the queue and works through it
+    // in small batches; the small library is done long before the big one.
+    let mut settings = first.settings.clone();
+    settings.embed_model = Some(model_dir());
+    settings.embed_batch = 2;
+    let second = first.replica_with(settings).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let b = backlog(&second).await;
+        if !b.iter().any(|(l, _)| *l == small) {
+            let left = b.iter().find(|(l, _)| *l == big).map(|(_, n)| *n).unwrap_or(0);
+            assert!(
+                left >= 8,
+                "the big library went first: {left} of 16 left when the small one was done"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing embedded: {b:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    embedded(&second).await;
+
+    // A changed document is embedded again: its new meaning is found.
+    let token = second.opaque_token(&[small.clone()]).await;
+    let mut c = second.mcp(&token).connect().await;
+    assert_eq!(
+        titles(&search(&mut c, "seaweed", "semantic").await)[0],
+        "Kelp forests and blue carbon"
+    );
+    second
+        .ingest(
+            json!({"library_uid": small, "item": {"uid": small_items[0], "title": "Lava"},
+                       "content": "Magma erupts from the crater and flows down the slopes as lava."}),
+        )
+        .await;
+    embedded(&second).await;
+    let hits = search(&mut c, "volcano eruption", "semantic").await;
+    assert_eq!(titles(&hits)[0], "Lava", "{hits:?}");
+    assert!(!titles(&search(&mut c, "seaweed", "semantic").await).contains(&"Kelp forests and blue carbon"));
+}
