@@ -125,6 +125,32 @@ struct Client {
     base: String,
     token: String,
     min_relevance: Option<f64>,
+    /// QUALITY_MODE: the search mode asked for (else the server's default).
+    mode: Option<String>,
+}
+
+/// Waits until every chunk of this run has its vector (when a model embeds
+/// them), printing the embedding throughput.
+async fn drain(graph: &mnemosyne::store::graph::GraphStore, ns: &str) {
+    let t = Instant::now();
+    let first: i64 = graph.embedding_backlog(ns).await.unwrap().iter().map(|(_, n)| n).sum();
+    if first == 0 {
+        return;
+    }
+    loop {
+        let left: i64 = graph.embedding_backlog(ns).await.unwrap().iter().map(|(_, n)| n).sum();
+        if left == 0 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3600), "embedding did not drain");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "embedded: {first} chunks in {s:.1} s ({:.1} chunks/s)",
+        first as f64 / s
+    );
+    tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(100)).await;
 }
 
 impl Client {
@@ -154,6 +180,9 @@ impl Client {
 
     async fn search(&self, query: &str) -> (Vec<Hit>, Duration) {
         let mut args = json!({"query": query, "limit": 50});
+        if let Some(m) = &self.mode {
+            args["mode"] = json!(m);
+        }
         if let Some(r) = self.min_relevance {
             args["min_relevance"] = json!(r);
         }
@@ -280,8 +309,12 @@ async fn run() {
     users::create(&pool, SERVICE, Some(&hash_password(SERVICE_PASSWORD).unwrap()), true)
         .await
         .unwrap();
-    let (base, server) = common::start_server("QUALITY_SERVER_BIN", &settings).await;
     let ns = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    // The embedding worker (when the model is installed) embeds this run's
+    // libraries only.
+    settings.embed_scope_prefix = ns.clone();
+    let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
+    let (base, server) = common::start_server("QUALITY_SERVER_BIN", &settings).await;
     let tenant = format!("{ns}_tenant");
     let noise_libs: Vec<String> = (0..NOISE_LIBRARIES).map(|i| format!("{ns}_noise_{i}")).collect();
     let http = reqwest::Client::builder().pool_max_idle_per_host(16).build().unwrap();
@@ -308,7 +341,11 @@ async fn run() {
         base,
         token,
         min_relevance: std::env::var("QUALITY_MIN_RELEVANCE").ok().and_then(|v| v.parse().ok()),
+        mode: std::env::var("QUALITY_MODE").ok(),
     };
+    if let Some(m) = &client.mode {
+        println!("mode: {m}");
+    }
 
     let t0 = Instant::now();
     let item_of = |doc: &str| format!("{ns}_{doc}");
@@ -327,6 +364,7 @@ async fn run() {
         docs.len(),
         t0.elapsed().as_secs_f64()
     );
+    drain(&graph, &ns).await;
 
     let mut noise_docs = 0usize;
     let mut baseline: Option<BTreeMap<String, Vec<(String, u64)>>> = None;
@@ -350,6 +388,7 @@ async fn run() {
             .collect::<Vec<()>>()
             .await;
         noise_docs = noise_docs.max(target);
+        drain(&graph, &ns).await;
         println!(
             "\n== noise {level}× ({noise_docs} documents in {NOISE_LIBRARIES} other libraries; loaded in {:.1} s) ==",
             t.elapsed().as_secs_f64()

@@ -175,6 +175,7 @@ impl AdminGraph {
     pub async fn forget_changed(&self, uid: &str) {
         self.forget_library(uid).await;
         self.0.ranking.invalidate(uid).await;
+        self.0.vectors.forget(uid);
     }
 }
 
@@ -194,6 +195,7 @@ pub async fn forget_changed_libraries(graph: super::GraphStore, mut rx: tokio::s
             Err(RecvError::Lagged(_)) => {
                 graph.known.invalidate_all();
                 graph.ranking.invalidate_all();
+                graph.vectors.forget_all();
             }
             Err(RecvError::Closed) => return,
         }

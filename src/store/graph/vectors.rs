@@ -151,6 +151,16 @@ impl VectorCache {
         s
     }
 
+    /// Drops a library's vectors (renamed, deleted: read again if searched).
+    pub fn forget(&self, lib: &str) {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(lib);
+    }
+
+    /// Drops every library's vectors.
+    pub fn forget_all(&self) {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Chunks and bytes held.
     pub fn size(&self) -> (usize, usize) {
         let slots: Vec<Arc<Slot>> = self
