@@ -395,6 +395,10 @@ async fn run() {
         );
 
         let mut per_bucket: BTreeMap<&str, Vec<Measures>> = BTreeMap::new();
+        // QUALITY_DUMP=file: every query's ranked documents (document id,
+        // score, relevance), one JSON line each, to study rankings offline.
+        let mut dump = std::env::var_os("QUALITY_DUMP")
+            .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap());
         let mut latencies = Vec::with_capacity(queries.len());
         let mut top10: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
         let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
@@ -422,6 +426,14 @@ async fn run() {
                 if !ranked.contains(&d) {
                     ranked.push(d);
                 }
+            }
+            if let Some(f) = dump.as_mut() {
+                use std::io::Write;
+                let rows: Vec<Value> = hits
+                    .iter()
+                    .map(|h| json!([doc_of.get(&h.item_uid), h.score, h.relevance]))
+                    .collect();
+                writeln!(f, "{}", json!({"noise": level, "query": q.id, "hits": rows})).unwrap();
             }
             if q.relevant.is_empty() {
                 neg += 1;

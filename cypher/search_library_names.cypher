@@ -1,0 +1,3 @@
+MATCH (l:Library)
+WHERE l.uid IN $libs
+RETURN l.uid AS uid, l.name AS name
