@@ -18,7 +18,7 @@ use crate::store::graph::GraphStore;
 
 /// How long an idle worker (or one that is not the leader) waits before it
 /// looks again.
-const IDLE: Duration = Duration::from_millis(500);
+const IDLE: Duration = Duration::from_secs(1);
 /// Advisory lock key of the embedding leader (per database).
 const LOCK_KEY: i64 = 0x6d6e_656d_5f65_6d62; // "mnem_emb"
 /// Chunks marked pending per backfill page.
