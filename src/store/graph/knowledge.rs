@@ -103,7 +103,7 @@ const CANDIDATES: usize = 100;
 /// the rest). Chosen on the committed labelled set against reciprocal rank
 /// fusion (README, Search): RRF lost the exact bucket to semantic noise
 /// (nDCG@10 0.904 vs keyword's 0.969) and paraphrases to keyword noise
-/// (0.754 vs semantic's 0.923); this convex combination keeps every bucket
+/// (0.762 vs semantic's 0.923); this convex combination keeps every bucket
 /// at or above keyword search.
 const KEYWORD_WEIGHT: f64 = 0.4;
 
