@@ -153,6 +153,26 @@ async fn semantic_search_finds_meaning_without_shared_words() {
     assert_eq!(body["search"]["modes"], json!(["hybrid", "keyword", "semantic"]));
     assert_eq!(body["search"]["embedding_backlog"], json!(0));
     assert!(app.metrics().await.contains("mnemosyne_embedded_chunks_total 4"));
+
+    // Search results and get_chunk cite the item's source.
+    app.ingest(
+        json!({"library_uid": lib, "item": {"title": "Field notes", "source_uri": "https://example.org/zebrafinch",
+                      "mime_type": "text/markdown"}, "content": "The zebrafinch sings at dawn."}),
+    )
+    .await;
+    let cited = c
+        .call_ok("search", json!({"query": "zebrafinch", "mode": "keyword"}))
+        .await;
+    let hit = &cited["results"][0];
+    assert_eq!(hit["source_uri"], "https://example.org/zebrafinch", "{cited}");
+    assert_eq!(hit["mime_type"], "text/markdown");
+    let chunk = c.call_ok("get_chunk", json!({"chunk_uid": hit["chunk_uid"]})).await;
+    assert_eq!(
+        chunk["source"]["source_uri"], "https://example.org/zebrafinch",
+        "{chunk}"
+    );
+    assert_eq!(chunk["source"]["library_name"], "sea");
+    assert_eq!(chunk["source"]["updated_at"], hit["updated_at"]);
 }
 
 #[tokio::test]

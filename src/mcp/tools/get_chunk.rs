@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::store::graph::knowledge::{ChunkView, ScopedGraph};
+use crate::store::graph::knowledge::{ChunkView, Citation, ScopedGraph};
 
 const CONTEXT: Range = Range {
     min: 0,
@@ -44,12 +44,14 @@ impl ToolArgs for GetChunkArgs {
 pub struct ChunkOut {
     pub chunk: ChunkView,
     pub neighbors: Vec<ChunkView>,
+    /// What to cite: the library's name and the item's source.
+    pub source: Citation,
 }
 
 #[tool_router(router = get_chunk_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Read one chunk by uid, optionally with up to 5 neighbouring chunks of the same item on each side.",
+        description = "Read one chunk by uid, optionally with up to 5 neighbouring chunks of the same item on each side, with what to cite (library name, the item's source_uri, mime_type and updated_at).",
         input_schema = input_schema::<GetChunkArgs>(),
         output_schema = schema_for_output::<ChunkOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -71,14 +73,26 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     let Some((chunk, neighbors)) = graph.get_chunk(&a.chunk_uid, context).await? else {
         return Err(ToolError::not_found("chunk", &a.chunk_uid));
     };
+    let source = graph.citation(&chunk.item_uid, &chunk.library_uid).await?;
     let text = format!(
-        "{} — chunk {} #{} (item {}; collection {}; library {})\n\n{}{}",
+        "{} — chunk {} #{} (item {}; collection {}; library {} \"{}\"{}{})\n\n{}{}",
         chunk.item_title,
         chunk.uid,
         chunk.ordinal,
         chunk.item_uid,
         chunk.collection_uid,
         chunk.library_uid,
+        source.library_name,
+        source
+            .source_uri
+            .as_deref()
+            .map(|u| format!("; source {u}"))
+            .unwrap_or_default(),
+        source
+            .updated_at
+            .as_deref()
+            .map(|u| format!("; updated {u}"))
+            .unwrap_or_default(),
         chunk.text,
         if neighbors.is_empty() {
             String::new()
@@ -86,5 +100,12 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             format!("\n\n(+{} neighbouring chunk(s))", neighbors.len())
         }
     );
-    Reply::structured(&ChunkOut { chunk, neighbors }, text)
+    Reply::structured(
+        &ChunkOut {
+            chunk,
+            neighbors,
+            source,
+        },
+        text,
+    )
 }

@@ -186,6 +186,16 @@ pub struct ChunkView {
     pub library_uid: String,
 }
 
+/// What to cite for a chunk: its library's name and its item's source.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Default)]
+pub struct Citation {
+    pub library_name: String,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+    /// When the item was last written (RFC 3339).
+    pub updated_at: Option<String>,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct LibraryView {
     pub uid: String,
@@ -576,6 +586,27 @@ impl ScopedGraph {
             let uid: String = row.get("uid")?;
             self.store.ranking.insert(uid.clone(), stats).await;
             out.insert(uid, stats);
+        }
+        Ok(out)
+    }
+
+    /// The citation of a chunk of `item_uid` in `library_uid` (a library
+    /// inside the scope: it is the chunk's own).
+    pub async fn citation(&self, item_uid: &str, library_uid: &str) -> Result<Citation, GraphError> {
+        if !self.scope.contains(library_uid) {
+            return Ok(Citation::default());
+        }
+        let q = query(include_str!("../../../cypher/search_items.cypher")).param("items", vec![item_uid.to_owned()]);
+        let mut out = Citation::default();
+        if let Some(r) = self.store.rows("search_items.cypher", q).await?.first() {
+            out.source_uri = r.get("source_uri")?;
+            out.mime_type = r.get("mime_type")?;
+            out.updated_at = r.get("updated_at")?;
+        }
+        let q = query(include_str!("../../../cypher/search_library_names.cypher"))
+            .param("libs", vec![library_uid.to_owned()]);
+        if let Some(r) = self.store.rows("search_library_names.cypher", q).await?.first() {
+            out.library_name = r.get::<Option<String>>("name")?.unwrap_or_default();
         }
         Ok(out)
     }
