@@ -395,19 +395,7 @@ impl GraphStore {
             .param("library_uid", lib)
             .param("model", model)
             .param("rows", rows);
-        let stored = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
-        let seen = stored.clone();
-        self.transaction::<()>(
-            "embed_store.cypher",
-            false,
-            vec![super::Step::check(q, move |rows| {
-                let n = rows.first().map(|r| r.get::<i64>("n")).transpose()?.unwrap_or(0);
-                seen.store(n, std::sync::atomic::Ordering::Relaxed);
-                Ok(None)
-            })],
-        )
-        .await?;
-        Ok(stored.load(std::sync::atomic::Ordering::Relaxed))
+        self.counted("embed_store.cypher", q).await
     }
 
     /// Takes chunks that cannot be embedded out of the queue.
@@ -425,19 +413,26 @@ impl GraphStore {
             .param("model", model)
             .param("prefix", prefix)
             .param("n", n);
-        let marked = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
-        let seen = marked.clone();
+        self.counted("embed_backfill.cypher", q).await
+    }
+
+    /// Runs one write statement in a transaction (retried on conflicts) and
+    /// returns its `n` column (0 without a row).
+    async fn counted(&self, what: &'static str, q: neo4rs::Query) -> Result<i64, GraphError> {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        let count = Arc::new(AtomicI64::new(0));
+        let seen = count.clone();
         self.transaction::<()>(
-            "embed_backfill.cypher",
+            what,
             false,
             vec![super::Step::check(q, move |rows| {
                 let n = rows.first().map(|r| r.get::<i64>("n")).transpose()?.unwrap_or(0);
-                seen.store(n, std::sync::atomic::Ordering::Relaxed);
+                seen.store(n, Ordering::Relaxed);
                 Ok(None)
             })],
         )
         .await?;
-        Ok(marked.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(count.load(Ordering::Relaxed))
     }
 }
 
