@@ -27,19 +27,6 @@ async fn events(app: &TestApp) -> Vec<Event> {
     .unwrap()
 }
 
-fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(args)
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test]
 async fn graph_changes_are_audited_after_commit_and_an_unchanged_ingest_is_not() {
     let app = TestApp::spawn().await;
@@ -158,28 +145,28 @@ async fn console_sign_in_failures_and_sign_out_are_audited_without_what_was_type
 #[tokio::test]
 async fn cli_audit_list_filters_and_export_writes_every_event_as_json_lines() {
     let app = TestApp::spawn().await;
-    assert!(cli(&app, &["user", "create", "pat"]).0);
-    assert!(cli(&app, &["user", "disable", "pat"]).0);
+    assert!(app.cli(&["user", "create", "pat"]).0);
+    assert!(app.cli(&["user", "disable", "pat"]).0);
     app.library("listed").await;
 
-    let (ok, out, err) = cli(&app, &["--json", "audit", "list", "--since", "1h", "--surface", "cli"]);
+    let (ok, out, err) = app.cli(&["--json", "audit", "list", "--since", "1h", "--surface", "cli"]);
     assert!(ok, "{err}");
     let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
     let actions: Vec<&str> = listed.iter().map(|e| e["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["user_disabled", "user_created"], "newest first");
     assert!(listed.iter().all(|e| e["actor"] == "cli" && e["surface"] == "cli"));
-    let (ok, out, _) = cli(&app, &["--json", "audit", "list", "--action", "library_created"]);
+    let (ok, out, _) = app.cli(&["--json", "audit", "list", "--action", "library_created"]);
     assert!(ok);
     let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["surface"], "rest");
-    let (ok, out, _) = cli(&app, &["audit", "list", "--actor", "cli"]);
+    let (ok, out, _) = app.cli(&["audit", "list", "--actor", "cli"]);
     assert!(
         ok && out.contains("user_created") && !out.contains("library_created"),
         "{out}"
     );
 
-    let (ok, out, err) = cli(&app, &["audit", "export", "--since", "2000-01-01"]);
+    let (ok, out, err) = app.cli(&["audit", "export", "--since", "2000-01-01"]);
     assert!(ok, "{err}");
     let lines: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let total: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events")
@@ -190,11 +177,11 @@ async fn cli_audit_list_filters_and_export_writes_every_event_as_json_lines() {
     let ids: Vec<i64> = lines.iter().map(|l| l["id"].as_i64().unwrap()).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "oldest first: {ids:?}");
     assert!(err.contains(&format!("{total} audit event(s) exported")), "{err}");
-    let (ok, out, _) = cli(&app, &["audit", "export", "--since", "1h", "--action", "user_disabled"]);
+    let (ok, out, _) = app.cli(&["audit", "export", "--since", "1h", "--action", "user_disabled"]);
     assert!(ok);
     assert_eq!(out.lines().count(), 1);
 
-    let (ok, _, err) = cli(&app, &["audit", "export", "--since", "last tuesday"]);
+    let (ok, _, err) = app.cli(&["audit", "export", "--since", "last tuesday"]);
     assert!(!ok && err.contains("--since \"last tuesday\""), "{err}");
 }
 

@@ -165,6 +165,30 @@ impl TestApp {
             .basic_auth(SERVICE_USER, Some(SERVICE_PASSWORD))
     }
 
+    /// Runs the `mnemosyne` CLI binary against this app's database, as an
+    /// operator would (its own process; every other setting comes from the
+    /// environment, as the app's did): (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
+            .args(args)
+            .env("MNEMOSYNE_DATABASE_URL", &self.settings.database_url)
+            .output()
+            .expect("run the mnemosyne binary");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// [`cli`](Self::cli) that must succeed (else the test fails with its
+    /// stderr): its stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.cli(args);
+        assert!(ok, "mnemosyne {}: {stderr}", args.join(" "));
+        stdout
+    }
+
     /// POST /mcp_server/api/teams/ → (id, jwt).
     pub async fn create_team(&self, name: &str) -> (Uuid, String) {
         let id = Uuid::new_v4();

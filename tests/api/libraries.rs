@@ -13,20 +13,6 @@ use serde_json::{json, Value};
 use crate::admin::{staff, Console, STAFF_PASSWORD};
 use crate::helpers::{send, TestApp, SERVICE_USER};
 
-/// Runs the CLI binary against the app's database: (success, stdout, stderr).
-fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(args)
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 async fn audit_of(app: &TestApp, action: &str) -> Vec<(String, String, Value)> {
     sqlx::query_as("SELECT actor::text, target::text, detail FROM audit_events WHERE action = $1 ORDER BY id")
         .bind(action)
@@ -244,7 +230,7 @@ async fn workspace_libraries_are_refused_with_a_409_that_names_the_workspace_api
         (detail["workspace_id"].as_str(), detail["item_count"].as_i64()),
         (Some(ws.as_str()), Some(1))
     );
-    let (ok, _, err) = cli(&app, &["library", "delete", &lib, "--yes"]);
+    let (ok, _, err) = app.cli(&["library", "delete", &lib, "--yes"]);
     assert!(!ok && err.contains("managed by the workspace API"), "{err}");
     assert!(audit_of(&app, "library_deleted").await.is_empty());
 }
@@ -255,7 +241,7 @@ async fn the_cli_renames_and_deletes_a_library_and_asks_for_yes() {
     let lib = app.library("cli").await;
     app.ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "Some text."}))
         .await;
-    let (ok, out, err) = cli(&app, &["library", "rename", &lib, "--name", "Renamed by CLI"]);
+    let (ok, out, err) = app.cli(&["library", "rename", &lib, "--name", "Renamed by CLI"]);
     assert!(ok, "{err}");
     assert!(out.contains("Renamed by CLI"), "{out}");
     assert_eq!(
@@ -269,10 +255,10 @@ async fn the_cli_renames_and_deletes_a_library_and_asks_for_yes() {
             .name,
         "Renamed by CLI"
     );
-    let (ok, _, err) = cli(&app, &["library", "delete", &lib]);
+    let (ok, _, err) = app.cli(&["library", "delete", &lib]);
     assert!(!ok && err.contains("--yes"), "{err}");
     assert!(library_in_graph(&app, &lib).await, "nothing deleted without --yes");
-    let (ok, out, err) = cli(&app, &["--json", "library", "delete", &lib, "--yes"]);
+    let (ok, out, err) = app.cli(&["--json", "library", "delete", &lib, "--yes"]);
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -288,7 +274,7 @@ async fn the_cli_renames_and_deletes_a_library_and_asks_for_yes() {
     .await
     .unwrap();
     assert_eq!(actors, ["cli", "cli"]);
-    let (ok, _, err) = cli(&app, &["library", "delete", &lib, "--yes"]);
+    let (ok, _, err) = app.cli(&["library", "delete", &lib, "--yes"]);
     assert!(!ok && err.contains("library not found"), "{err}");
 }
 

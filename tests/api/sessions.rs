@@ -347,12 +347,7 @@ async fn a_membership_revoke_removes_the_library_from_the_tokens_next_request_on
     let mut on_b = b.mcp(&token).connect().await;
     assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
     // Revoked through the CLI (a separate process, as an operator would).
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(["membership", "revoke", name, &s.lib_b, "owner"])
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    app.cli_ok(&["membership", "revoke", name, &s.lib_b, "owner"]);
     // The next request on B (bounded wait for the NOTIFY to arrive, as any
     // replica's next request would after the CLI returns).
     let mut libs = Vec::new();
@@ -762,12 +757,7 @@ async fn a_demoted_owners_token_stops_reading_the_library_on_the_other_replica()
     assert_eq!(on_b.library_uids().await, [s.lib_a.clone(), s.lib_b.clone()]);
     // Demoted on lib_b through the CLI: reader granted, owner revoked.
     for (verb, role) in [("grant", "reader"), ("revoke", "owner")] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-            .args(["membership", verb, name, &s.lib_b, role])
-            .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        app.cli_ok(&["membership", verb, name, &s.lib_b, role]);
     }
     let mut libs = Vec::new();
     for _ in 0..50 {

@@ -374,12 +374,7 @@ async fn retiring_the_signing_key_invalidates_team_jwts() {
     let (_, jwt) = app.create_team("Kottos").await;
     let (kid, _) = app.signing_key().await;
     assert_eq!(app.mcp(&jwt).initialize().await.status, StatusCode::OK);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(["signing-key", "retire", &kid])
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    app.cli_ok(&["signing-key", "retire", &kid]);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let ex = app.mcp(&jwt).initialize().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
@@ -389,15 +384,7 @@ async fn retiring_the_signing_key_invalidates_team_jwts() {
 #[tokio::test]
 async fn signing_key_cli_prints_the_secret_once_and_list_never() {
     let app = TestApp::spawn().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-            .args(args)
-            .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| app.cli_ok(args);
     let created = run(&["signing-key", "create"]);
     let secret = created
         .lines()

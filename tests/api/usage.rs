@@ -106,13 +106,7 @@ async fn tool_calls_are_counted_per_credential_on_every_replica_and_reported() {
     }
 
     // `mnemosyne usage --json`.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(["usage", "--days", "7", "--json"])
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report: Value = serde_json::from_str(&app.cli_ok(&["usage", "--days", "7", "--json"])).unwrap();
     assert_eq!(report["days"], 7);
     assert_eq!(
         report["tokens"],

@@ -171,15 +171,7 @@ async fn the_self_service_page_mints_and_revokes_only_your_own_tokens() {
 #[tokio::test]
 async fn cli_token_create_without_a_library_and_json_output() {
     let app = TestApp::spawn().await;
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-            .args(args)
-            .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| app.cli_ok(args);
     run(&["user", "create", "pat"]);
     let created: serde_json::Value =
         serde_json::from_str(&run(&["token", "create", "--user", "pat", "--json"])).unwrap();

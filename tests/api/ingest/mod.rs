@@ -17,19 +17,6 @@ mod workspaces;
 /// cores (a fresh Neo4j in CI once needed more than the usual 10 s).
 const UNDER_LOAD_TIMEOUT_MS: u64 = 30_000;
 
-fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
-        .args(args)
-        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 // ---- concurrency, no-ops, delete races and outages (issue 10) ----
 
 /// Runs a Cypher read against the real graph (test inspection only).
