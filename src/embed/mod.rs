@@ -6,6 +6,8 @@
 //! Chunks are embedded off the request path by `worker`; a query is embedded
 //! when it is searched (and cached).
 
+#[cfg(feature = "embed")]
+mod bert;
 pub mod worker;
 
 use std::path::Path;
@@ -159,14 +161,15 @@ mod model {
     use std::path::Path;
 
     use anyhow::Context;
-    use candle_core::{DType, Device, Tensor};
+    use candle_core::{DType, Device};
     use candle_nn::VarBuilder;
-    use candle_transformers::models::bert::{BertModel, Config};
     use sha2::{Digest, Sha256};
-    use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+    use tokenizers::{Tokenizer, TruncationParams};
+
+    use super::bert::{normalized, Bert, Config};
 
     pub struct Model {
-        bert: BertModel,
+        bert: Bert,
         tokenizer: Tokenizer,
     }
 
@@ -203,46 +206,28 @@ mod model {
                     ..Default::default()
                 }))
                 .map_err(|e| anyhow::anyhow!("tokenizer truncation: {e}"))?;
-            tokenizer.with_padding(Some(PaddingParams {
-                strategy: PaddingStrategy::BatchLongest,
-                ..Default::default()
-            }));
+            tokenizer.with_padding(None);
             let weights = std::fs::read(dir.join("model.safetensors")).context("reading model.safetensors")?;
             let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
                 .context("the model's weights")?;
-            let bert = BertModel::load(vb, &config).context("loading the BERT weights")?;
+            let bert = Bert::load(vb, &config).context("loading the BERT weights")?;
             Ok(Model { bert, tokenizer })
         }
 
-        /// Mean of the last hidden states over the real (unpadded) tokens,
+        /// Mean of the last hidden states over the text's word pieces,
         /// L2-normalized — the sentence-transformers pooling of this model.
+        /// One text at a time: nothing is padded, so nothing is masked.
         pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-            if texts.is_empty() {
-                return Ok(Vec::new());
-            }
-            let encodings = self
-                .tokenizer
-                .encode_batch(texts.to_vec(), true)
-                .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
-            let n = encodings.len();
-            let len = encodings[0].get_ids().len();
-            let mut ids = Vec::with_capacity(n * len);
-            let mut mask = Vec::with_capacity(n * len);
-            for e in &encodings {
-                ids.extend_from_slice(e.get_ids());
-                mask.extend_from_slice(e.get_attention_mask());
-            }
-            let device = Device::Cpu;
-            let ids = Tensor::from_vec(ids, (n, len), &device)?;
-            let mask = Tensor::from_vec(mask, (n, len), &device)?;
-            let types = ids.zeros_like()?;
-            let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
-            let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-            let summed = hidden.broadcast_mul(&m)?.sum(1)?;
-            let counts = m.sum(1)?.clamp(1e-9f32, f32::MAX)?;
-            let mean = summed.broadcast_div(&counts)?;
-            let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
-            Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+            texts
+                .iter()
+                .map(|t| {
+                    let e = self
+                        .tokenizer
+                        .encode(*t, true)
+                        .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
+                    Ok(normalized(&self.bert.mean_pooled(e.get_ids())?)?)
+                })
+                .collect()
         }
     }
 }

@@ -312,3 +312,33 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
     assert_eq!(titles(&hits)[0], "Lava", "{hits:?}");
     assert!(!titles(&search(&mut c, "seaweed", "semantic").await).contains(&"Kelp forests and blue carbon"));
 }
+
+/// The in-process encoder (src/embed/bert.rs) gives the vectors of the
+/// reference BERT implementation (candle-transformers' `BertModel`, which
+/// this server ran before; its vectors for these texts are the fixture):
+/// a query word, a question, accented German, and a 1,200-character chunk
+/// cut at 256 word pieces.
+#[test]
+fn the_encoder_matches_the_reference_vectors() {
+    let embedder = mnemosyne::embed::Embedder::load(&model_dir()).expect("the model loads");
+    let fixture: Vec<Value> =
+        serde_json::from_str(include_str!("../fixtures/minilm_reference.json")).expect("fixture");
+    assert_eq!(fixture.len(), 4);
+    let texts: Vec<&str> = fixture.iter().map(|f| f["text"].as_str().unwrap()).collect();
+    let got = embedder.embed(&texts).expect("embeds");
+    for (f, v) in fixture.iter().zip(&got) {
+        let want: Vec<f32> = f["vector"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(v.len(), want.len());
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+        let cos = mnemosyne::embed::dot(v, &want);
+        assert!(cos > 0.99999, "cosine {cos} to the reference for {:?}", f["text"]);
+    }
+    // Different texts stay apart: the fixture is not four copies.
+    assert!(mnemosyne::embed::dot(&got[0], &got[3]) < 0.9);
+}

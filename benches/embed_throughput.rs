@@ -1,0 +1,119 @@
+//! Embedding throughput of the in-process model alone (no stores): chunks of
+//! 1,200 characters (the committed quality corpus, cut and joined) embedded
+//! in batches, as the worker does, and single short queries, as `search`
+//! does. Goal (issue 21): ≥ 20 chunks/s on this 2-core machine.
+//!
+//!   MNEMOSYNE_EMBED_MODEL=.dev/models/all-minilm-l6-v2 cargo bench --bench embed_throughput
+//!   (EMBED_CHUNKS=96, EMBED_BATCHES=1,8,16,32, EMBED_QUERIES=50)
+
+#[path = "common.rs"]
+mod common;
+
+use std::time::Instant;
+
+use mnemosyne::embed::{chunk_text, Embedder};
+
+/// Measured on main before this benchmark existed (the queue's drain on the
+/// quality corpus, issue 21's first half): 7–10.5 chunks/s.
+const BASELINE: &str = "7–10.5 chunks/s (queue drain, main 490fcda)";
+
+fn chunks(n: usize) -> Vec<String> {
+    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
+        .expect("benches/quality/corpus.jsonl");
+    let docs: Vec<(String, String)> = corpus
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| (v["title"].as_str().unwrap_or("").to_string(), v["text"].as_str().unwrap_or("").to_string()))
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    let mut i = 0;
+    while out.len() < n {
+        let (title, _) = &docs[i % docs.len()];
+        let mut text = String::new();
+        let mut j = i;
+        while text.chars().count() < 1200 {
+            text.push_str(&docs[j % docs.len()].1);
+            text.push(' ');
+            j += 1;
+        }
+        let text: String = text.chars().take(1200).collect();
+        out.push(chunk_text(title, &text));
+        i += 1;
+    }
+    out
+}
+
+/// CPU seconds this process has used (user + system, from /proc): the rate
+/// per CPU-second stays comparable when other work shares the machine.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    // Fields 14 and 15 (utime, stime, in ticks of 1/100 s) are the 12th and
+    // 13th after the name's closing parenthesis.
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("embed_throughput: bench");
+        return;
+    }
+    let Some(dir) = std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
+    else {
+        eprintln!("embed_throughput: set MNEMOSYNE_EMBED_MODEL (scripts/dev up writes it into .dev/env)");
+        std::process::exit(2);
+    };
+    let embedder = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
+    let n: usize = common::setting("EMBED_CHUNKS", 96);
+    let batches: Vec<usize> = std::env::var("EMBED_BATCHES")
+        .unwrap_or_else(|_| "1,8,16,32".into())
+        .split(',')
+        .filter_map(|b| b.trim().parse().ok())
+        .collect();
+    let texts = chunks(n);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    println!(
+        "embed_throughput: model {}, {} chunks of 1,200 characters, {} compute threads",
+        embedder.id(),
+        n,
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all cores".into())
+    );
+    embedder.embed(&refs[..2]).expect("warm-up");
+    for &b in &batches {
+        let t = Instant::now();
+        let c = cpu_seconds();
+        for part in refs.chunks(b.max(1)) {
+            embedder.embed(part).expect("embeds");
+        }
+        let s = t.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - c;
+        println!(
+            "  batch {b:>3}: {:>6.1} chunks/s  ({:.0} ms per chunk; {:.1} chunks per CPU-second)   baseline {BASELINE}",
+            n as f64 / s,
+            s * 1000.0 / n as f64,
+            n as f64 / cpu.max(0.01)
+        );
+    }
+    let q: usize = common::setting("EMBED_QUERIES", 50);
+    let queries = [
+        "why are there two high tides a day",
+        "seaweed carbon storage",
+        "how does a heat pump work in winter",
+        "Gezeiten Mond",
+    ];
+    let mut ms: Vec<f64> = (0..q)
+        .map(|i| {
+            let t = Instant::now();
+            embedder.embed(&[queries[i % queries.len()]]).expect("embeds");
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "  query (one short text): p50 {:.1} ms, p95 {:.1} ms   baseline 13–16 ms (issue 21, candle, 2 threads)",
+        ms[ms.len() / 2],
+        ms[(ms.len() * 95 / 100).min(ms.len() - 1)]
+    );
+}
