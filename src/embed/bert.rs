@@ -112,7 +112,7 @@ impl Bert {
             // (n, 3·hidden) → (3, heads, n, d): Q, K, V per head.
             let qkv = l.qkv.forward(&x)?.reshape((n, 3, h, d))?.permute((1, 2, 0, 3))?.contiguous()?;
             let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-            let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
+            let probs = q.matmul(&k.t()?)?.apply_op1_no_bwd(&Softmax)?;
             let context = probs.matmul(&v)?.transpose(0, 1)?.contiguous()?.reshape((n, self.hidden))?;
             let a = l.attention_norm.forward(&l.out.forward(&context)?.add(&x)?)?;
             let up = l.up.forward(&a)?.apply_op1_no_bwd(&Gelu)?;
@@ -120,6 +120,60 @@ impl Bert {
         }
         x.mean(0)
     }
+}
+
+/// Softmax over the last dimension, with an `exp` the compiler vectorizes
+/// (candle's fused softmax calls libm's `expf` per element: most of its time).
+struct Softmax;
+
+impl CustomOp1 for Softmax {
+    fn name(&self) -> &'static str {
+        "softmax-last-dim"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(v) = storage else {
+            candle_core::bail!("softmax: f32 only");
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("softmax: contiguous input only");
+        };
+        let width = layout.dims().last().copied().unwrap_or(1).max(1);
+        let mut out = v[start..end].to_vec();
+        for row in out.chunks_exact_mut(width) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for x in row.iter_mut() {
+                *x = exp(*x - max);
+            }
+            let inv = 1.0 / row.iter().sum::<f32>();
+            for x in row.iter_mut() {
+                *x *= inv;
+            }
+        }
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+/// e^x for x ≤ 0 (softmax's arguments) to about 2 ulp: x = n·ln 2 + r with
+/// |r| ≤ ln 2 / 2, e^r by its degree-6 Taylor polynomial, 2^n by building the
+/// float's exponent; arguments below −87 count as −87 (e⁻⁸⁷ ≈ 10⁻³⁸, nothing
+/// beside the row's maximum). Plain arithmetic, so it vectorizes.
+pub fn exp(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Rounds to the nearest integer without a call (1.5·2²³).
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 0.0);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// BERT's exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with a rational `erf`.
@@ -173,7 +227,21 @@ pub fn normalized(v: &Tensor) -> candle_core::Result<Vec<f32>> {
 
 #[cfg(test)]
 mod tests {
-    use super::erf;
+    use super::{erf, exp};
+
+    #[test]
+    fn vectorizable_exp_matches_the_exact_one() {
+        let mut worst = 0f64;
+        for i in 0..=87_000 {
+            let x = -(i as f32) / 1000.0;
+            let exact = f64::from(x).exp();
+            worst = worst.max((f64::from(exp(x)) - exact).abs() / exact);
+        }
+        assert!(worst < 1e-6, "max relative error {worst}");
+        assert_eq!(exp(0.0), 1.0);
+        assert_eq!(exp(-1000.0), exp(-87.0));
+        assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
+    }
 
     #[test]
     fn rational_erf_matches_the_exact_one() {
