@@ -127,6 +127,7 @@ pub async fn start_server(bin_var: &str, settings: &Settings) -> (String, Option
                 &[
                     ("MNEMOSYNE_RATE_LIMIT_PER_MINUTE", "0"),
                     ("MNEMOSYNE_TOOL_RATE_LIMIT_PER_MINUTE", "0"),
+                    ("MNEMOSYNE_EMBED_SCOPE_PREFIX", &settings.embed_scope_prefix),
                 ],
             )
             .await;

@@ -12,6 +12,16 @@
 //! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32),
 //! LOAD_WARMUP (20 untimed requests before each concurrency-1 measurement).
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
+//!
+//! With an embedding model configured (`MNEMOSYNE_EMBED_MODEL`, as `.dev/env`
+//! sets it) it also measures `mode` keyword / hybrid / semantic at
+//! concurrency 1, a repeated query and a fresh one each time, and hybrid in
+//! the isolation steps. The tenant's chunks get random unit vectors written
+//! through the worker's own statements (the cost of exact scoring does not
+//! depend on the values; embedding 10,000 chunks for real takes minutes, see
+//! `embed_throughput`); the other tenants' first 2,000 chunks too, and the
+//! worker is kept idle (scoped to no library) so it takes no CPU. Issue 21's
+//! latency run: LOAD_TENANT_CHUNKS=10000.
 //! The graph is the one the environment names: `.dev/env` (ArcadeDB), or export
 //! `.dev/env.neo4j` for Neo4j (`set -a; . .dev/env.neo4j; set +a`).
 
@@ -69,6 +79,77 @@ async fn fill(graph: &GraphStore, lib: &str, start: usize, n: usize) {
     }
 }
 
+/// Deterministic unit vector of the model's width.
+fn unit_vector(seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let v: Vec<f64> = (0..mnemosyne::embed::DIM)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) as f64 / (1u64 << 31) as f64) - 0.5
+        })
+        .collect();
+    let n = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+    v.into_iter().map(|a| a / n).collect()
+}
+
+/// Gives every pending chunk of `lib` a random unit vector of `model`, with
+/// the worker's statements (`embed_pending`, `embed_store`); returns how many.
+async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, lib: &str) -> usize {
+    use neo4rs::{query, BoltType, ConfigBuilder, Graph};
+    let config = ConfigBuilder::default()
+        .uri(settings.bolt_uri.as_str())
+        .user(settings.bolt_user.as_str())
+        .password(settings.bolt_password.expose())
+        .db(settings.bolt_database.as_str())
+        .build()
+        .unwrap();
+    let g = Graph::connect(config).await.unwrap();
+    let mut total = 0;
+    loop {
+        let mut rows = Vec::new();
+        let mut r = g
+            .execute(
+                query(include_str!("../cypher/embed_pending.cypher"))
+                    .param("library_uid", lib)
+                    .param("n", 500i64),
+            )
+            .await
+            .unwrap();
+        while let Ok(Some(row)) = r.next().await {
+            let uid: String = row.get("uid").unwrap();
+            let title: String = row.get("title").unwrap();
+            let text: String = row.get("text").unwrap();
+            rows.push((uid, title, text));
+        }
+        if rows.is_empty() {
+            return total;
+        }
+        total += rows.len();
+        let batch: Vec<BoltType> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, (uid, title, text))| {
+                let mut m = std::collections::HashMap::<String, BoltType>::new();
+                m.insert("uid".into(), uid.into());
+                m.insert("title".into(), title.into());
+                m.insert("text".into(), text.into());
+                m.insert("vector".into(), unit_vector((total + i) as u64).into());
+                m.into()
+            })
+            .collect();
+        let mut t = g.start_txn().await.unwrap();
+        t.run(
+            query(include_str!("../cypher/embed_store.cypher"))
+                .param("library_uid", lib)
+                .param("model", model)
+                .param("rows", batch),
+        )
+        .await
+        .unwrap();
+        t.commit().await.unwrap();
+    }
+}
+
 struct Stats {
     p50: Duration,
     p99: Duration,
@@ -101,7 +182,16 @@ impl Target {
     /// One `search` call: on a session (legacy revisions) when `session` is
     /// given, else a stateless 2026-07-28 request.
     async fn mcp_search(&self, session: Option<&str>) {
-        let mut params = json!({"name": "search", "arguments": {"query": "quasar tidal", "limit": 10}});
+        self.mcp_search_as(session, None, "quasar tidal").await
+    }
+
+    /// `search` with `mode` (the server's default when `None`).
+    async fn mcp_search_as(&self, session: Option<&str>, mode: Option<&str>, query: &str) {
+        let mut args = json!({"query": query, "limit": 10});
+        if let Some(m) = mode {
+            args["mode"] = json!(m);
+        }
+        let mut params = json!({"name": "search", "arguments": args});
         let mut req = self
             .http
             .post(&self.url)
@@ -126,7 +216,7 @@ impl Target {
         let r = req.json(&body).send().await.unwrap();
         assert!(r.status().is_success());
         let text = r.text().await.unwrap();
-        assert!(text.contains("structuredContent"), "{text}");
+        assert!(text.contains("structuredContent") && !text.contains("\"isError\":true"), "{text}");
     }
 
     /// initialize + notifications/initialized; the session id.
@@ -285,6 +375,21 @@ async fn run() {
         .await
         .unwrap()
         .plaintext;
+    // With a model: vectors written here, the worker idle (scoped to no library).
+    let model = match &settings.embed_model {
+        Some(dir) => {
+            let id = mnemosyne::embed::Embedder::shared(dir).unwrap().id().to_owned();
+            settings.embed_scope_prefix = format!("{ns}_none");
+            let t0 = Instant::now();
+            let mut n = random_vectors(&settings, &id, &tenant).await;
+            for l in &others {
+                n += random_vectors(&settings, &id, l).await;
+            }
+            println!("vectors: {n} random unit vectors of {id} written in {:.1} s", t0.elapsed().as_secs_f64());
+            Some(id)
+        }
+        None => None,
+    };
     // In process by default; with LOAD_SERVER_BIN=path/to/mnemosyne the server
     // runs as its own process (as deployed), the load generator here.
     let (base, server) = common::start_server("LOAD_SERVER_BIN", &settings).await;
@@ -347,6 +452,47 @@ async fn run() {
         100.0 * sl_rps / raw_rps
     );
 
+    // Search modes at concurrency 1 (with a model): a repeated query (its
+    // vector cached after the first) and a fresh query text each time.
+    let mut hybrid1 = None;
+    if model.is_some() {
+        println!("\n== modes (concurrency 1, stateless, {requests} requests, tenant {tenant_chunks} chunks) ==");
+        let fresh = std::sync::atomic::AtomicUsize::new(0);
+        let mut keyword_p50 = 0.0;
+        for (label, mode, fresh_query) in [
+            ("keyword          ", "keyword", false),
+            ("hybrid (repeated)", "hybrid", false),
+            ("hybrid (fresh)   ", "hybrid", true),
+            ("semantic (repeat)", "semantic", false),
+        ] {
+            let t = target.clone();
+            let fresh = &fresh;
+            let st = sequential(requests, || {
+                let t = t.clone();
+                async move {
+                    let q = if fresh_query {
+                        format!("quasar tidal {}", fresh.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    } else {
+                        "quasar tidal".to_owned()
+                    };
+                    t.mcp_search_as(None, Some(mode), &q).await
+                }
+            })
+            .await;
+            if mode == "keyword" {
+                keyword_p50 = ms(st.p50);
+            } else if mode == "hybrid" && !fresh_query {
+                hybrid1 = Some(st.p50);
+            }
+            println!(
+                "{label}: p50 {:7.2} ms  p99 {:7.2} ms  (p50 {:+.2} ms vs keyword; goal hybrid ≤ +20, repeated ≤ +3)",
+                ms(st.p50),
+                ms(st.p99),
+                ms(st.p50) - keyword_p50
+            );
+        }
+    }
+
     // Grow the other tenants step by step (LOAD_GROWTH: comma-separated
     // factors, e.g. "10,100"), measuring the tenant after each step.
     println!("\n== tenant isolation (concurrency 1) ==");
@@ -376,6 +522,16 @@ async fn run() {
         tokio::time::sleep(Duration::from_secs(10)).await;
         let t = target.clone();
         let mcp_big = sequential(requests, || t.mcp_search(Some(&sid))).await;
+        if let Some(h1) = hybrid1 {
+            let t = target.clone();
+            let h = sequential(requests, || t.mcp_search_as(None, Some("hybrid"), "quasar tidal")).await;
+            println!(
+                "  hybrid p50 (repeated query): {:7.2} ms → {:7.2} ms  ({:.2}×, goal ≤ 1.1×)",
+                ms(h1),
+                ms(h.p50),
+                ms(h.p50) / ms(h1)
+            );
+        }
         let raw_big = sequential(requests, || t.raw_search()).await;
         println!(
             "  MCP p50 : {:7.2} ms → {:7.2} ms  ({:.2}×, goal ≤ 1.5×)",

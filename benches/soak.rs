@@ -33,9 +33,15 @@ struct Soak {
     latencies: Mutex<Vec<Duration>>,
     requests: AtomicU64,
     failures: AtomicU64,
+    /// Every failed call by what it was and what came back (printed at the end).
+    why: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Soak {
+    fn failed(&self, what: String) {
+        *self.why.lock().unwrap().entry(what).or_default() += 1;
+    }
+
     async fn mcp(&self, bearer: &str, tool: &str, args: Value) -> Option<Value> {
         let params = json!({"name": tool, "arguments": args,
             "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -50,13 +56,28 @@ impl Soak {
             .header("Mcp-Name", tool)
             .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
             .send()
-            .await
-            .ok()?;
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(format!("{tool}: transport: {}", if e.is_timeout() { "timeout" } else { "error" }));
+                return None;
+            }
+        };
         if !r.status().is_success() {
+            self.failed(format!("{tool}: HTTP {}", r.status().as_u16()));
             return None;
         }
-        let v: Value = r.json().await.ok()?;
-        (v["result"]["isError"] != json!(true)).then(|| v["result"]["structuredContent"].clone())
+        let Ok(v) = r.json::<Value>().await else {
+            self.failed(format!("{tool}: unreadable body"));
+            return None;
+        };
+        if v["result"]["isError"] == json!(true) {
+            let text = v["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect::<String>();
+            self.failed(format!("{tool}: isError {text}"));
+            return None;
+        }
+        Some(v["result"]["structuredContent"].clone())
     }
 
     async fn service(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> bool {
@@ -67,7 +88,17 @@ impl Soak {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        req.send().await.is_ok_and(|r| r.status().is_success())
+        match req.send().await {
+            Ok(r) if r.status().is_success() => true,
+            Ok(r) => {
+                self.failed(format!("{path}: HTTP {}", r.status().as_u16()));
+                false
+            }
+            Err(_) => {
+                self.failed(format!("{path}: transport"));
+                false
+            }
+        }
     }
 
     /// One step of a client: a tool call, or now and then an ingest or a team change.
@@ -162,6 +193,7 @@ async fn run() {
         latencies: Mutex::new(Vec::new()),
         requests: AtomicU64::new(0),
         failures: AtomicU64::new(0),
+        why: Mutex::new(Default::default()),
     };
     let mut libraries = Vec::new();
     for (i, w) in ws.iter().enumerate() {
@@ -248,6 +280,10 @@ async fn run() {
             "RSS after warm-up (minute 2) {base_rss:.1} MB → end {last:.1} MB ({:+.1} %; goal ≤ +10 %)",
             100.0 * (last - base_rss) / base_rss
         );
+    }
+    println!("failures by call and answer:");
+    for (what, n) in soak.why.lock().unwrap().iter() {
+        println!("  {n:>6}  {what}");
     }
     drop(server);
     let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
