@@ -64,7 +64,7 @@ pub async fn keys(
                         td { (view::when(Some(k.created_at), "")) }
                         td { (view::when(k.retired_at, "—")) }
                         td { @if k.retired_at.is_none() {
-                            a href={ "/admin/keys/retire?kid=" (super::libraries::urlencode(&k.kid)) } { "Retire…" }
+                            a href={ "/admin/keys/retire?kid=" (view::urlencode(&k.kid)) } { "Retire…" }
                         } }
                     }
                 }

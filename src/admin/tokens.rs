@@ -334,7 +334,7 @@ pub(super) async fn me_page(
 ) -> Result<Response, AdminError> {
     let list = tokens::list(&state.pg, Some(s.username())).await?;
     let choices = picker(state, s.user.user_id).await?;
-    let members = super::libraries::my_libraries(state, s, form, err).await?;
+    let members = super::my_libraries::section(state, s, form, err).await?;
     let body = html! {
         (token_table(s, &list, "/admin/me/tokens/revoke", false))
         h2 { "New token" }

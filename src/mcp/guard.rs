@@ -22,7 +22,7 @@ use crate::auth::resolver::RequestContext;
 use crate::auth::{Authenticator, Principal};
 use crate::config::Settings;
 use crate::limits::RateLimits;
-use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, OPENER};
+use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, SessionLimits, OPENER};
 use crate::metrics::Metrics;
 
 /// What the guard needs: one per replica, shared by every `/mcp` request.
@@ -51,7 +51,7 @@ impl Guard {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase()),
         );
         Guard {
-            sessions: Arc::new(OwnedSessions::new(settings.session_limits())),
+            sessions: Arc::new(OwnedSessions::new(SessionLimits::from_settings(&settings))),
             // Deployment-wide rates, shared among the replicas the auth
             // heartbeat counts.
             limits: Arc::new(RateLimits::shared(
@@ -506,7 +506,10 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             // Nothing was served: the turn may retry with the same token.
             let _ = state.auth.release(p).await;
         }
-        return too_many_sessions(refusal, state.settings.session_limits().idle.as_secs().min(60));
+        return too_many_sessions(
+            refusal,
+            SessionLimits::from_settings(&state.settings).idle.as_secs().min(60),
+        );
     }
     if let (Some(p), Some(new_sid)) = (pending, header_str(resp.headers(), SESSION_HEADER)) {
         let new_sid = new_sid.to_owned();

@@ -23,7 +23,6 @@ use super::tools::{into_result, Reply, ToolError};
 use crate::auth::{Principal, ToolGrant};
 use crate::metrics::Metrics;
 use crate::service::health::Probes;
-use crate::state::AppState;
 use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 
 /// What the tools reach: scoped views of the graph, the store probes, the
@@ -37,12 +36,14 @@ pub struct ToolState {
 }
 
 impl ToolState {
-    pub fn new(state: &AppState) -> Self {
+    /// Built by `startup` from the application's handles (`mcp` sits above
+    /// the stores and below the application state).
+    pub fn new(knowledge: KnowledgeGraph, probes: Probes, metrics: Metrics, deadline: Duration) -> Self {
         ToolState {
-            knowledge: state.graph.knowledge(),
-            probes: Probes::new(&state.pg, &state.graph),
-            metrics: state.metrics.clone(),
-            deadline: Duration::from_millis(state.settings.tool_deadline_ms),
+            knowledge,
+            probes,
+            metrics,
+            deadline,
         }
     }
 }

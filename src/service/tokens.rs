@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore;
 use sqlx::PgPool;
 
-use super::tool_grants::ToolAllowlist;
+use super::tool_grants::{stored, ToolAllowlist};
 use super::{check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::auth::resolver::token_hash;
@@ -186,6 +186,33 @@ pub async fn revoke_by(
         return Err(TokenError::NotFound(id));
     }
     pg::audit(&mut tx, actor, "token_revoked", &id.to_string(), serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(changes.fence().await)
+}
+
+/// Sets an active token's allowlist (`None` = every tool; only one of
+/// `owner`'s tokens when given) with its audit event; every replica applies
+/// it from its next request.
+pub async fn set_token_tools(
+    pg: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    id: i64,
+    tools: Option<&ToolAllowlist>,
+    owner: Option<&str>,
+) -> Result<Propagation, TokenError> {
+    let mut tx = pg.begin().await?;
+    if !tokens::set_tools(&mut *tx, id, stored(tools), owner).await? {
+        return Err(TokenError::NotFound(id));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "token_tools_set",
+        &id.to_string(),
+        serde_json::json!({"tools": stored(tools)}),
+    )
+    .await?;
     tx.commit().await?;
     Ok(changes.fence().await)
 }

@@ -101,6 +101,25 @@ pub fn is_transient(err: &GraphError) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn debug_of_a_flavor_shows_no_password() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let s = Args::try_parse_from([
+            "mnemosyne",
+            "--bolt-password=hunter2-bolt",
+            "--bolt-uri=neo4j://neo:hunter2-uri@graph:7687",
+        ])
+        .unwrap()
+        .settings;
+        let flavor = format!("{:?}", Flavor::new(s.graph_flavor, &s));
+        assert!(!flavor.contains("hunter2"), "{flavor}");
+    }
+
     fn q(s: &str) -> GraphError {
         GraphError::Query(s.to_owned())
     }

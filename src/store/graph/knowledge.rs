@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::Language;
 use super::{ingest, rank, scoped, GraphError, GraphStore};
-use crate::auth::{Principal, Scope};
+use crate::ids::Scope;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SearchHit {
@@ -250,9 +250,10 @@ pub struct ScopedGraph {
 pub struct KnowledgeGraph(GraphStore);
 
 impl GraphStore {
-    /// What `principal` may read (its resolved libraries).
-    pub fn scoped(&self, principal: &Principal) -> ScopedGraph {
-        ScopedGraph::new(self.clone(), principal.libraries.clone())
+    /// What `principal` may read (its resolved libraries: a `Principal` or
+    /// its `Scope`).
+    pub fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
+        ScopedGraph::new(self.clone(), principal.as_ref().clone())
     }
 
     /// A handle that can only make scoped views.
@@ -263,7 +264,7 @@ impl GraphStore {
 
 impl KnowledgeGraph {
     /// What `principal` may read (its resolved libraries).
-    pub fn scoped(&self, principal: &Principal) -> ScopedGraph {
+    pub fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
         self.0.scoped(principal)
     }
 
