@@ -508,6 +508,35 @@ fn module_graph_has_no_cycles() {
     }
 }
 
+/// Names a module may not write (issue 22): the MCP layer reaches knowledge
+/// only through `KnowledgeGraph` / `ScopedGraph`, never the unscoped graph,
+/// the admin handle or the application state that holds them.
+const FORBIDDEN: &[(&str, &[&str])] = &[("mcp", &["AdminGraph", "GraphStore", "AppState", "admin"])];
+
+#[test]
+fn the_mcp_layer_cannot_name_the_admin_handle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, file) in modules(&src) {
+        for (prefix, names) in FORBIDDEN {
+            if module.first().map(String::as_str) != Some(*prefix) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (tok, line) in tokenize(&text) {
+                if matches!(&tok, Tok::Ident(n) if names.contains(&n.as_str())) {
+                    found.push(format!("{}:{line}: {tok:?}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the MCP layer names what it must not reach:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_check_sees_use_trees_paths_and_cycles() {
     let toks = tokenize(

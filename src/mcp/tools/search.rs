@@ -14,9 +14,12 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit};
+use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 
-const QUERY: Len = Len { min: 1, max: 1000 };
+const QUERY: Len = Len {
+    min: 1,
+    max: MAX_QUERY_CHARS,
+};
 const LIMIT: Range = Range {
     min: 1,
     max: 50,

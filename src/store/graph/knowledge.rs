@@ -68,6 +68,10 @@ pub enum Signal {
     Semantic,
 }
 
+/// Longest search query, in characters (DESIGN §5: 1–1000), for every
+/// caller that searches: the MCP `search` tool and the admin search.
+pub const MAX_QUERY_CHARS: usize = 1000;
+
 /// A search request.
 #[derive(Clone, Copy, Debug)]
 pub struct Search<'a> {
@@ -246,6 +250,30 @@ pub struct ScopedGraph {
 
 /// The knowledge side of the graph: it makes scoped views and nothing else
 /// (what the MCP tools hold; ingest and admin work goes through `AdminGraph`).
+///
+/// ```
+/// use mnemosyne::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
+/// fn nothing(k: &KnowledgeGraph) -> ScopedGraph {
+///     k.nothing()
+/// }
+/// ```
+///
+/// It leads to no admin handle and no unscoped store (the MCP layer holds
+/// only this; `src/layering.rs` also checks `mcp/` never names them):
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::knowledge::KnowledgeGraph;
+/// fn admin(k: &KnowledgeGraph) {
+///     let _ = k.admin();
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::knowledge::KnowledgeGraph;
+/// fn unscoped(k: &KnowledgeGraph) {
+///     let _ = &k.0;
+/// }
+/// ```
 #[derive(Clone)]
 pub struct KnowledgeGraph(GraphStore);
 
