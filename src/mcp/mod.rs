@@ -49,3 +49,39 @@ pub fn routes<S: Clone + Send + Sync + 'static>(tools: ToolState, guard: Arc<Gua
         .route_service("/mcp", service)
         .layer(middleware::from_fn_with_state(guard, guard::guard))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool's name is written in three places (its file and `#[tool]` fn,
+    /// `TOOLS` — metric labels and rate-limit buckets — and the label its call
+    /// is counted under): they must agree, and the router must serve exactly
+    /// `TOOLS`.
+    #[test]
+    fn each_tool_has_one_name_for_its_file_fn_router_entry_and_metric_label() {
+        let mut served: Vec<String> = KnowledgeServer::router()
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        served.sort();
+        let mut names = TOOLS.to_vec();
+        names.sort();
+        assert_eq!(served, names, "the router's tools are TOOLS");
+        for name in TOOLS {
+            let path = format!("{}/src/mcp/tools/{name}.rs", env!("CARGO_MANIFEST_DIR"));
+            let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert!(
+                src.contains(&format!("async fn {name}(")),
+                "{path}: its #[tool] fn is {name}"
+            );
+            let runs: Vec<&str> = src.match_indices("self.run(").map(|(i, _)| &src[i..]).collect();
+            assert_eq!(runs.len(), 1, "{path}: one counted call");
+            assert!(
+                runs[0].starts_with(&format!("self.run(&ctx, &parts, \"{name}\",")),
+                "{path}: counted under the label {name}"
+            );
+        }
+    }
+}
