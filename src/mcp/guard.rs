@@ -21,6 +21,7 @@ use crate::auth::failure::{closing, AuthError};
 use crate::auth::resolver::RequestContext;
 use crate::auth::{Authenticator, Principal};
 use crate::config::Settings;
+use crate::error::ApiError;
 use crate::limits::RateLimits;
 use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, SessionLimits, OPENER};
 use crate::metrics::Metrics;
@@ -115,14 +116,9 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// 403 in the error table's shape (`ApiError` closes the connection too).
 fn forbidden(msg: &str) -> Response {
-    closing(
-        (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": "forbidden", "message": msg})),
-        )
-            .into_response(),
-    )
+    ApiError::Forbidden(msg.to_owned()).into_response()
 }
 
 /// The one answer for a session that does not exist or belongs to another
@@ -195,8 +191,13 @@ async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Du
                 .map(|v| v.as_str())
                 .collect::<Vec<_>>(),
         }}}),
-        None => json!({"error": "bad_request", "field": "MCP-Protocol-Version",
-                       "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"}),
+        None => {
+            return ApiError::bad_field(
+                "MCP-Protocol-Version",
+                "MCP-Protocol-Version must be a protocol revision such as 2025-11-25",
+            )
+            .into_response()
+        }
     };
     closing((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
@@ -221,15 +222,11 @@ fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
         Refusal::CredentialCap => "This credential has too many open MCP sessions; close one (DELETE) or wait.",
         Refusal::GlobalCap => "This server has too many open MCP sessions; try again later.",
     };
-    let mut r = (
-        StatusCode::TOO_MANY_REQUESTS,
-        Json(json!({"error": "rate_limited", "message": message})),
-    )
-        .into_response();
-    if let Ok(v) = http::HeaderValue::from_str(&retry_after_secs.to_string()) {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
+    ApiError::RateLimited {
+        retry_after_secs,
+        message: message.to_owned(),
     }
-    closing(r)
+    .into_response()
 }
 
 /// The JSON-RPC id and tool of a `tools/call` body (unknown tools are
@@ -435,7 +432,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             .with_label_values(&[principal.kind.as_str(), "-"])
             .inc();
         return refuse(
-            crate::error::ApiError::RateLimited {
+            ApiError::RateLimited {
                 retry_after_secs: l.retry_after_secs(),
                 message: "Too many requests for this credential; retry later.".into(),
             }
@@ -450,13 +447,10 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         let read = tokio::time::timeout(body_deadline, axum::body::to_bytes(body, limit)).await;
         let bytes = match read {
             Ok(Ok(b)) => b,
-            Ok(Err(_)) => return refuse(crate::error::ApiError::PayloadTooLarge.into_response()).await,
+            Ok(Err(_)) => return refuse(ApiError::PayloadTooLarge.into_response()).await,
             Err(_) => {
-                return refuse(
-                    crate::error::ApiError::bad_field("body", "the request body did not arrive in time")
-                        .into_response(),
-                )
-                .await
+                return refuse(ApiError::bad_field("body", "the request body did not arrive in time").into_response())
+                    .await
             }
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
