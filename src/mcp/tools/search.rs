@@ -64,9 +64,12 @@ fn library_uid_items(schema: &mut Schema) {
 }
 
 impl ToolArgs for SearchArgs {
-    fn check(&self) -> Result<(), ArgError> {
+    /// `limit`, defaulted.
+    type Checked = i64;
+
+    fn check(&self) -> Result<i64, ArgError> {
         text("query", &self.query, QUERY)?;
-        int("limit", self.limit, LIMIT)?;
+        let limit = int("limit", self.limit, LIMIT)?;
         if let Some(uids) = &self.library_uids {
             if uids.len() > LIBRARY_UIDS {
                 return Err(ArgError::new(
@@ -86,7 +89,8 @@ impl ToolArgs for SearchArgs {
                 return Err(ArgError::new("min_relevance", "must be a number from 0 to 1"));
             }
         }
-        opt_uid("collection_uid", &self.collection_uid)
+        opt_uid("collection_uid", &self.collection_uid)?;
+        Ok(limit)
     }
 }
 
@@ -115,7 +119,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let a: SearchArgs = parse(args)?;
+    let (a, limit): (SearchArgs, i64) = parse(args)?;
     let semantic = graph.has_semantic();
     let mode = match a.mode {
         Some(m @ (Mode::Semantic | Mode::Hybrid)) if !semantic => {
@@ -136,7 +140,6 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
         Some(only) => graph.narrow(only),
         None => graph,
     };
-    let limit = int("limit", a.limit, LIMIT)?;
     let hits = graph
         .search(&Search {
             text: &a.query,
