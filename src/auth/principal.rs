@@ -33,25 +33,56 @@ impl fmt::Display for PrincipalKind {
 }
 
 /// The caller of one request: who, and the ordered, de-duplicated list of Library
-/// uids it may read. Empty means nothing (fail-closed).
+/// uids it may read. Empty means nothing (fail-closed). Built only by the
+/// auth layer (the resolver; `for_tests` for tests and benches): outside
+/// `auth` its fields are read-only.
 #[derive(Clone, Debug)]
 pub struct Principal {
-    pub kind: PrincipalKind,
+    pub(in crate::auth) kind: PrincipalKind,
     /// `token:<id>`, the per-turn `sub`, or `team:<uuid>`.
-    pub subject: String,
+    pub(in crate::auth) subject: String,
     /// The exact credential: `token:<id>`, `jti:<jti>` (per-turn) or
     /// `team:<uuid>:<jti>`. Sessions belong to it (many per-turn JWTs share
     /// one `sub`; a rotated team JWT is another credential).
-    pub credential: Arc<str>,
-    pub libraries: Scope,
+    pub(in crate::auth) credential: Arc<str>,
+    pub(in crate::auth) libraries: Scope,
     /// The MCP tools this credential may see and call (issue 24).
-    pub tools: ToolGrant,
+    pub(in crate::auth) tools: ToolGrant,
     /// Its own deployment-wide request rate a minute, instead of the
     /// configured one (0 = no limit); `None` = the configured one.
-    pub rate_limit_per_minute: Option<u32>,
+    pub(in crate::auth) rate_limit_per_minute: Option<u32>,
 }
 
 impl Principal {
+    pub fn kind(&self) -> PrincipalKind {
+        self.kind
+    }
+
+    /// `token:<id>`, the per-turn `sub`, or `team:<uuid>`.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The exact credential its sessions belong to.
+    pub fn credential(&self) -> &Arc<str> {
+        &self.credential
+    }
+
+    /// Its resolved libraries, in order.
+    pub fn libraries(&self) -> &Scope {
+        &self.libraries
+    }
+
+    /// The MCP tools it may see and call.
+    pub fn tools(&self) -> &ToolGrant {
+        &self.tools
+    }
+
+    /// Its own request rate a minute, if it has one.
+    pub fn rate_limit_per_minute(&self) -> Option<u32> {
+        self.rate_limit_per_minute
+    }
+
     /// An opaque-token principal reading `libraries`, for tests and benches
     /// only: production principals come from the auth layer.
     #[doc(hidden)]

@@ -424,12 +424,12 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     };
     if let Err(l) = state
         .limits
-        .request(&principal.subject, principal.rate_limit_per_minute)
+        .request(principal.subject(), principal.rate_limit_per_minute())
     {
         state
             .metrics
             .rate_limited
-            .with_label_values(&[principal.kind.as_str(), "-"])
+            .with_label_values(&[principal.kind().as_str(), "-"])
             .inc();
         return refuse(
             ApiError::RateLimited {
@@ -454,26 +454,28 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             }
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
-            if let Err(l) = state.limits.tool_call(&principal.subject, tool) {
+            if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
                 let m = &state.metrics;
-                m.rate_limited.with_label_values(&[principal.kind.as_str(), tool]).inc();
+                m.rate_limited
+                    .with_label_values(&[principal.kind().as_str(), tool])
+                    .inc();
                 m.tool_calls.with_label_values(&[tool, "refused"]).inc();
                 let p = &principal;
                 m.usage
-                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
+                    .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
                 return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
             }
             // A credential with an allowlist has its unknown tools refused
             // (and counted) by the server, as any tool it may not use.
-            if tool == "other" && principal.tools.is_every() {
+            if tool == "other" && principal.tools().is_every() {
                 // rmcp answers it with a JSON-RPC error: no tool of ours ran.
                 let m = &state.metrics;
                 m.tool_calls.with_label_values(&["other", "protocol_error"]).inc();
                 let p = &principal;
                 m.usage.record(
-                    p.kind.as_str(),
-                    &p.subject,
-                    p.libraries.len(),
+                    p.kind().as_str(),
+                    p.subject(),
+                    p.libraries().len(),
                     "other",
                     "protocol_error",
                 );
@@ -482,7 +484,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         req = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
     let is_delete = req.method() == http::Method::DELETE;
-    let credential = principal.credential.clone();
+    let credential = principal.credential().clone();
     req.extensions_mut().insert::<Principal>(principal);
     if session.is_some() {
         let mut resp = next.run(req).await;

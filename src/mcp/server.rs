@@ -127,14 +127,14 @@ impl KnowledgeServer {
         let principal = parts.extensions.get::<Principal>();
         if let (Some(p), Some(t)) = (principal, crate::mcp::TOOLS.iter().find(|t| **t == tool)) {
             m.usage
-                .record(p.kind.as_str(), &p.subject, p.libraries.len(), t, outcome);
+                .record(p.kind().as_str(), p.subject(), p.libraries().len(), t, outcome);
         }
         let request_id = parts.extensions.get::<crate::telemetry::RequestId>();
         tracing::info!(
             request_id = request_id.map_or("-", |r| &*r.0),
             tool,
-            principal = principal.map_or("none", |p| p.kind.as_str()),
-            libraries = principal.map_or(0, |p| p.libraries.len()),
+            principal = principal.map_or("none", |p| p.kind().as_str()),
+            libraries = principal.map_or(0, |p| p.libraries().len()),
             outcome,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "tool call"
@@ -149,7 +149,7 @@ fn grant_of(ctx: &RequestContext<RoleServer>) -> ToolGrant {
     ctx.extensions
         .get::<Parts>()
         .and_then(|p| p.extensions.get::<Principal>())
-        .map_or_else(|| ToolGrant::Only(Arc::from([])), |p| p.tools.clone())
+        .map_or_else(|| ToolGrant::Only(Arc::from([])), |p| p.tools().clone())
 }
 
 /// The JSON-RPC error for a tool the credential may not use (issue 24): the
@@ -213,11 +213,11 @@ impl ServerHandler for KnowledgeServer {
             if let Some(p) = principal {
                 let m = &self.state.metrics;
                 m.usage
-                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
+                    .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
             }
             tracing::info!(
                 tool,
-                principal = principal.map_or("none", |p| p.kind.as_str()),
+                principal = principal.map_or("none", |p| p.kind().as_str()),
                 outcome = "refused",
                 "tool call not available to this credential"
             );
