@@ -445,15 +445,6 @@ impl fmt::Debug for Settings {
 }
 
 impl Settings {
-    /// Limits of legacy MCP sessions.
-    pub fn session_limits(&self) -> crate::mcp::sessions::SessionLimits {
-        crate::mcp::sessions::SessionLimits {
-            per_credential: self.sessions_per_credential,
-            global: self.sessions_max,
-            idle: Duration::from_secs(self.session_idle_secs.max(1)),
-        }
-    }
-
     pub fn cache_max_staleness(&self) -> Duration {
         Duration::from_secs(self.cache_max_staleness_secs)
     }
@@ -593,8 +584,6 @@ mod tests {
         let shown = format!("{s:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("postgres://app:****@db:5432/m"), "{shown}");
-        let flavor = format!("{:?}", crate::store::graph::Flavor::new(s.graph_flavor, &s));
-        assert!(!flavor.contains("hunter2"), "{flavor}");
     }
 
     #[test]

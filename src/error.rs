@@ -125,15 +125,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::service::BadField> for ApiError {
-    fn from(e: crate::service::BadField) -> Self {
-        ApiError::BadRequest {
-            field: Some(e.field),
-            message: e.message,
-        }
-    }
-}
-
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match e {

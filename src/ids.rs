@@ -10,6 +10,7 @@
 //! its own words (REST: 400 with `field`; MCP: `Invalid argument `…``).
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Longest uid or workspace id, in characters.
 pub const MAX_ID_CHARS: usize = 64;
@@ -113,9 +114,86 @@ id_type!(
     "1-64 characters, not blank"
 );
 
+/// `resolved_libraries` as a type (beside the ids it lists, below the stores
+/// that take it and the auth layer that makes it): the knowledge reads live on a `ScopedGraph`
+/// made from a `Principal`'s scope, so none can be written without one. Only
+/// this crate (the auth layer, the admin handle) builds a non-empty one;
+/// tests and benches use `for_tests`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope(Arc<[String]>);
+
+impl Scope {
+    /// Keeps the first occurrence of each uid, in order (DESIGN §3).
+    pub(crate) fn new<I: IntoIterator<Item = String>>(uids: I) -> Self {
+        let mut seen = std::collections::HashSet::new();
+        let v: Vec<String> = uids.into_iter().filter(|u| seen.insert(u.clone())).collect();
+        Scope(v.into())
+    }
+
+    /// `new`, for tests and benches only: production scopes come from the
+    /// auth layer.
+    #[doc(hidden)]
+    pub fn for_tests<I: IntoIterator<Item = S>, S: Into<String>>(uids: I) -> Self {
+        Scope::new(uids.into_iter().map(Into::into))
+    }
+
+    pub fn uids(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        self.0.iter().any(|u| u == uid)
+    }
+
+    /// Position of a library in the resolved order (search tie-break).
+    pub fn position(&self, uid: &str) -> Option<usize> {
+        self.0.iter().position(|u| u == uid)
+    }
+
+    /// Narrows to `only` (never widens): the uids of `self` that `only` names,
+    /// in `self`'s order.
+    pub fn narrow(&self, only: &[String]) -> Scope {
+        Scope(
+            self.0
+                .iter()
+                .filter(|u| only.contains(u))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into(),
+        )
+    }
+}
+
+impl AsRef<Scope> for Scope {
+    fn as_ref(&self) -> &Scope {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scope_dedups_keeping_first_occurrence() {
+        let s = Scope::new(["b", "a", "b", "c", "a"].map(String::from));
+        assert_eq!(s.uids(), ["b", "a", "c"]);
+    }
+
+    #[test]
+    fn narrow_never_widens_and_keeps_order() {
+        let s = Scope::new(["b", "a", "c"].map(String::from));
+        let n = s.narrow(&["c".into(), "zzz".into(), "b".into()]);
+        assert_eq!(n.uids(), ["b", "c"]);
+    }
 
     const UID_RULE: &str = "1-64 characters of letters, digits, _ - . :";
 

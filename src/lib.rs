@@ -18,3 +18,6 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod usage;
+
+#[cfg(test)]
+mod layering;

@@ -52,7 +52,14 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Every series, with no tool's series created up front (benches, tests).
     pub fn new() -> Self {
+        Self::for_tools(&[])
+    }
+
+    /// Every series, with each of `tools`' call counters created at zero (the
+    /// server passes its tool names: this module sits below `mcp`).
+    pub fn for_tools(tools: &[&str]) -> Self {
         let registry = Registry::new();
         let http_requests = IntCounterVec::new(
             Opts::new("http_requests_total", "HTTP requests by route, method and status"),
@@ -190,7 +197,7 @@ impl Metrics {
         for kind in ["unavailable", "conflict_retried", "query"] {
             graph_errors.with_label_values(&[kind]);
         }
-        for tool in crate::mcp::TOOLS {
+        for &tool in tools {
             for outcome in ["ok", "tool_error", "refused"] {
                 tool_calls.with_label_values(&[tool, outcome]);
             }

@@ -262,12 +262,23 @@ fn routes(state: AppState) -> Router {
     Router::new()
         .merge(crate::api::health::routes())
         .merge(rest)
-        .merge(crate::mcp::routes(state.clone()))
+        .merge(crate::mcp::routes(tool_state(&state), state.mcp.clone()))
         .fallback(crate::error::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .route_layer(middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
         .layer(middleware::from_fn(crate::telemetry::request_id))
         .with_state(state)
+}
+
+/// What the MCP tools get: the knowledge handle, the probes, the metrics and
+/// the call deadline (never the admin handle).
+fn tool_state(state: &AppState) -> crate::mcp::ToolState {
+    crate::mcp::ToolState::new(
+        state.graph.knowledge(),
+        crate::service::health::Probes::new(&state.pg, &state.graph),
+        state.metrics.clone(),
+        std::time::Duration::from_millis(state.settings.tool_deadline_ms),
+    )
 }
 
 /// The REST APIs and the console hand out JWTs, tokens and key secrets:

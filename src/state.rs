@@ -31,7 +31,7 @@ pub struct AppState {
     /// HTTP Basic flood protection (argon2 permits, failure throttles).
     pub basic: Arc<BasicGuard>,
     /// The admin console's rate limits (per signed-in user, per sign-in address).
-    pub console: Arc<crate::admin::throttle::ConsoleLimits>,
+    pub console: Arc<crate::limits::console::ConsoleLimits>,
 }
 
 impl AppState {
@@ -40,7 +40,7 @@ impl AppState {
     pub async fn new(settings: Settings, addr: SocketAddr) -> anyhow::Result<Self> {
         let settings = Arc::new(settings);
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
-        let metrics = Metrics::new();
+        let metrics = Metrics::for_tools(&crate::mcp::TOOLS);
         let mut graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
         match &settings.embed_model {
             Some(dir) => {
@@ -79,7 +79,7 @@ impl AppState {
             settings.basic_failures_per_minute,
         ));
         let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
-        let console = Arc::new(crate::admin::throttle::ConsoleLimits::new(
+        let console = Arc::new(crate::limits::console::ConsoleLimits::new(
             settings.admin_rate_limit_per_minute,
             settings.admin_sign_in_per_minute,
             caches.live_replicas(),

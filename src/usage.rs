@@ -89,7 +89,7 @@ impl UsageCounter {
         if rows.is_empty() {
             return;
         }
-        if let Err(e) = crate::store::pg::usage::add(pool, &rows).await {
+        if let Err(e) = add(pool, &rows).await {
             tracing::warn!(error = %e, counters = rows.len(), "usage counts lost: could not write them");
         }
     }
@@ -104,6 +104,44 @@ pub async fn flush_every(pool: PgPool, usage: Arc<UsageCounter>, every: Duration
         tick.tick().await;
         usage.flush(&pool).await;
     }
+}
+
+/// Adds counts to their hours, in one statement.
+async fn add(pool: &PgPool, rows: &[(UsageKey, u64)]) -> Result<(), sqlx::Error> {
+    let mut hour = Vec::with_capacity(rows.len());
+    let mut credential = Vec::with_capacity(rows.len());
+    let mut kind = Vec::with_capacity(rows.len());
+    let mut tool = Vec::with_capacity(rows.len());
+    let mut libraries = Vec::with_capacity(rows.len());
+    let mut outcome = Vec::with_capacity(rows.len());
+    let mut calls = Vec::with_capacity(rows.len());
+    for (k, n) in rows {
+        hour.push(k.hour as f64);
+        credential.push(k.credential.to_string());
+        kind.push(k.kind);
+        tool.push(k.tool);
+        libraries.push(k.libraries);
+        outcome.push(k.outcome);
+        calls.push(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    sqlx::query(
+        "INSERT INTO usage_hourly (hour, credential, kind, tool, libraries, outcome, calls)
+         SELECT to_timestamp(h), c, k, t, l, o, n
+           FROM unnest($1::float8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int8[])
+                AS u(h, c, k, t, l, o, n)
+         ON CONFLICT (hour, kind, credential, tool, libraries, outcome)
+         DO UPDATE SET calls = usage_hourly.calls + excluded.calls",
+    )
+    .bind(hour)
+    .bind(credential)
+    .bind(kind)
+    .bind(tool)
+    .bind(libraries)
+    .bind(outcome)
+    .bind(calls)
+    .execute(pool)
+    .await
+    .map(|_| ())
 }
 
 #[cfg(test)]

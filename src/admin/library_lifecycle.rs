@@ -11,9 +11,8 @@ use axum::{
 };
 use maud::{html, Markup};
 
-use super::libraries::urlencode;
 use super::session::{Person, PersonForm, Session, Staff, StaffForm};
-use super::view;
+use super::view::{self, urlencode};
 use super::{actor, AdminError, FormData};
 use crate::error::ApiError;
 use crate::service::libraries::{self, Authority, LibraryError};

@@ -9,13 +9,14 @@
 //! and NOTIFY triggers) as the REST API and the CLI, then waits on the
 //! cross-replica fence, so it applies on the next MCP request everywhere.
 
+mod frame;
 mod libraries;
 mod library_lifecycle;
+mod my_libraries;
 mod pages;
 mod search;
 pub mod session;
 mod teams;
-pub mod throttle;
 mod tokens;
 mod tools;
 mod usage;

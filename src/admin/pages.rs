@@ -16,23 +16,20 @@ use crate::store::pg::{admin as store, keys};
 
 /// GET /admin/: store health (the `get_health` probe) and counts.
 pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
-    let (pg, graph) =
-        crate::service::health::probe_stores(&state.pg, &state.graph, crate::api::health::PROBE_TIMEOUT).await;
+    let health = crate::service::health::check(&state.pg, &state.graph).await;
+    let (pg, graph) = (&health.postgres, &health.graph);
     let counts = store::counts(&state.pg).await.unwrap_or_default();
-    let libraries = match &graph {
+    let libraries = match graph {
         Ok(()) => state.graph.admin().library_count().await.ok(),
         Err(_) => None,
     };
-    let status = match (&pg, &graph) {
-        (Ok(()), Ok(())) => "ok",
-        (Err(_), Err(_)) => "error",
-        _ => "degraded",
-    };
+    // The one verdict (`get_health`'s): either store down is `error`.
+    let status = health.verdict().as_str();
     let body = html! {
         section.card {
             h2 { "Store health: " (view::badge(status == "ok", status, status)) }
-            p { "PostgreSQL: " @match &pg { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
-            p { "Graph (" (state.settings.graph_flavor) "): " @match &graph { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
+            p { "PostgreSQL: " @match pg { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
+            p { "Graph (" (state.settings.graph_flavor) "): " @match graph { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
         }
         div.grid {
             a.stat href="/admin/libraries" { b { (libraries.map(|n| n.to_string()).unwrap_or_else(|| "?".into())) } "libraries" }
@@ -64,7 +61,7 @@ pub async fn keys(
                         td { (view::when(Some(k.created_at), "")) }
                         td { (view::when(k.retired_at, "—")) }
                         td { @if k.retired_at.is_none() {
-                            a href={ "/admin/keys/retire?kid=" (super::libraries::urlencode(&k.kid)) } { "Retire…" }
+                            a href={ "/admin/keys/retire?kid=" (view::urlencode(&k.kid)) } { "Retire…" }
                         } }
                     }
                 }

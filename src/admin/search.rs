@@ -16,7 +16,7 @@ use super::view;
 use super::AdminError;
 use crate::auth::AuthError;
 use crate::state::AppState;
-use crate::store::graph::knowledge::{ScopedGraph, Search};
+use crate::store::graph::knowledge::{ScopedGraph, Search, MAX_QUERY_CHARS};
 use crate::store::pg::{teams, tokens};
 
 /// Results per search.
@@ -90,15 +90,15 @@ pub async fn search(
             v.narrow(&[library.to_owned()])
         }
     });
-    let too_long = text.chars().count() > 1000;
+    let too_long = text.chars().count() > MAX_QUERY_CHARS;
     let hits = match (&view, text.is_empty() || too_long) {
         (Some(v), false) => Some(v.search(&Search::keyword(text, LIMIT).mode(v.default_mode())).await?),
         _ => None,
     };
     let body = html! {
         form.card.stack method="get" action="/admin/search" {
-            label { "Search" input type="search" name="q" value=(text) maxlength="1000" placeholder="words to find"; }
-            @if too_long { p.error { "The query is at most 1000 characters." } }
+            label { "Search" input type="search" name="q" value=(text) maxlength=(MAX_QUERY_CHARS) placeholder="words to find"; }
+            @if too_long { p.error { "The query is at most " (MAX_QUERY_CHARS) " characters." } }
             div.row {
                 label { "Library"
                     select name="library" {

@@ -17,7 +17,7 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use super::{view, AdminError, FormData};
+use super::{frame, AdminError, FormData};
 use crate::auth::basic::{client_address, verify_password, Accept, BasicContext};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -305,7 +305,7 @@ fn login_page(
         .filter(|t| t.len() == 43 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
         .map(str::to_owned)
         .unwrap_or_else(random_token);
-    let mut resp = (status, view::login(username, &token, error)).into_response();
+    let mut resp = (status, frame::login(username, &token, error)).into_response();
     resp.headers_mut()
         .append(header::SET_COOKIE, names.set(names.login, &token, Some(3600)));
     resp

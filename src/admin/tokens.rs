@@ -8,7 +8,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::Utc;
 use maud::{html, Markup};
 
 use super::session::{Person, PersonForm, Session, Staff, StaffForm};
@@ -17,55 +17,6 @@ use super::{actor, AdminError};
 use crate::service::tokens::{self as service, TokenError};
 use crate::state::AppState;
 use crate::store::pg::{tokens, users};
-
-/// The picker's choices for `user_id`: libraries where the user is owner or
-/// manager (spec §4.1), with their names when the graph has them.
-async fn picker(state: &AppState, user_id: i64) -> Result<Vec<(String, String)>, AdminError> {
-    let uids = users::scopable_libraries(&state.pg, user_id).await?;
-    // Names are a convenience: the picker still works while the graph is down.
-    // Only the picker's own libraries are read, and nothing is counted.
-    let names: Option<HashMap<String, String>> = match state.graph.admin().library_names(&uids).await {
-        Ok(names) => Some(names),
-        Err(e) => {
-            tracing::warn!(error = ?e.to_string(), "admin console: library names unavailable");
-            None
-        }
-    };
-    Ok(uids
-        .into_iter()
-        .map(|u| {
-            let name = match &names {
-                Some(n) => n.get(&u).cloned().unwrap_or_else(|| "(not in the graph yet)".into()),
-                None => "(graph unavailable)".into(),
-            };
-            (u, name)
-        })
-        .collect())
-}
-
-/// `2027-01-31`, `2027-01-31T12:00` (a `datetime-local` field) or RFC 3339,
-/// read as UTC; empty = no expiry.
-pub fn parse_expiry(raw: &str) -> Result<Option<DateTime<Utc>>, FieldError> {
-    let raw = raw.trim();
-    if raw.is_empty() {
-        return Ok(None);
-    }
-    if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
-        return Ok(Some(t.with_timezone(&Utc)));
-    }
-    for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(raw, f) {
-            return Ok(Some(t.and_utc()));
-        }
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
-    }
-    Err(FieldError::new(
-        "expires_at",
-        "Expiry: a date (2027-01-31), a date and time in UTC (2027-01-31T12:00) or RFC 3339.",
-    ))
-}
 
 fn token_table(s: &Session, list: &[tokens::TokenInfo], revoke_path: &str, show_user: bool) -> Markup {
     html! {
@@ -197,7 +148,7 @@ pub async fn new_form(
     let Some(user) = users::by_username(&state.pg, chosen).await? else {
         return Err(AdminError::NotFound);
     };
-    let choices = picker(&state, user.id).await?;
+    let choices = service::picker(&state.pg, &state.graph, user.id).await?;
     let body = mint_form(
         &s,
         "/admin/tokens",
@@ -211,7 +162,7 @@ pub async fn new_form(
 
 /// What minting needs from a form, or the refused field.
 async fn mint(state: &AppState, by: &str, username: &str, form: &super::FormData) -> Result<(i64, String), FieldError> {
-    let expires_at = parse_expiry(form.get("expires_at"))?;
+    let expires_at = service::parse_expiry(form.get("expires_at")).map_err(|b| FieldError::new(&b.field, b.message))?;
     let libraries = form.all("library");
     service::mint_by(
         &state.pg,
@@ -266,7 +217,7 @@ pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm
             Ok(view::page(&s, "/admin/tokens", "Token created", None, body))
         }
         Err(err) => {
-            let choices = picker(&state, user.id).await?;
+            let choices = service::picker(&state.pg, &state.graph, user.id).await?;
             let body = mint_form(&s, "/admin/tokens", Some(&user.username), &choices, &form, &err);
             Ok((
                 StatusCode::BAD_REQUEST,
@@ -333,8 +284,8 @@ pub(super) async fn me_page(
     status: StatusCode,
 ) -> Result<Response, AdminError> {
     let list = tokens::list(&state.pg, Some(s.username())).await?;
-    let choices = picker(state, s.user.user_id).await?;
-    let members = super::libraries::my_libraries(state, s, form, err).await?;
+    let choices = service::picker(&state.pg, &state.graph, s.user.user_id).await?;
+    let members = super::my_libraries::section(state, s, form, err).await?;
     let body = html! {
         (token_table(s, &list, "/admin/me/tokens/revoke", false))
         h2 { "New token" }
@@ -364,20 +315,4 @@ pub async fn me_revoke(State(state): State<AppState>, PersonForm(s, form): Perso
         "token-revoked",
         &unconfirmed,
     )))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expiry_forms() {
-        assert_eq!(parse_expiry("").unwrap(), None);
-        let want = "2027-01-31T12:00:00Z".parse::<DateTime<Utc>>().unwrap();
-        assert_eq!(parse_expiry("2027-01-31T12:00").unwrap(), Some(want));
-        assert_eq!(parse_expiry("2027-01-31T12:00:00Z").unwrap(), Some(want));
-        assert_eq!(parse_expiry("2027-01-31T13:00:00+01:00").unwrap(), Some(want));
-        assert!(parse_expiry("2027-01-31").unwrap().is_some());
-        assert_eq!(parse_expiry("tomorrow").unwrap_err().field, "expires_at");
-    }
 }

@@ -155,13 +155,20 @@ pub async fn token_set(
         Ok(l) => l,
         Err(err) => return token_page(&state, &s, id, &err, StatusCode::BAD_REQUEST).await,
     };
-    let p = tool_grants::set_token_tools(&state.pg, &state.changes, &actor(s.username()), id, list.as_ref(), None)
-        .await
-        .map_err(|e| match e {
-            TokenError::NotFound(_) => AdminError::NotFound,
-            TokenError::Store(e) => e.into(),
-            other => ApiError::Internal(other.to_string()).into(),
-        })?;
+    let p = crate::service::tokens::set_token_tools(
+        &state.pg,
+        &state.changes,
+        &actor(s.username()),
+        id,
+        list.as_ref(),
+        None,
+    )
+    .await
+    .map_err(|e| match e {
+        TokenError::NotFound(_) => AdminError::NotFound,
+        TokenError::Store(e) => e.into(),
+        other => ApiError::Internal(other.to_string()).into(),
+    })?;
     tracing::info!(token = id, by = ?s.username(), "admin console: token tool permissions set");
     Ok(super::see_other(&view::done(
         "/admin/tokens",

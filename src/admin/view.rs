@@ -5,6 +5,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
+use super::frame::head;
 use super::session::Session;
 
 const NAV: &[(&str, &str)] = &[
@@ -18,17 +19,6 @@ const NAV: &[(&str, &str)] = &[
     ("/admin/usage", "Usage"),
     ("/admin/audit", "Audit"),
 ];
-
-fn head(title: &str) -> Markup {
-    html! {
-        head {
-            meta charset="utf-8";
-            meta name="viewport" content="width=device-width, initial-scale=1";
-            title { (title) " · Mnemosyne admin" }
-            link rel="stylesheet" href="/admin/static/admin.css";
-        }
-    }
-}
 
 /// A page of a signed-in user: navigation (staff), who is signed in, sign-out.
 pub fn page(s: &Session, current: &str, title: &str, notice: Option<&str>, body: Markup) -> Response {
@@ -78,36 +68,6 @@ pub fn bare(title: &str, text: &str) -> Html<String> {
                         h1 { (title) }
                         p { (text) }
                         p { a href="/admin/" { "Back to the console" } }
-                    }
-                }
-            }
-        }
-        .into_string(),
-    )
-}
-
-pub fn login(username: &str, csrf_token: &str, error: Option<&str>) -> Html<String> {
-    Html(
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head("Sign in"))
-                body {
-                    main.narrow {
-                        h1 { "Mnemosyne admin" }
-                        @if let Some(e) = error {
-                            p.error role="alert" { (e) }
-                        }
-                        form.stack method="post" action="/admin/login" {
-                            input type="hidden" name="csrf" value=(csrf_token);
-                            label { "Username"
-                                input type="text" name="username" value=(username) autocomplete="username" required autofocus;
-                            }
-                            label { "Password"
-                                input type="password" name="password" autocomplete="current-password" required;
-                            }
-                            button type="submit" { "Sign in" }
-                        }
                     }
                 }
             }
@@ -247,4 +207,9 @@ pub fn done(path: &str, key: &str, unconfirmed: &Option<String>) -> String {
         Some(_) => format!("{path}{sep}ok={key}&unconfirmed=1"),
         None => format!("{path}{sep}ok={key}"),
     }
+}
+
+/// A value as one URL query component.
+pub fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

@@ -5,11 +5,8 @@ use std::time::Duration;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Json, Router};
 use serde_json::json;
 
-use crate::service::health::probe_stores;
+use crate::service::health::{self, Verdict};
 use crate::state::AppState;
-
-/// How long readiness waits for each store.
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -25,11 +22,12 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
+/// Ready unless the health verdict is `error` (slow stores still serve).
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let (pg, graph) = probe_stores(&state.pg, &state.graph, PROBE_TIMEOUT).await;
+    let h = health::check(&state.pg, &state.graph).await;
     let mut failing = Vec::new();
     let mut checks = serde_json::Map::new();
-    for (name, r) in [("postgres", &pg), ("graph", &graph)] {
+    for (name, r) in [("postgres", &h.postgres), ("graph", &h.graph)] {
         match r {
             Ok(()) => {
                 checks.insert(name.into(), json!({"status": "ok"}));
@@ -40,7 +38,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             }
         }
     }
-    if failing.is_empty() {
+    if h.verdict() != Verdict::Error {
         (StatusCode::OK, Json(json!({"status": "ready", "checks": checks})))
     } else {
         (
@@ -73,9 +71,11 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         m.pg_acquire_seconds.set(started.elapsed().as_secs_f64());
         drop(conn);
     }
-    let (pg, graph) = probe_stores(&state.pg, &state.graph, Duration::from_millis(500)).await;
-    m.store_up.with_label_values(&["postgres"]).set(i64::from(pg.is_ok()));
-    m.store_up.with_label_values(&["graph"]).set(i64::from(graph.is_ok()));
+    let h = health::check(&state.pg, &state.graph).await;
+    m.store_up
+        .with_label_values(&["postgres"])
+        .set(i64::from(h.postgres.is_ok()));
+    m.store_up.with_label_values(&["graph"]).set(i64::from(h.graph.is_ok()));
     crate::metrics::handler(State(state.metrics.clone())).await
 }
 

@@ -18,10 +18,9 @@ use crate::error::{ApiError, ApiJson};
 use crate::ids::{LibraryUid, Uid, WorkspaceId};
 use crate::service::audit;
 use crate::service::ingest::{self, Document, DocumentIn, IngestError, Status};
-use crate::service::libraries::{self, Authority, LibraryError};
-use crate::service::{check_len, BadField};
+use crate::service::libraries::{self, Authority, LibraryError, NewLibrary};
+use crate::service::BadField;
 use crate::state::AppState;
-use crate::store::graph::analysis::{Language, LANGUAGES};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -219,40 +218,18 @@ async fn create_library(
     sa: ServiceAccount,
     ApiJson(body): ApiJson<LibraryBody>,
 ) -> Result<Response, ApiError> {
-    check_len("name", &body.name, 1, 200).map_err(bad)?;
-    let description = body.description.unwrap_or_default();
-    check_len("description", &description, 0, 2000).map_err(bad)?;
-    let language = match body.language.as_deref() {
-        None => Language::English,
-        Some(code) => Language::from_code(code).ok_or_else(|| {
-            let codes: Vec<&str> = LANGUAGES.iter().map(|(_, c)| *c).collect();
-            ApiError::bad_field("language", format!("language must be one of: {}", codes.join(", ")))
-        })?,
+    let new = NewLibrary {
+        uid: body.uid,
+        name: body.name,
+        description: body.description,
+        language: body.language,
     };
-    let uid = match body.uid {
-        Some(u) => LibraryUid::parse("uid", u).map_err(bad)?.into_string(),
-        None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
-    };
-    if !state
-        .graph
-        .admin()
-        .create_library(&uid, &body.name, &description, language)
-        .await?
-    {
-        return Err(ApiError::Conflict(format!("library {uid} already exists")));
-    }
-    tracing::info!(actor = ?sa.username, library = ?uid, "library created");
-    audit::after_commit(
-        &state.pg,
-        &sa.username,
-        "library_created",
-        &uid,
-        json!({"name": body.name, "language": language.code()}),
-    )
-    .await;
+    let out = libraries::create(&state.graph, &state.pg, &sa.username, new).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"uid": uid, "name": body.name, "description": description, "language": language.code()})),
+        Json(
+            json!({"uid": out.uid, "name": out.name, "description": out.description, "language": out.language.code()}),
+        ),
     )
         .into_response())
 }
@@ -263,7 +240,9 @@ impl From<LibraryError> for ApiError {
             LibraryError::BadField(f) => bad(f),
             LibraryError::NotFound(_) => ApiError::NotFound(e.to_string()),
             LibraryError::NotOwner(_) => ApiError::Forbidden(e.to_string()),
-            LibraryError::Workspace { .. } | LibraryError::Deleting(_) => ApiError::Conflict(e.to_string()),
+            LibraryError::Workspace { .. } | LibraryError::Deleting(_) | LibraryError::Exists(_) => {
+                ApiError::Conflict(e.to_string())
+            }
             LibraryError::Graph(g) => g.into(),
             LibraryError::Postgres(p) => p.into(),
             // Logged by the service; the DELETE is safe to retry.

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+pub use crate::ids::Scope;
+
 /// How the bearer was recognised (DESIGN §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PrincipalKind {
@@ -31,25 +33,56 @@ impl fmt::Display for PrincipalKind {
 }
 
 /// The caller of one request: who, and the ordered, de-duplicated list of Library
-/// uids it may read. Empty means nothing (fail-closed).
+/// uids it may read. Empty means nothing (fail-closed). Built only by the
+/// auth layer (the resolver; `for_tests` for tests and benches): outside
+/// `auth` its fields are read-only.
 #[derive(Clone, Debug)]
 pub struct Principal {
-    pub kind: PrincipalKind,
+    pub(in crate::auth) kind: PrincipalKind,
     /// `token:<id>`, the per-turn `sub`, or `team:<uuid>`.
-    pub subject: String,
+    pub(in crate::auth) subject: String,
     /// The exact credential: `token:<id>`, `jti:<jti>` (per-turn) or
     /// `team:<uuid>:<jti>`. Sessions belong to it (many per-turn JWTs share
     /// one `sub`; a rotated team JWT is another credential).
-    pub credential: Arc<str>,
-    pub libraries: Scope,
+    pub(in crate::auth) credential: Arc<str>,
+    pub(in crate::auth) libraries: Scope,
     /// The MCP tools this credential may see and call (issue 24).
-    pub tools: ToolGrant,
+    pub(in crate::auth) tools: ToolGrant,
     /// Its own deployment-wide request rate a minute, instead of the
     /// configured one (0 = no limit); `None` = the configured one.
-    pub rate_limit_per_minute: Option<u32>,
+    pub(in crate::auth) rate_limit_per_minute: Option<u32>,
 }
 
 impl Principal {
+    pub fn kind(&self) -> PrincipalKind {
+        self.kind
+    }
+
+    /// `token:<id>`, the per-turn `sub`, or `team:<uuid>`.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The exact credential its sessions belong to.
+    pub fn credential(&self) -> &Arc<str> {
+        &self.credential
+    }
+
+    /// Its resolved libraries, in order.
+    pub fn libraries(&self) -> &Scope {
+        &self.libraries
+    }
+
+    /// The MCP tools it may see and call.
+    pub fn tools(&self) -> &ToolGrant {
+        &self.tools
+    }
+
+    /// Its own request rate a minute, if it has one.
+    pub fn rate_limit_per_minute(&self) -> Option<u32> {
+        self.rate_limit_per_minute
+    }
+
     /// An opaque-token principal reading `libraries`, for tests and benches
     /// only: production principals come from the auth layer.
     #[doc(hidden)]
@@ -62,6 +95,13 @@ impl Principal {
             tools: ToolGrant::Every,
             rate_limit_per_minute: None,
         }
+    }
+}
+
+/// A principal reads its resolved libraries: what store views are made from.
+impl AsRef<Scope> for Principal {
+    fn as_ref(&self) -> &Scope {
+        &self.libraries
     }
 }
 
@@ -97,72 +137,9 @@ impl ToolGrant {
     }
 }
 
-/// `resolved_libraries` as a type: the knowledge reads live on a `ScopedGraph`
-/// made from a `Principal`'s scope, so none can be written without one. Only
-/// this crate (the auth layer, the admin handle) builds a non-empty one;
-/// tests and benches use `for_tests`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Scope(Arc<[String]>);
-
-impl Scope {
-    /// Keeps the first occurrence of each uid, in order (DESIGN §3).
-    pub(crate) fn new<I: IntoIterator<Item = String>>(uids: I) -> Self {
-        let mut seen = std::collections::HashSet::new();
-        let v: Vec<String> = uids.into_iter().filter(|u| seen.insert(u.clone())).collect();
-        Scope(v.into())
-    }
-
-    /// `new`, for tests and benches only: production scopes come from the
-    /// auth layer.
-    #[doc(hidden)]
-    pub fn for_tests<I: IntoIterator<Item = S>, S: Into<String>>(uids: I) -> Self {
-        Scope::new(uids.into_iter().map(Into::into))
-    }
-
-    pub fn uids(&self) -> &[String] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn contains(&self, uid: &str) -> bool {
-        self.0.iter().any(|u| u == uid)
-    }
-
-    /// Position of a library in the resolved order (search tie-break).
-    pub fn position(&self, uid: &str) -> Option<usize> {
-        self.0.iter().position(|u| u == uid)
-    }
-
-    /// Narrows to `only` (never widens): the uids of `self` that `only` names,
-    /// in `self`'s order.
-    pub fn narrow(&self, only: &[String]) -> Scope {
-        Scope(
-            self.0
-                .iter()
-                .filter(|u| only.contains(u))
-                .cloned()
-                .collect::<Vec<_>>()
-                .into(),
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scope_dedups_keeping_first_occurrence() {
-        let s = Scope::new(["b", "a", "b", "c", "a"].map(String::from));
-        assert_eq!(s.uids(), ["b", "a", "c"]);
-    }
 
     #[test]
     fn a_tool_grant_allows_only_what_it_names() {
@@ -173,12 +150,5 @@ mod tests {
         assert!(!only.allows("Search"));
         assert!(!ToolGrant::from_stored(Some(&[])).allows("search"));
         assert_eq!(ToolGrant::from_stored(None), ToolGrant::Every);
-    }
-
-    #[test]
-    fn narrow_never_widens_and_keeps_order() {
-        let s = Scope::new(["b", "a", "c"].map(String::from));
-        let n = s.narrow(&["c".into(), "zzz".into(), "b".into()]);
-        assert_eq!(n.uids(), ["b", "c"]);
     }
 }

@@ -767,7 +767,7 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
             let names = list.as_ref().map(ToolAllowlist::names);
             // The CLI has no caches to fence: the NOTIFY is what applies.
             let changes = AuthChanges::new(pool.clone(), None);
-            let _ = tool_grants::set_token_tools(pool, &changes, CLI_ACTOR, id, list.as_ref(), None).await?;
+            let _ = crate::service::tokens::set_token_tools(pool, &changes, CLI_ACTOR, id, list.as_ref(), None).await?;
             emit(json, serde_json::json!({"id": id, "tools": tools_json(names)}), || {
                 println!("token {id} may use: {}", tools_human(names))
             });

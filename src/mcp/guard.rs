@@ -21,8 +21,9 @@ use crate::auth::failure::{closing, AuthError};
 use crate::auth::resolver::RequestContext;
 use crate::auth::{Authenticator, Principal};
 use crate::config::Settings;
+use crate::error::ApiError;
 use crate::limits::RateLimits;
-use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, OPENER};
+use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, SessionLimits, OPENER};
 use crate::metrics::Metrics;
 
 /// What the guard needs: one per replica, shared by every `/mcp` request.
@@ -51,7 +52,7 @@ impl Guard {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase()),
         );
         Guard {
-            sessions: Arc::new(OwnedSessions::new(settings.session_limits())),
+            sessions: Arc::new(OwnedSessions::new(SessionLimits::from_settings(&settings))),
             // Deployment-wide rates, shared among the replicas the auth
             // heartbeat counts.
             limits: Arc::new(RateLimits::shared(
@@ -115,14 +116,9 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// 403 in the error table's shape (`ApiError` closes the connection too).
 fn forbidden(msg: &str) -> Response {
-    closing(
-        (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": "forbidden", "message": msg})),
-        )
-            .into_response(),
-    )
+    ApiError::Forbidden(msg.to_owned()).into_response()
 }
 
 /// The one answer for a session that does not exist or belongs to another
@@ -195,8 +191,13 @@ async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Du
                 .map(|v| v.as_str())
                 .collect::<Vec<_>>(),
         }}}),
-        None => json!({"error": "bad_request", "field": "MCP-Protocol-Version",
-                       "message": "MCP-Protocol-Version must be a protocol revision such as 2025-11-25"}),
+        None => {
+            return ApiError::bad_field(
+                "MCP-Protocol-Version",
+                "MCP-Protocol-Version must be a protocol revision such as 2025-11-25",
+            )
+            .into_response()
+        }
     };
     closing((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
@@ -221,15 +222,11 @@ fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
         Refusal::CredentialCap => "This credential has too many open MCP sessions; close one (DELETE) or wait.",
         Refusal::GlobalCap => "This server has too many open MCP sessions; try again later.",
     };
-    let mut r = (
-        StatusCode::TOO_MANY_REQUESTS,
-        Json(json!({"error": "rate_limited", "message": message})),
-    )
-        .into_response();
-    if let Ok(v) = http::HeaderValue::from_str(&retry_after_secs.to_string()) {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
+    ApiError::RateLimited {
+        retry_after_secs,
+        message: message.to_owned(),
     }
-    closing(r)
+    .into_response()
 }
 
 /// The JSON-RPC id and tool of a `tools/call` body (unknown tools are
@@ -427,15 +424,15 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     };
     if let Err(l) = state
         .limits
-        .request(&principal.subject, principal.rate_limit_per_minute)
+        .request(principal.subject(), principal.rate_limit_per_minute())
     {
         state
             .metrics
             .rate_limited
-            .with_label_values(&[principal.kind.as_str(), "-"])
+            .with_label_values(&[principal.kind().as_str(), "-"])
             .inc();
         return refuse(
-            crate::error::ApiError::RateLimited {
+            ApiError::RateLimited {
                 retry_after_secs: l.retry_after_secs(),
                 message: "Too many requests for this credential; retry later.".into(),
             }
@@ -450,36 +447,35 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         let read = tokio::time::timeout(body_deadline, axum::body::to_bytes(body, limit)).await;
         let bytes = match read {
             Ok(Ok(b)) => b,
-            Ok(Err(_)) => return refuse(crate::error::ApiError::PayloadTooLarge.into_response()).await,
+            Ok(Err(_)) => return refuse(ApiError::PayloadTooLarge.into_response()).await,
             Err(_) => {
-                return refuse(
-                    crate::error::ApiError::bad_field("body", "the request body did not arrive in time")
-                        .into_response(),
-                )
-                .await
+                return refuse(ApiError::bad_field("body", "the request body did not arrive in time").into_response())
+                    .await
             }
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
-            if let Err(l) = state.limits.tool_call(&principal.subject, tool) {
+            if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
                 let m = &state.metrics;
-                m.rate_limited.with_label_values(&[principal.kind.as_str(), tool]).inc();
+                m.rate_limited
+                    .with_label_values(&[principal.kind().as_str(), tool])
+                    .inc();
                 m.tool_calls.with_label_values(&[tool, "refused"]).inc();
                 let p = &principal;
                 m.usage
-                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
+                    .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
                 return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
             }
             // A credential with an allowlist has its unknown tools refused
             // (and counted) by the server, as any tool it may not use.
-            if tool == "other" && principal.tools.is_every() {
+            if tool == "other" && principal.tools().is_every() {
                 // rmcp answers it with a JSON-RPC error: no tool of ours ran.
                 let m = &state.metrics;
                 m.tool_calls.with_label_values(&["other", "protocol_error"]).inc();
                 let p = &principal;
                 m.usage.record(
-                    p.kind.as_str(),
-                    &p.subject,
-                    p.libraries.len(),
+                    p.kind().as_str(),
+                    p.subject(),
+                    p.libraries().len(),
                     "other",
                     "protocol_error",
                 );
@@ -488,7 +484,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         req = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
     let is_delete = req.method() == http::Method::DELETE;
-    let credential = principal.credential.clone();
+    let credential = principal.credential().clone();
     req.extensions_mut().insert::<Principal>(principal);
     if session.is_some() {
         let mut resp = next.run(req).await;
@@ -506,7 +502,10 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             // Nothing was served: the turn may retry with the same token.
             let _ = state.auth.release(p).await;
         }
-        return too_many_sessions(refusal, state.settings.session_limits().idle.as_secs().min(60));
+        return too_many_sessions(
+            refusal,
+            SessionLimits::from_settings(&state.settings).idle.as_secs().min(60),
+        );
     }
     if let (Some(p), Some(new_sid)) = (pending, header_str(resp.headers(), SESSION_HEADER)) {
         let new_sid = new_sid.to_owned();

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use axum::{middleware, Router};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::state::AppState;
-
-pub use server::KnowledgeServer;
+pub use guard::Guard;
+pub use server::{KnowledgeServer, ToolState};
 
 /// The tools this server has (metric labels and rate-limit buckets use only
 /// these names; anything else is `other`).
@@ -27,25 +26,62 @@ pub const TOOLS: [&str; 6] = [
     "get_health",
 ];
 
-pub fn routes(state: AppState) -> Router<AppState> {
+/// `/mcp`: the tools behind the guard. It gets the tools' narrow state and the
+/// guard, never the application state (which holds the admin handle).
+pub fn routes<S: Clone + Send + Sync + 'static>(tools: ToolState, guard: Arc<Guard>) -> Router<S> {
     // Host and Origin are checked by our layer first (so a foreign Origin is 403
     // before any auth work); rmcp checks them again.
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(state.mcp.allowed_hosts.iter().cloned())
-        .with_allowed_origins(state.mcp.allowed_origins.iter().cloned())
+        .with_allowed_hosts(guard.allowed_hosts.iter().cloned())
+        .with_allowed_origins(guard.allowed_origins.iter().cloned())
         .enforce_origin_validation()
         // Stateless (2026-07-28) answers as plain JSON unless a tool streams
         // progress first: less framing per request than SSE.
         .with_json_response(true)
-        .with_max_request_body_bytes(state.settings.body_limit_bytes);
+        .with_max_request_body_bytes(guard.settings.body_limit_bytes);
     let router = Arc::new(KnowledgeServer::router());
-    let tools = server::ToolState::new(&state);
     let service = StreamableHttpService::new(
         move || Ok(KnowledgeServer::new(tools.clone(), router.clone())),
-        state.mcp.sessions.clone(),
+        guard.sessions.clone(),
         config,
     );
     Router::new()
         .route_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(state.mcp.clone(), guard::guard))
+        .layer(middleware::from_fn_with_state(guard, guard::guard))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool's name is written in three places (its file and `#[tool]` fn,
+    /// `TOOLS` — metric labels and rate-limit buckets — and the label its call
+    /// is counted under): they must agree, and the router must serve exactly
+    /// `TOOLS`.
+    #[test]
+    fn each_tool_has_one_name_for_its_file_fn_router_entry_and_metric_label() {
+        let mut served: Vec<String> = KnowledgeServer::router()
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        served.sort();
+        let mut names = TOOLS.to_vec();
+        names.sort();
+        assert_eq!(served, names, "the router's tools are TOOLS");
+        for name in TOOLS {
+            let path = format!("{}/src/mcp/tools/{name}.rs", env!("CARGO_MANIFEST_DIR"));
+            let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert!(
+                src.contains(&format!("async fn {name}(")),
+                "{path}: its #[tool] fn is {name}"
+            );
+            let runs: Vec<&str> = src.match_indices("self.run(").map(|(i, _)| &src[i..]).collect();
+            assert_eq!(runs.len(), 1, "{path}: one counted call");
+            assert!(
+                runs[0].starts_with(&format!("self.run(&ctx, &parts, \"{name}\",")),
+                "{path}: counted under the label {name}"
+            );
+        }
+    }
 }

@@ -23,7 +23,6 @@ use super::tools::{into_result, Reply, ToolError};
 use crate::auth::{Principal, ToolGrant};
 use crate::metrics::Metrics;
 use crate::service::health::Probes;
-use crate::state::AppState;
 use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 
 /// What the tools reach: scoped views of the graph, the store probes, the
@@ -37,12 +36,14 @@ pub struct ToolState {
 }
 
 impl ToolState {
-    pub fn new(state: &AppState) -> Self {
+    /// Built by `startup` from the application's handles (`mcp` sits above
+    /// the stores and below the application state).
+    pub fn new(knowledge: KnowledgeGraph, probes: Probes, metrics: Metrics, deadline: Duration) -> Self {
         ToolState {
-            knowledge: state.graph.knowledge(),
-            probes: Probes::new(&state.pg, &state.graph),
-            metrics: state.metrics.clone(),
-            deadline: Duration::from_millis(state.settings.tool_deadline_ms),
+            knowledge,
+            probes,
+            metrics,
+            deadline,
         }
     }
 }
@@ -126,14 +127,14 @@ impl KnowledgeServer {
         let principal = parts.extensions.get::<Principal>();
         if let (Some(p), Some(t)) = (principal, crate::mcp::TOOLS.iter().find(|t| **t == tool)) {
             m.usage
-                .record(p.kind.as_str(), &p.subject, p.libraries.len(), t, outcome);
+                .record(p.kind().as_str(), p.subject(), p.libraries().len(), t, outcome);
         }
         let request_id = parts.extensions.get::<crate::telemetry::RequestId>();
         tracing::info!(
             request_id = request_id.map_or("-", |r| &*r.0),
             tool,
-            principal = principal.map_or("none", |p| p.kind.as_str()),
-            libraries = principal.map_or(0, |p| p.libraries.len()),
+            principal = principal.map_or("none", |p| p.kind().as_str()),
+            libraries = principal.map_or(0, |p| p.libraries().len()),
             outcome,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "tool call"
@@ -148,7 +149,7 @@ fn grant_of(ctx: &RequestContext<RoleServer>) -> ToolGrant {
     ctx.extensions
         .get::<Parts>()
         .and_then(|p| p.extensions.get::<Principal>())
-        .map_or_else(|| ToolGrant::Only(Arc::from([])), |p| p.tools.clone())
+        .map_or_else(|| ToolGrant::Only(Arc::from([])), |p| p.tools().clone())
 }
 
 /// The JSON-RPC error for a tool the credential may not use (issue 24): the
@@ -212,11 +213,11 @@ impl ServerHandler for KnowledgeServer {
             if let Some(p) = principal {
                 let m = &self.state.metrics;
                 m.usage
-                    .record(p.kind.as_str(), &p.subject, p.libraries.len(), tool, "refused");
+                    .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
             }
             tracing::info!(
                 tool,
-                principal = principal.map_or("none", |p| p.kind.as_str()),
+                principal = principal.map_or("none", |p| p.kind().as_str()),
                 outcome = "refused",
                 "tool call not available to this credential"
             );

@@ -37,6 +37,17 @@ pub struct SessionLimits {
     pub idle: Duration,
 }
 
+impl SessionLimits {
+    /// The configured limits of legacy MCP sessions.
+    pub fn from_settings(settings: &crate::config::Settings) -> Self {
+        SessionLimits {
+            per_credential: settings.sessions_per_credential,
+            global: settings.sessions_max,
+            idle: Duration::from_secs(settings.session_idle_secs.max(1)),
+        }
+    }
+}
+
 /// Why a session was not opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {

@@ -10,20 +10,81 @@ use sqlx::PgPool;
 use crate::store::graph::knowledge::KnowledgeGraph;
 use crate::store::graph::GraphStore;
 
-/// Each store's state: `Ok(())` or a short reason ("unreachable", "timed
-/// out"); the cause is logged, never returned. Probed concurrently.
-pub async fn probe_stores(
-    pg: &PgPool,
-    graph: &GraphStore,
-    timeout: Duration,
-) -> (Result<(), String>, Result<(), String>) {
-    probe(pg, &graph.knowledge(), timeout).await
+/// The one probe timeout: how long each store may take before health says
+/// so (`get_health` must answer within about a second, spec §2).
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+/// Slower than this (both probes together) is `degraded`.
+const DEGRADED_AFTER: Duration = Duration::from_millis(300);
+
+/// The one health verdict (Pallas spec §2), read by `/readyz`, `get_health`,
+/// the console's overview and `/metrics`. Either store down is `error`: this
+/// server cannot answer a request without both (Postgres resolves every
+/// bearer, the graph holds every answer), which is the spec's "cannot
+/// process requests"; stores that answer slowly are `degraded`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Degraded,
+    Error,
 }
 
-/// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store down),
-/// with a message when not ok, and a timestamp.
-pub async fn report(pg: &PgPool, graph: &GraphStore) -> Value {
-    report_of(pg, &graph.knowledge()).await
+impl Verdict {
+    /// From each store's state and how long the probe took.
+    pub fn of(postgres: &Result<(), String>, graph: &Result<(), String>, elapsed: Duration) -> Self {
+        if postgres.is_err() || graph.is_err() {
+            Verdict::Error
+        } else if elapsed > DEGRADED_AFTER {
+            Verdict::Degraded
+        } else {
+            Verdict::Ok
+        }
+    }
+
+    /// The spec's word: `ok`, `degraded`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Degraded => "degraded",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+/// One probe of both stores: each store's state, `Ok(())` or a short reason
+/// ("unreachable", "timed out"; the cause is logged, never returned), and
+/// how long the two probes (run concurrently) took.
+#[derive(Clone, Debug)]
+pub struct Health {
+    pub postgres: Result<(), String>,
+    pub graph: Result<(), String>,
+    pub elapsed: Duration,
+}
+
+impl Health {
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.postgres, &self.graph, self.elapsed)
+    }
+
+    /// The spec's `message`: what is down, or how slow; None when `ok`.
+    pub fn message(&self) -> Option<String> {
+        let mut down = Vec::new();
+        if let Err(e) = &self.postgres {
+            down.push(format!("PostgreSQL unreachable ({e})"));
+        }
+        if let Err(e) = &self.graph {
+            down.push(format!("graph store unreachable ({e})"));
+        }
+        match self.verdict() {
+            Verdict::Error => Some(down.join("; ")),
+            Verdict::Degraded => Some(format!("stores slow to answer ({} ms)", self.elapsed.as_millis())),
+            Verdict::Ok => None,
+        }
+    }
+}
+
+/// Probes both stores (`PROBE_TIMEOUT` each, concurrently).
+pub async fn check(pg: &PgPool, graph: &GraphStore) -> Health {
+    probe(pg, &graph.knowledge()).await
 }
 
 /// The stores as far as health needs them, a ping each: what the MCP
@@ -45,11 +106,22 @@ impl Probes {
     /// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store
     /// down), with a message when not ok, and a timestamp.
     pub async fn report(&self) -> Value {
-        report_of(&self.pg, &self.graph).await
+        let health = probe(&self.pg, &self.graph).await;
+        let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
+        if let Some(m) = health.message() {
+            report["message"] = m.into();
+        }
+        // Information, never a reason for `degraded`: the search modes, and
+        // the chunks still waiting for a vector (keyword-searchable already).
+        report["search"] = search_info(&self.graph);
+        report
     }
 }
 
-async fn probe(pg: &PgPool, graph: &KnowledgeGraph, timeout: Duration) -> (Result<(), String>, Result<(), String>) {
+async fn probe(pg: &PgPool, graph: &KnowledgeGraph) -> Health {
+    let timeout = PROBE_TIMEOUT;
+    let started = Instant::now();
     let pg = async {
         match tokio::time::timeout(timeout, crate::store::pg::ping(pg)).await {
             Ok(Ok(())) => Ok(()),
@@ -70,42 +142,16 @@ async fn probe(pg: &PgPool, graph: &KnowledgeGraph, timeout: Duration) -> (Resul
             Err(_) => Err("timed out".to_owned()),
         }
     };
-    tokio::join!(pg, graph)
+    let (postgres, graph) = tokio::join!(pg, graph);
+    Health {
+        postgres,
+        graph,
+        elapsed: started.elapsed(),
+    }
 }
 
 fn short(s: &str) -> String {
     s.chars().take(200).collect()
-}
-
-/// How long each store may take before the report says so.
-const REPORT_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
-/// Slower than this (both probes together) is `degraded`.
-const DEGRADED_AFTER: Duration = Duration::from_millis(300);
-
-async fn report_of(pg: &PgPool, knowledge: &KnowledgeGraph) -> Value {
-    let started = Instant::now();
-    let (pg, graph) = probe(pg, knowledge, REPORT_PROBE_TIMEOUT).await;
-    let elapsed = started.elapsed();
-    let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
-    let mut down = Vec::new();
-    if let Err(e) = &pg {
-        down.push(format!("PostgreSQL unreachable ({e})"));
-    }
-    if let Err(e) = &graph {
-        down.push(format!("graph store unreachable ({e})"));
-    }
-    let mut report = if !down.is_empty() {
-        json!({"status": "error", "timestamp": timestamp, "message": down.join("; ")})
-    } else if elapsed > DEGRADED_AFTER {
-        json!({"status": "degraded", "timestamp": timestamp,
-               "message": format!("stores slow to answer ({} ms)", elapsed.as_millis())})
-    } else {
-        json!({"status": "ok", "timestamp": timestamp})
-    };
-    // Information, never a reason for `degraded`: the search modes, and the
-    // chunks still waiting for a vector (keyword-searchable already).
-    report["search"] = search_info(knowledge);
-    report
 }
 
 /// `{"modes": [...], "embedding_model"?, "embedding_backlog"?}`.
@@ -117,5 +163,67 @@ pub fn search_info(graph: &KnowledgeGraph) -> Value {
             "embedding_backlog": s.status().backlog.get(),
         }),
         None => json!({"modes": ["keyword"]}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_verdict_for_each_state_of_the_two_stores() {
+        let ok = || Ok(());
+        let down = || Err("unreachable".to_owned());
+        let slow = || Err("timed out".to_owned());
+        let fast = Duration::from_millis(5);
+        let late = DEGRADED_AFTER + Duration::from_millis(1);
+        #[rustfmt::skip]
+        let table = [
+            // postgres, graph, elapsed → verdict
+            (ok(),   ok(),   fast, Verdict::Ok),
+            (ok(),   ok(),   late, Verdict::Degraded),
+            (down(), ok(),   fast, Verdict::Error),
+            (ok(),   down(), fast, Verdict::Error),
+            (down(), down(), fast, Verdict::Error),
+            (slow(), ok(),   late, Verdict::Error),
+            (ok(),   slow(), late, Verdict::Error),
+        ];
+        for (pg, graph, elapsed, want) in table {
+            assert_eq!(Verdict::of(&pg, &graph, elapsed), want, "{pg:?} {graph:?} {elapsed:?}");
+        }
+        let h = Health {
+            postgres: ok(),
+            graph: down(),
+            elapsed: fast,
+        };
+        assert_eq!(h.message().as_deref(), Some("graph store unreachable (unreachable)"));
+        let h = Health {
+            postgres: slow(),
+            graph: down(),
+            elapsed: late,
+        };
+        assert_eq!(
+            h.message().as_deref(),
+            Some("PostgreSQL unreachable (timed out); graph store unreachable (unreachable)")
+        );
+        let h = Health {
+            postgres: ok(),
+            graph: ok(),
+            elapsed: Duration::from_millis(450),
+        };
+        assert_eq!(h.message().as_deref(), Some("stores slow to answer (450 ms)"));
+        assert_eq!(
+            Health {
+                postgres: ok(),
+                graph: ok(),
+                elapsed: fast
+            }
+            .message(),
+            None
+        );
+        assert_eq!(
+            [Verdict::Ok, Verdict::Degraded, Verdict::Error].map(Verdict::as_str),
+            ["ok", "degraded", "error"]
+        );
     }
 }

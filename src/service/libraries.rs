@@ -1,5 +1,5 @@
 //! Library lifecycle: deleting a workspace's Library (DESIGN §6), and
-//! renaming or deleting a user-managed one (spec §4.1: its owner, or an
+//! creating, renaming or deleting a user-managed one (spec §4.1: its owner, or an
 //! operator), each delete together with every grant on the library. A
 //! workspace's library uid is derived from its id, and a user-managed uid can
 //! be chosen again, so a library deleted and later re-created gets the same
@@ -10,10 +10,11 @@
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::{check_len, BadField, Propagation};
+use super::{audit, check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::ids::{LibraryUid, WorkspaceId};
 use crate::store::graph::admin::LibraryDetail;
+use crate::store::graph::analysis::{Language, LANGUAGES};
 use crate::store::graph::ingest::workspace_library_uid;
 use crate::store::graph::{GraphError, GraphStore};
 use crate::store::pg::users::{self, Role};
@@ -178,6 +179,9 @@ pub enum LibraryError {
     NotOwner(String),
     #[error("library {0} is being deleted: delete it again to finish")]
     Deleting(String),
+    /// A create naming a uid that is taken.
+    #[error("library {0} already exists")]
+    Exists(String),
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error(transparent)]
@@ -215,6 +219,75 @@ async fn user_managed(graph: &GraphStore, uid: &str) -> Result<Option<LibraryDet
         }),
         other => Ok(other),
     }
+}
+
+/// A user-managed library to create (`POST /library/api/libraries/`,
+/// DESIGN §6), as the caller sent it.
+#[derive(Debug, Clone, Default)]
+pub struct NewLibrary {
+    /// Chosen by the caller, or `lib_<uuid>`.
+    pub uid: Option<String>,
+    pub name: String,
+    pub description: Option<String>,
+    /// ISO 639-1 code of the language its text is analyzed in (default `en`).
+    pub language: Option<String>,
+}
+
+/// What a create did.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub uid: String,
+    pub name: String,
+    pub description: String,
+    pub language: Language,
+}
+
+/// Longest library name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+/// Longest library description, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 2000;
+
+/// Creates a user-managed library (not tied to a workspace), audited
+/// `library_created` right after the graph commits. Fields are checked in
+/// order (name, description, language, uid) before any store call; a taken
+/// uid is `LibraryError::Exists`.
+pub async fn create(graph: &GraphStore, pg: &PgPool, actor: &str, new: NewLibrary) -> Result<Created, LibraryError> {
+    check_len("name", &new.name, 1, MAX_NAME_CHARS)?;
+    let description = new.description.unwrap_or_default();
+    check_len("description", &description, 0, MAX_DESCRIPTION_CHARS)?;
+    let language = match new.language.as_deref() {
+        None => Language::English,
+        Some(code) => Language::from_code(code).ok_or_else(|| {
+            let codes: Vec<&str> = LANGUAGES.iter().map(|(_, c)| *c).collect();
+            super::bad("language", format!("language must be one of: {}", codes.join(", ")))
+        })?,
+    };
+    let uid = match new.uid {
+        Some(u) => LibraryUid::parse("uid", u).map_err(BadField::from)?.into_string(),
+        None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
+    };
+    if !graph
+        .admin()
+        .create_library(&uid, &new.name, &description, language)
+        .await?
+    {
+        return Err(LibraryError::Exists(uid));
+    }
+    tracing::info!(actor = ?actor, library = ?uid, "library created");
+    audit::after_commit(
+        pg,
+        actor,
+        "library_created",
+        &uid,
+        json!({"name": new.name, "language": language.code()}),
+    )
+    .await;
+    Ok(Created {
+        uid,
+        name: new.name,
+        description,
+        language,
+    })
 }
 
 /// What a rename did.

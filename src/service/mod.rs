@@ -34,6 +34,17 @@ impl From<InvalidId> for BadField {
     }
 }
 
+/// A bad field is a REST 400 naming it (here, not in `error`: the error
+/// table sits below the workflows).
+impl From<BadField> for crate::error::ApiError {
+    fn from(e: BadField) -> Self {
+        crate::error::ApiError::BadRequest {
+            field: Some(e.field),
+            message: e.message,
+        }
+    }
+}
+
 pub(crate) fn bad(field: &str, message: impl Into<String>) -> BadField {
     BadField {
         field: field.to_owned(),

@@ -2,15 +2,18 @@
 //! revocation. Used by the CLI, the demo, the admin console and the tests.
 
 use base64::Engine;
-use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use rand::RngCore;
 use sqlx::PgPool;
 
-use super::tool_grants::ToolAllowlist;
+use super::tool_grants::{stored, ToolAllowlist};
 use super::{check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::auth::resolver::token_hash;
 use crate::ids::LibraryUid;
+use crate::store::graph::GraphStore;
 use crate::store::pg::{self, tokens, users};
 
 /// The most libraries one token may name (a form or a command line with
@@ -190,6 +193,82 @@ pub async fn revoke_by(
     Ok(changes.fence().await)
 }
 
+/// Sets an active token's allowlist (`None` = every tool; only one of
+/// `owner`'s tokens when given) with its audit event; every replica applies
+/// it from its next request.
+pub async fn set_token_tools(
+    pg: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    id: i64,
+    tools: Option<&ToolAllowlist>,
+    owner: Option<&str>,
+) -> Result<Propagation, TokenError> {
+    let mut tx = pg.begin().await?;
+    if !tokens::set_tools(&mut *tx, id, stored(tools), owner).await? {
+        return Err(TokenError::NotFound(id));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "token_tools_set",
+        &id.to_string(),
+        serde_json::json!({"tools": stored(tools)}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(changes.fence().await)
+}
+
+/// The token form's library picker (admin console): the choices for `user_id`: libraries where the user is owner or
+/// manager (spec §4.1), with their names when the graph has them.
+pub async fn picker(pg: &PgPool, graph: &GraphStore, user_id: i64) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let uids = users::scopable_libraries(pg, user_id).await?;
+    // Names are a convenience: the picker still works while the graph is down.
+    // Only the picker's own libraries are read, and nothing is counted.
+    let names: Option<HashMap<String, String>> = match graph.admin().library_names(&uids).await {
+        Ok(names) => Some(names),
+        Err(e) => {
+            tracing::warn!(error = ?e.to_string(), "admin console: library names unavailable");
+            None
+        }
+    };
+    Ok(uids
+        .into_iter()
+        .map(|u| {
+            let name = match &names {
+                Some(n) => n.get(&u).cloned().unwrap_or_else(|| "(not in the graph yet)".into()),
+                None => "(graph unavailable)".into(),
+            };
+            (u, name)
+        })
+        .collect())
+}
+
+/// `2027-01-31`, `2027-01-31T12:00` (a `datetime-local` field) or RFC 3339,
+/// read as UTC; empty = no expiry.
+pub fn parse_expiry(raw: &str) -> Result<Option<DateTime<Utc>>, BadField> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(raw, f) {
+            return Ok(Some(t.and_utc()));
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
+    }
+    Err(super::bad(
+        "expires_at",
+        "Expiry: a date (2027-01-31), a date and time in UTC (2027-01-31T12:00) or RFC 3339.",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +283,16 @@ mod tests {
         assert!(!shown.contains(&m.plaintext), "{shown}");
         assert!(!shown.contains("mnm_"), "{shown}");
         assert!(shown.contains("<redacted>") && shown.contains('7'), "{shown}");
+    }
+
+    #[test]
+    fn expiry_forms() {
+        assert_eq!(parse_expiry("").unwrap(), None);
+        let want = "2027-01-31T12:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        assert_eq!(parse_expiry("2027-01-31T12:00").unwrap(), Some(want));
+        assert_eq!(parse_expiry("2027-01-31T12:00:00Z").unwrap(), Some(want));
+        assert_eq!(parse_expiry("2027-01-31T13:00:00+01:00").unwrap(), Some(want));
+        assert!(parse_expiry("2027-01-31").unwrap().is_some());
+        assert_eq!(parse_expiry("tomorrow").unwrap_err().field, "expires_at");
     }
 }

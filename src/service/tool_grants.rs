@@ -2,15 +2,16 @@
 //! tools on an opaque token or a team (absent = every tool). Changed through
 //! the CLI and the console, audited, and applied on every replica's next
 //! request: the row triggers announce the change, the fence waits for it.
+//! A token's allowlist is set in `tokens` (`set_token_tools`: a token
+//! workflow with the token's errors).
 
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::teams::TeamError;
-use super::tokens::TokenError;
 use super::{bad, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
-use crate::store::pg::{self, teams, tokens};
+use crate::store::pg::teams;
 
 /// An allowlist as written: names of tools this server has, each once, in
 /// the order given. Empty is allowed and means "no tool at all".
@@ -44,35 +45,8 @@ impl ToolAllowlist {
     }
 }
 
-fn stored(tools: Option<&ToolAllowlist>) -> Option<&[String]> {
+pub(super) fn stored(tools: Option<&ToolAllowlist>) -> Option<&[String]> {
     tools.map(ToolAllowlist::names)
-}
-
-/// Sets an active token's allowlist (`None` = every tool; only one of
-/// `owner`'s tokens when given) with its audit event; every replica applies
-/// it from its next request.
-pub async fn set_token_tools(
-    pg: &PgPool,
-    changes: &AuthChanges,
-    actor: &str,
-    id: i64,
-    tools: Option<&ToolAllowlist>,
-    owner: Option<&str>,
-) -> Result<Propagation, TokenError> {
-    let mut tx = pg.begin().await?;
-    if !tokens::set_tools(&mut *tx, id, stored(tools), owner).await? {
-        return Err(TokenError::NotFound(id));
-    }
-    pg::audit(
-        &mut tx,
-        actor,
-        "token_tools_set",
-        &id.to_string(),
-        serde_json::json!({"tools": stored(tools)}),
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(changes.fence().await)
 }
 
 /// Sets a team's allowlist (`None` = every tool) with its audit event; every

@@ -73,17 +73,19 @@ impl std::error::Error for ArgError {}
 
 /// One tool's arguments.
 pub trait ToolArgs: DeserializeOwned + JsonSchema + 'static {
+    /// What checking yields beyond the arguments themselves: the integers
+    /// with their defaults applied, so a tool reads each one once.
+    type Checked;
+
     /// Refuses what the types cannot: blank strings, numbers out of range.
-    fn check(&self) -> Result<(), ArgError> {
-        Ok(())
-    }
+    fn check(&self) -> Result<Self::Checked, ArgError>;
 }
 
 /// Parses and checks a tool's arguments; the error names the argument.
-pub fn parse<T: ToolArgs>(args: JsonObject) -> Result<T, ArgError> {
+pub fn parse<T: ToolArgs>(args: JsonObject) -> Result<(T, T::Checked), ArgError> {
     let parsed: T = serde_path_to_error::deserialize(Value::Object(args)).map_err(ArgError::from_serde)?;
-    parsed.check()?;
-    Ok(parsed)
+    let checked = parsed.check()?;
+    Ok((parsed, checked))
 }
 
 /// Bounds of a string argument, in characters; a required one (`min > 0`)
@@ -185,7 +187,13 @@ pub fn null_is_absent(schema: &mut Schema) {
 #[schemars(extend("properties" = {}))]
 pub struct NoArgs {}
 
-impl ToolArgs for NoArgs {}
+impl ToolArgs for NoArgs {
+    type Checked = ();
+
+    fn check(&self) -> Result<(), ArgError> {
+        Ok(())
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -216,6 +224,8 @@ mod tests {
     }
 
     impl ToolArgs for Probe {
+        type Checked = ();
+
         fn check(&self) -> Result<(), ArgError> {
             text("query", &self.query, Len { min: 1, max: 10 })
         }

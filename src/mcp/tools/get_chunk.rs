@@ -34,9 +34,12 @@ pub struct GetChunkArgs {
 }
 
 impl ToolArgs for GetChunkArgs {
-    fn check(&self) -> Result<(), ArgError> {
+    /// `context`, defaulted.
+    type Checked = i64;
+
+    fn check(&self) -> Result<i64, ArgError> {
         uid("chunk_uid", &self.chunk_uid)?;
-        int("context", self.context, CONTEXT).map(|_| ())
+        int("context", self.context, CONTEXT)
     }
 }
 
@@ -68,8 +71,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let a: GetChunkArgs = parse(args)?;
-    let context = int("context", a.context, CONTEXT)?;
+    let (a, context): (GetChunkArgs, i64) = parse(args)?;
     let Some((chunk, neighbors)) = graph.get_chunk(&a.chunk_uid, context).await? else {
         return Err(ToolError::not_found("chunk", &a.chunk_uid));
     };

@@ -33,7 +33,7 @@ impl KnowledgeServer {
 }
 
 async fn call(probes: Probes, args: JsonObject) -> Result<Reply, ToolError> {
-    let NoArgs {} = parse(args)?;
+    let (NoArgs {}, ()) = parse(args)?;
     // The health report is a text block only (Pallas §2), no structured content.
     Ok(Reply::text(probes.report().await.to_string()))
 }

@@ -30,10 +30,14 @@ pub struct ListCollectionsArgs {
 }
 
 impl ToolArgs for ListCollectionsArgs {
-    fn check(&self) -> Result<(), ArgError> {
+    /// `limit`, defaulted.
+    type Checked = i64;
+
+    fn check(&self) -> Result<i64, ArgError> {
         opt_uid("library_uid", &self.library_uid)?;
-        int("limit", self.limit, PAGE)?;
-        opt_text("cursor", &self.cursor, CURSOR)
+        let limit = int("limit", self.limit, PAGE)?;
+        opt_text("cursor", &self.cursor, CURSOR)?;
+        Ok(limit)
     }
 }
 
@@ -70,8 +74,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let a: ListCollectionsArgs = parse(args)?;
-    let limit = int("limit", a.limit, PAGE)?;
+    let (a, limit): (ListCollectionsArgs, i64) = parse(args)?;
     let after = decode_cursor(a.cursor.as_deref(), "collections", a.filter())?;
     let graph = match &a.library_uid {
         Some(uid) => one_library(&graph, uid).await?,

@@ -38,7 +38,10 @@ pub struct ListItemsArgs {
 }
 
 impl ToolArgs for ListItemsArgs {
-    fn check(&self) -> Result<(), ArgError> {
+    /// `limit`, defaulted.
+    type Checked = i64;
+
+    fn check(&self) -> Result<i64, ArgError> {
         opt_uid("library_uid", &self.library_uid)?;
         opt_uid("collection_uid", &self.collection_uid)?;
         if self.library_uid.is_none() && self.collection_uid.is_none() {
@@ -47,8 +50,9 @@ impl ToolArgs for ListItemsArgs {
                 "collection_uid or library_uid is required",
             ));
         }
-        int("limit", self.limit, PAGE)?;
-        opt_text("cursor", &self.cursor, CURSOR)
+        let limit = int("limit", self.limit, PAGE)?;
+        opt_text("cursor", &self.cursor, CURSOR)?;
+        Ok(limit)
     }
 }
 
@@ -85,8 +89,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let a: ListItemsArgs = parse(args)?;
-    let limit = int("limit", a.limit, PAGE)?;
+    let (a, limit): (ListItemsArgs, i64) = parse(args)?;
     let filter = a.filter();
     let after = decode_cursor(a.cursor.as_deref(), "items", &filter)?;
     let graph = match &a.library_uid {

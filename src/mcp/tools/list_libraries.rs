@@ -40,7 +40,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let NoArgs {} = parse(args)?;
+    let (NoArgs {}, ()) = parse(args)?;
     let libraries = graph.list_libraries().await?;
     let mut text = format!(
         "{} librar{}",

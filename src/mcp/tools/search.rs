@@ -14,9 +14,12 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit};
+use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 
-const QUERY: Len = Len { min: 1, max: 1000 };
+const QUERY: Len = Len {
+    min: 1,
+    max: MAX_QUERY_CHARS,
+};
 const LIMIT: Range = Range {
     min: 1,
     max: 50,
@@ -61,9 +64,12 @@ fn library_uid_items(schema: &mut Schema) {
 }
 
 impl ToolArgs for SearchArgs {
-    fn check(&self) -> Result<(), ArgError> {
+    /// `limit`, defaulted.
+    type Checked = i64;
+
+    fn check(&self) -> Result<i64, ArgError> {
         text("query", &self.query, QUERY)?;
-        int("limit", self.limit, LIMIT)?;
+        let limit = int("limit", self.limit, LIMIT)?;
         if let Some(uids) = &self.library_uids {
             if uids.len() > LIBRARY_UIDS {
                 return Err(ArgError::new(
@@ -83,7 +89,8 @@ impl ToolArgs for SearchArgs {
                 return Err(ArgError::new("min_relevance", "must be a number from 0 to 1"));
             }
         }
-        opt_uid("collection_uid", &self.collection_uid)
+        opt_uid("collection_uid", &self.collection_uid)?;
+        Ok(limit)
     }
 }
 
@@ -112,7 +119,7 @@ impl KnowledgeServer {
 }
 
 async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
-    let a: SearchArgs = parse(args)?;
+    let (a, limit): (SearchArgs, i64) = parse(args)?;
     let semantic = graph.has_semantic();
     let mode = match a.mode {
         Some(m @ (Mode::Semantic | Mode::Hybrid)) if !semantic => {
@@ -133,7 +140,6 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
         Some(only) => graph.narrow(only),
         None => graph,
     };
-    let limit = int("limit", a.limit, LIMIT)?;
     let hits = graph
         .search(&Search {
             text: &a.query,

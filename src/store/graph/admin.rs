@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use neo4rs::query;
 
 use super::ingest::AdminGraph;
+use super::knowledge::ScopedGraph;
 use super::GraphError;
+use crate::ids::Scope;
 
 /// A library with its workspace and counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +34,14 @@ pub struct LibraryName {
 pub const MAX_PAGE: usize = 200;
 
 impl AdminGraph {
+    /// A view of every library, in uid order: the staff admin search
+    /// (spec §3.3: admin searches name every Library uid explicitly).
+    pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
+        // Names only: nothing is counted to name the scope.
+        let uids: Vec<String> = self.library_list().await?.into_iter().map(|l| l.uid).collect();
+        Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
+    }
+
     /// One page of libraries in uid order, those after `after`, with their
     /// collection and item counts and the items' recorded chunk counts (no
     /// scan of the chunks); true when more follow. Only the page's libraries

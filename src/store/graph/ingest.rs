@@ -12,8 +12,7 @@ use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
 use super::analysis::Language;
-use super::{knowledge::ScopedGraph, GraphError, GraphStore, Step, Txn};
-use crate::auth::Scope;
+use super::{GraphError, GraphStore, Step, Txn};
 
 #[derive(Clone, Debug)]
 pub struct LibraryRow {
@@ -199,14 +198,6 @@ pub(super) async fn library_state(store: &GraphStore, uid: &str) -> Result<Optio
 }
 
 impl AdminGraph {
-    /// A view of every library, in uid order: the staff admin search
-    /// (spec §3.3: admin searches name every Library uid explicitly).
-    pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
-        // Names only: nothing is counted to name the scope.
-        let uids: Vec<String> = self.library_list().await?.into_iter().map(|l| l.uid).collect();
-        Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
-    }
-
     /// Every library (operator listing).
     pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
         let rows = self

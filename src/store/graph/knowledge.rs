@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::Language;
 use super::{ingest, rank, scoped, GraphError, GraphStore};
-use crate::auth::{Principal, Scope};
+use crate::ids::Scope;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SearchHit {
@@ -67,6 +67,10 @@ pub enum Signal {
     Keyword,
     Semantic,
 }
+
+/// Longest search query, in characters (DESIGN §5: 1–1000), for every
+/// caller that searches: the MCP `search` tool and the admin search.
+pub const MAX_QUERY_CHARS: usize = 1000;
 
 /// A search request.
 #[derive(Clone, Copy, Debug)]
@@ -246,13 +250,38 @@ pub struct ScopedGraph {
 
 /// The knowledge side of the graph: it makes scoped views and nothing else
 /// (what the MCP tools hold; ingest and admin work goes through `AdminGraph`).
+///
+/// ```
+/// use mnemosyne::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
+/// fn nothing(k: &KnowledgeGraph) -> ScopedGraph {
+///     k.nothing()
+/// }
+/// ```
+///
+/// It leads to no admin handle and no unscoped store (the MCP layer holds
+/// only this; `src/layering.rs` also checks `mcp/` never names them):
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::knowledge::KnowledgeGraph;
+/// fn admin(k: &KnowledgeGraph) {
+///     let _ = k.admin();
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::knowledge::KnowledgeGraph;
+/// fn unscoped(k: &KnowledgeGraph) {
+///     let _ = &k.0;
+/// }
+/// ```
 #[derive(Clone)]
 pub struct KnowledgeGraph(GraphStore);
 
 impl GraphStore {
-    /// What `principal` may read (its resolved libraries).
-    pub fn scoped(&self, principal: &Principal) -> ScopedGraph {
-        ScopedGraph::new(self.clone(), principal.libraries.clone())
+    /// What `principal` may read (its resolved libraries: a `Principal` or
+    /// its `Scope`).
+    pub fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
+        ScopedGraph::new(self.clone(), principal.as_ref().clone())
     }
 
     /// A handle that can only make scoped views.
@@ -263,7 +292,7 @@ impl GraphStore {
 
 impl KnowledgeGraph {
     /// What `principal` may read (its resolved libraries).
-    pub fn scoped(&self, principal: &Principal) -> ScopedGraph {
+    pub fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
         self.0.scoped(principal)
     }
 

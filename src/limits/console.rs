@@ -1,14 +1,15 @@
-//! The console's rate limits: every request of a signed-in user counts
+//! The admin console's rate limits (here, below `state`, which holds them,
+//! and `admin`, which checks them): every request of a signed-in user counts
 //! against that user's bucket, and every sign-in POST against its client
 //! address's (checked before the form is read). The same token buckets as
-//! the MCP surface (`crate::limits`), so a configured rate is for the whole
+//! the MCP surface (`super`), so a configured rate is for the whole
 //! deployment, divided among the live replicas.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use super::RateLimits;
 use crate::error::ApiError;
-use crate::limits::RateLimits;
 
 /// The console's buckets on one replica.
 pub struct ConsoleLimits {

@@ -9,6 +9,8 @@
 //! team may carry its own request rate (issue 24), used instead of the
 //! configured one.
 
+pub mod console;
+
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
