@@ -23,7 +23,12 @@ fn chunks(n: usize) -> Vec<String> {
     let docs: Vec<(String, String)> = corpus
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| (v["title"].as_str().unwrap_or("").to_string(), v["text"].as_str().unwrap_or("").to_string()))
+        .map(|v| {
+            (
+                v["title"].as_str().unwrap_or("").to_string(),
+                v["text"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect();
     let mut out = Vec::with_capacity(n);
     let mut i = 0;
@@ -60,7 +65,8 @@ fn main() {
         println!("embed_throughput: bench");
         return;
     }
-    let Some(dir) = std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
+    let Some(dir) =
+        std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
     else {
         eprintln!("embed_throughput: set MNEMOSYNE_EMBED_MODEL (scripts/dev up writes it into .dev/env)");
         std::process::exit(2);

@@ -60,7 +60,10 @@ impl Soak {
         let r = match r {
             Ok(r) => r,
             Err(e) => {
-                self.failed(format!("{tool}: transport: {}", if e.is_timeout() { "timeout" } else { "error" }));
+                self.failed(format!(
+                    "{tool}: transport: {}",
+                    if e.is_timeout() { "timeout" } else { "error" }
+                ));
                 return None;
             }
         };
@@ -73,7 +76,12 @@ impl Soak {
             return None;
         };
         if v["result"]["isError"] == json!(true) {
-            let text = v["result"]["content"][0]["text"].as_str().unwrap_or("").chars().take(60).collect::<String>();
+            let text = v["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(60)
+                .collect::<String>();
             self.failed(format!("{tool}: isError {text}"));
             return None;
         }

@@ -1,5 +1,5 @@
 //! Mnemosyne: the authenticated knowledge MCP server of the Daedalus ↔ Pallas ↔
-//! Mnemosyne stack. See `README.md` for the architecture.
+//! Mnemosyne stack. See `docs/architecture.md` for the architecture.
 
 pub mod admin;
 pub mod api;

@@ -57,7 +57,10 @@ pub struct Bert {
 impl Bert {
     pub fn load(vb: VarBuilder, c: &Config) -> candle_core::Result<Bert> {
         if c.hidden_act != "gelu" {
-            candle_core::bail!("unsupported activation {:?} (this encoder runs BERT's exact GELU)", c.hidden_act);
+            candle_core::bail!(
+                "unsupported activation {:?} (this encoder runs BERT's exact GELU)",
+                c.hidden_act
+            );
         }
         if c.hidden_size % c.num_attention_heads != 0 {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
@@ -66,7 +69,10 @@ impl Bert {
         let words = embedding(c.vocab_size, c.hidden_size, e.pp("word_embeddings"))?;
         let positions = e
             .get((c.max_position_embeddings, c.hidden_size), "position_embeddings.weight")?
-            .broadcast_add(&e.get((c.type_vocab_size, c.hidden_size), "token_type_embeddings.weight")?.get(0)?)?;
+            .broadcast_add(
+                &e.get((c.type_vocab_size, c.hidden_size), "token_type_embeddings.weight")?
+                    .get(0)?,
+            )?;
         let embeddings_norm = layer_norm(c.hidden_size, c.layer_norm_eps, e.pp("LayerNorm"))?;
         let scale = 1.0 / ((c.hidden_size / c.num_attention_heads) as f64).sqrt();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -110,10 +116,19 @@ impl Bert {
         let mut x = self.embeddings_norm.forward(&x)?;
         for l in &self.layers {
             // (n, 3·hidden) → (3, heads, n, d): Q, K, V per head.
-            let qkv = l.qkv.forward(&x)?.reshape((n, 3, h, d))?.permute((1, 2, 0, 3))?.contiguous()?;
+            let qkv = l
+                .qkv
+                .forward(&x)?
+                .reshape((n, 3, h, d))?
+                .permute((1, 2, 0, 3))?
+                .contiguous()?;
             let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
             let probs = q.matmul(&k.t()?)?.apply_op1_no_bwd(&Softmax)?;
-            let context = probs.matmul(&v)?.transpose(0, 1)?.contiguous()?.reshape((n, self.hidden))?;
+            let context = probs
+                .matmul(&v)?
+                .transpose(0, 1)?
+                .contiguous()?
+                .reshape((n, self.hidden))?;
             let a = l.attention_norm.forward(&l.out.forward(&context)?.add(&x)?)?;
             let up = l.up.forward(&a)?.apply_op1_no_bwd(&Gelu)?;
             x = l.output_norm.forward(&l.down.forward(&up)?.add(&a)?)?;

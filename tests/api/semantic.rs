@@ -321,8 +321,7 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
 #[test]
 fn the_encoder_matches_the_reference_vectors() {
     let embedder = mnemosyne::embed::Embedder::load(&model_dir()).expect("the model loads");
-    let fixture: Vec<Value> =
-        serde_json::from_str(include_str!("../fixtures/minilm_reference.json")).expect("fixture");
+    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/minilm_reference.json")).expect("fixture");
     assert_eq!(fixture.len(), 4);
     let texts: Vec<&str> = fixture.iter().map(|f| f["text"].as_str().unwrap()).collect();
     let got = embedder.embed(&texts).expect("embeds");

@@ -105,7 +105,7 @@ impl<'a> Search<'a> {
 const CANDIDATES: usize = 100;
 /// Weight of the keyword signal in a hybrid score (the semantic one weighs
 /// the rest). Chosen on the committed labelled set against reciprocal rank
-/// fusion (README, Search): RRF lost the exact bucket to semantic noise
+/// fusion (docs/search.md): RRF lost the exact bucket to semantic noise
 /// (nDCG@10 0.904 vs keyword's 0.969) and paraphrases to keyword noise
 /// (0.762 vs semantic's 0.923); this convex combination keeps every bucket
 /// at or above keyword search.
