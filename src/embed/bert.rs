@@ -62,7 +62,7 @@ impl Bert {
                 c.hidden_act
             );
         }
-        if c.hidden_size % c.num_attention_heads != 0 {
+        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
         }
         let e = vb.pp("embeddings");
