@@ -3,7 +3,10 @@
 //! in batches, as the worker does, and single short queries, as `search`
 //! does. Goal (issue 21): ≥ 20 chunks/s on this 2-core machine.
 //!
-//!   MNEMOSYNE_EMBED_MODEL=.dev/models/all-minilm-l6-v2 cargo bench --bench embed_throughput
+//!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/all-minilm-l6-v2 cargo bench --bench embed_throughput
+//!
+//! `RAYON_NUM_THREADS=1` is what `mnemosyne serve` sets (one core per text,
+//! texts of a batch side by side); without it candle splits each text too.
 //!   (EMBED_CHUNKS=96, EMBED_BATCHES=1,8,16,32, EMBED_QUERIES=50)
 
 #[path = "common.rs"]

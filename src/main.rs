@@ -5,6 +5,7 @@ use mnemosyne::config::env_file;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     release_large_blocks();
+    one_core_per_text();
     let args: Vec<String> = std::env::args().collect();
     let env_file = match env_file::load(&args) {
         Ok(p) => p,
@@ -38,6 +39,20 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The embedding model runs each text on one core and texts side by side
+/// (`embed::Embedder::embed`): candle's own splitting of one 256-token text
+/// over two cores gained ~0 here (benches/embed_throughput.rs: 10.1 chunks/s
+/// on 2 threads per text, 21 chunks/s with one thread per text, two texts at
+/// once; a query 14 → 10 ms). candle reads its thread count from
+/// `RAYON_NUM_THREADS`; an operator's own value wins.
+fn one_core_per_text() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // Before any task runs (the runtime's workers are idle), as the
+        // settings file's variables are set below.
+        std::env::set_var("RAYON_NUM_THREADS", "1");
     }
 }
 

@@ -218,6 +218,29 @@ mod model {
         /// L2-normalized — the sentence-transformers pooling of this model.
         /// One text at a time: nothing is padded, so nothing is masked.
         pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+            // Texts side by side, one core each (see `main::one_core_per_text`).
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if cores > 1 && texts.len() > 1 {
+                let share = texts.len().div_ceil(cores);
+                return std::thread::scope(|s| {
+                    let parts: Vec<_> = texts
+                        .chunks(share)
+                        .map(|part| s.spawn(move || self.embed_each(part)))
+                        .collect();
+                    let mut out = Vec::with_capacity(texts.len());
+                    for p in parts {
+                        out.extend(
+                            p.join()
+                                .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))??,
+                        );
+                    }
+                    Ok(out)
+                });
+            }
+            self.embed_each(texts)
+        }
+
+        fn embed_each(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
             texts
                 .iter()
                 .map(|t| {
