@@ -34,7 +34,7 @@ fn tool<T: ToolArgs>(o: &Map<String, Value>) -> Option<T> {
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     match parse::<T>(o.clone()) {
-        Ok(parsed) => {
+        Ok((parsed, _checked)) => {
             for (k, v) in o {
                 let p = props.get(k).unwrap_or_else(|| panic!("undeclared {k} accepted"));
                 if !v.is_null() {
