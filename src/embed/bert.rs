@@ -137,6 +137,17 @@ impl Bert {
     }
 }
 
+/// The f32 values of a contiguous CPU tensor (what both ops below accept).
+fn contiguous_f32<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(v) = storage else {
+        candle_core::bail!("{op}: f32 only");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: contiguous input only");
+    };
+    Ok(&v[start..end])
+}
+
 /// Softmax over the last dimension, with an `exp` the compiler vectorizes
 /// (candle's fused softmax calls libm's `expf` per element: most of its time).
 struct Softmax;
@@ -147,14 +158,9 @@ impl CustomOp1 for Softmax {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = storage else {
-            candle_core::bail!("softmax: f32 only");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("softmax: contiguous input only");
-        };
+        let v = contiguous_f32("softmax", storage, layout)?;
         let width = layout.dims().last().copied().unwrap_or(1).max(1);
-        let mut out = v[start..end].to_vec();
+        let mut out = v.to_vec();
         for row in out.chunks_exact_mut(width) {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             for x in row.iter_mut() {
@@ -200,13 +206,8 @@ impl CustomOp1 for Gelu {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = storage else {
-            candle_core::bail!("gelu: f32 only");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("gelu: contiguous input only");
-        };
-        let out: Vec<f32> = v[start..end]
+        let v = contiguous_f32("gelu", storage, layout)?;
+        let out: Vec<f32> = v
             .iter()
             .map(|&x| 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)))
             .collect();
