@@ -43,16 +43,24 @@ pub struct ExistingItem {
 }
 
 impl ExistingItem {
-    fn from_row(r: &neo4rs::Row) -> Result<Self, GraphError> {
-        Ok(ExistingItem {
-            library_uid: r.get("library_uid")?,
-            collection_uid: r.get("collection_uid")?,
+    /// None when the item was deleted between the match and the property
+    /// reads (Neo4j then reads its properties as null): it is gone.
+    fn from_row(r: &neo4rs::Row) -> Result<Option<Self>, GraphError> {
+        let Some(library_uid) = r.get::<Option<String>>("library_uid")? else {
+            return Ok(None);
+        };
+        let Some(collection_uid) = r.get::<Option<String>>("collection_uid")? else {
+            return Ok(None);
+        };
+        Ok(Some(ExistingItem {
+            library_uid,
+            collection_uid,
             content_sha256: r.get("content_sha256")?,
             chunk_count: r.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
             title: r.get::<Option<String>>("title")?.unwrap_or_default(),
             source_uri: r.get("source_uri")?,
             mime_type: r.get("mime_type")?,
-        })
+        }))
     }
 
     /// True when writing `w` would change nothing.
@@ -431,7 +439,7 @@ impl AdminGraph {
                 query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
             )
             .await?;
-        rows.first().map(ExistingItem::from_row).transpose()
+        Ok(rows.first().map(ExistingItem::from_row).transpose()?.flatten())
     }
 
     /// Upserts the item and replaces its chunks, in one transaction that
@@ -476,12 +484,11 @@ impl AdminGraph {
             Step::check(
                 query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", w.uid),
                 move |rows| {
-                    let Some(r) = rows.first() else {
+                    let Some(e) = rows.first().map(ExistingItem::from_row).transpose()?.flatten() else {
                         seen.store(false, Ordering::Relaxed);
                         return Ok(None);
                     };
                     seen.store(true, Ordering::Relaxed);
-                    let e = ExistingItem::from_row(r)?;
                     if e.library_uid != library_uid {
                         return Ok(Some(ItemOutcome::OtherLibrary));
                     }

@@ -420,6 +420,9 @@ impl ScopedGraph {
                     .param("collection_uid", opt(collection_uid))
                     .param("cap", MAX_CANDIDATES);
                 for row in self.store.rows("search.cypher", q).await? {
+                    if vanished(&row, &["chunk_uid", "library_uid"])? {
+                        continue;
+                    }
                     candidates.push(rank::Candidate {
                         chunk_uid: row.get("chunk_uid")?,
                         library_uid: row.get("library_uid")?,
@@ -494,6 +497,9 @@ impl ScopedGraph {
             .param("libs", libs_param(self.scope.uids()));
         let mut details: HashMap<String, Row> = HashMap::new();
         for row in self.store.rows("search_chunks.cypher", q).await? {
+            if vanished(&row, &["chunk_uid", "item_uid", "collection_uid", "ordinal", "text"])? {
+                continue;
+            }
             details.insert(row.get("chunk_uid")?, row);
         }
         // The items' and libraries' citation fields: two indexed lookups by
@@ -653,6 +659,12 @@ impl ScopedGraph {
         let mut focal = None;
         let mut neighbors = Vec::new();
         for row in self.store.rows("get_chunk.cypher", q).await? {
+            if vanished(
+                &row,
+                &["uid", "text", "ordinal", "item_uid", "collection_uid", "library_uid"],
+            )? {
+                continue;
+            }
             let c = row.to::<ChunkView>()?;
             if c.uid == uid {
                 focal = Some(c);
@@ -733,5 +745,35 @@ impl ScopedGraph {
             .iter()
             .map(|r| Ok(r.to::<ItemView>()?))
             .collect()
+    }
+}
+
+/// True when one of `fields` is null: on Neo4j a node deleted by a concurrent
+/// transaction after the match reads its properties as null. Such a row is
+/// left out, as if the delete had come first.
+fn vanished(row: &Row, fields: &[&str]) -> Result<bool, GraphError> {
+    for f in fields {
+        if row.get::<Option<neo4rs::BoltType>>(f)?.is_none() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod vanished_tests {
+    use neo4rs::{BoltList, BoltNull, BoltType, Row};
+
+    fn row(values: Vec<(&str, BoltType)>) -> Row {
+        let (names, data): (Vec<_>, Vec<_>) = values.into_iter().map(|(n, v)| (BoltType::from(n), v)).unzip();
+        Row::new(BoltList::from(names), BoltList::from(data))
+    }
+
+    #[test]
+    fn a_row_with_a_null_field_vanished_and_one_without_did_not() {
+        let gone = row(vec![("uid", "c1".into()), ("text", BoltType::Null(BoltNull))]);
+        assert!(super::vanished(&gone, &["uid", "text"]).unwrap());
+        let here = row(vec![("uid", "c1".into()), ("ordinal", 0i64.into())]);
+        assert!(!super::vanished(&here, &["uid", "ordinal"]).unwrap());
     }
 }
