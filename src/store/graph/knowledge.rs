@@ -409,26 +409,32 @@ impl ScopedGraph {
         for (language, uids) in &by_language {
             let words = scoped::query_words(*language, text);
             let mut candidates = Vec::new();
+            let mut counters: HashMap<String, scoped::TermCounter> = HashMap::new();
             for (batch, lucene) in scoped::scoped_queries(uids, &words) {
-                let keys: Vec<String> = batch.iter().map(|l| scoped::library_key(l)).collect();
                 let q = query(include_str!("../../../cypher/search.cypher"))
                     .param("index", self.store.flavor.fulltext_index())
                     .param("lucene", lucene)
                     .param("libs", libs_param(batch))
-                    .param("keys", keys)
-                    .param("words", words.clone())
                     .param("collection_uid", opt(collection_uid))
                     .param("cap", MAX_CANDIDATES);
                 for row in self.store.rows("search.cypher", q).await? {
                     if vanished(&row, &["chunk_uid", "library_uid"])? {
                         continue;
                     }
+                    let Some(text) = row.get::<Option<String>>("scoped")? else {
+                        continue; // deleted while read (see `vanished`)
+                    };
+                    let library_uid: String = row.get("library_uid")?;
+                    let counter = counters
+                        .entry(library_uid.clone())
+                        .or_insert_with(|| scoped::TermCounter::new(&library_uid, &words));
+                    let (tf, tf_title) = counter.count(&text);
                     candidates.push(rank::Candidate {
                         chunk_uid: row.get("chunk_uid")?,
-                        library_uid: row.get("library_uid")?,
+                        library_uid,
                         dl: row.get("dl")?,
-                        tf: row.get("tf")?,
-                        tf_title: row.get("tf_title")?,
+                        tf,
+                        tf_title,
                     });
                 }
             }

@@ -83,6 +83,47 @@ pub fn scoped_text(library_uid: &str, language: Language, title: &str, text: &st
     }
 }
 
+/// Counts how often each query word occurs in a chunk's `scoped` text under
+/// one library's text key and under its title key. Counted here rather than
+/// in Cypher: string splitting per candidate doubled a broad query's cost on
+/// the graph server, and a SIMD substring search over the stored text costs
+/// well under a microsecond per chunk.
+pub struct TermCounter {
+    text: Vec<memchr::memmem::Finder<'static>>,
+    title: Vec<memchr::memmem::Finder<'static>>,
+}
+
+impl TermCounter {
+    pub fn new(library_uid: &str, words: &[String]) -> Self {
+        let (key, tkey) = (library_key(library_uid), title_key(library_uid));
+        let finders = |key: &str| {
+            words
+                .iter()
+                .map(|w| memchr::memmem::Finder::new(format!("{key}_{w}").as_bytes()).into_owned())
+                .collect()
+        };
+        TermCounter {
+            text: finders(&key),
+            title: finders(&tkey),
+        }
+    }
+
+    /// (text, title) frequencies of the words, in the order given to `new`.
+    pub fn count(&self, scoped: &str) -> (Vec<i64>, Vec<i64>) {
+        let bytes = scoped.as_bytes();
+        let count = |f: &memchr::memmem::Finder<'_>| -> i64 {
+            let n = f.needle().len();
+            f.find_iter(bytes)
+                .filter(|at| (*at == 0 || bytes[at - 1] == b' ') && (at + n == bytes.len() || bytes[at + n] == b' '))
+                .count() as i64
+        };
+        (
+            self.text.iter().map(count).collect(),
+            self.title.iter().map(count).collect(),
+        )
+    }
+}
+
 /// The distinct terms of a query for libraries in `language`, in order, at
 /// most `MAX_QUERY_WORDS` (stop words left out unless nothing else is left):
 /// analyzed in the library's language and, when the query looks like
@@ -128,6 +169,21 @@ mod tests {
         assert_eq!(q("a:b"), ["b"]);
         assert!(q("* ? \\ ()").is_empty());
         assert_eq!(q("Tidal tidal TIDAL"), ["tidal"]);
+    }
+
+    #[test]
+    fn term_counter_counts_text_and_title_occurrences_of_the_library_only() {
+        let lib = "lib-A.1";
+        let idx = scoped_text(lib, Language::English, "Tidal notes", "tidal kelp tidal reef");
+        let words = query_words(Language::English, "tidal kelp notes quasar");
+        let (tf, tt) = TermCounter::new(lib, &words).count(&idx.scoped);
+        let at = |w: &str| words.iter().position(|x| x == w).unwrap();
+        assert_eq!((tf[at("tidal")], tt[at("tidal")]), (2, 1));
+        assert_eq!((tf[at("kelp")], tt[at("kelp")]), (1, 0));
+        assert_eq!((tf[at("note")], tt[at("note")]), (0, 1));
+        assert_eq!((tf[at("quasar")], tt[at("quasar")]), (0, 0));
+        let (tf, tt) = TermCounter::new("another", &words).count(&idx.scoped);
+        assert!(tf.iter().chain(&tt).all(|n| *n == 0));
     }
 
     #[test]
