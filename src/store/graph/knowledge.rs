@@ -111,6 +111,20 @@ const CANDIDATES: usize = 100;
 /// at or above keyword search.
 const KEYWORD_WEIGHT: f64 = 0.4;
 
+/// Cosine similarity at or below which a chunk is taken as unrelated to the
+/// query in a hybrid score: MiniLM gives unrelated texts 0.0–0.3, and those
+/// small similarities let a chunk that shares no word with the query push a
+/// keyword match down (committed set, docs/search.md: floor 0 → 0.3 moved the
+/// title bucket 0.997 → 1.000, overall 0.923 → 0.922, paraphrase 0.862 →
+/// 0.860, every bucket at or above keyword search). Semantic mode ranks by
+/// the raw similarity.
+const SIMILARITY_FLOOR: f64 = 0.3;
+
+/// A similarity's share of the semantic weight: 0 at the floor, 1 at 1.
+fn above_floor(similarity: f64) -> f64 {
+    ((similarity - SIMILARITY_FLOOR) / (1.0 - SIMILARITY_FLOOR)).max(0.0)
+}
+
 /// A ranked chunk before its text is read.
 #[derive(Clone, Debug, PartialEq)]
 struct Ranked {
@@ -126,7 +140,7 @@ struct Ranked {
 /// semantic ones (best first): keyword or semantic alone, or their fusion
 /// (each signal's best `CANDIDATES`): `KEYWORD_WEIGHT` × the keyword score
 /// relative to the best keyword score of this search × its relevance, plus
-/// the rest × the cosine similarity. Every term is a function of the
+/// the rest × the cosine similarity above `SIMILARITY_FLOOR`. Every term is a function of the
 /// caller's libraries only.
 fn fuse(mode: Mode, mut keyword: Vec<rank::Scored>, semantic: Vec<(f32, String, String)>, limit: usize) -> Vec<Ranked> {
     let sem = |(sim, uid, lib): (f32, String, String)| Ranked {
@@ -162,7 +176,7 @@ fn fuse(mode: Mode, mut keyword: Vec<rank::Scored>, semantic: Vec<(f32, String, 
             }
             for s in semantic.into_iter().take(CANDIDATES) {
                 let r = sem(s);
-                let part = (1.0 - KEYWORD_WEIGHT) * r.similarity.unwrap_or(0.0);
+                let part = (1.0 - KEYWORD_WEIGHT) * above_floor(r.similarity.unwrap_or(0.0));
                 match at.get(&r.chunk_uid) {
                     Some(&i) => {
                         let hit = &mut out[i];
@@ -781,5 +795,39 @@ mod vanished_tests {
         assert!(super::vanished(&gone, &["uid", "text"]).unwrap());
         let here = row(vec![("uid", "c1".into()), ("ordinal", 0i64.into())]);
         assert!(!super::vanished(&here, &["uid", "ordinal"]).unwrap());
+    }
+}
+
+#[cfg(test)]
+mod fusion_tests {
+    use super::*;
+
+    fn kw(uid: &str, score: f64, relevance: f64) -> rank::Scored {
+        rank::Scored {
+            chunk_uid: uid.into(),
+            library_uid: "lib".into(),
+            score,
+            relevance,
+        }
+    }
+
+    fn order(r: &[Ranked]) -> Vec<&str> {
+        let mut r: Vec<&Ranked> = r.iter().collect();
+        r.sort_by(|a, b| b.score.total_cmp(&a.score));
+        r.iter().map(|x| x.chunk_uid.as_str()).collect()
+    }
+
+    #[test]
+    fn a_weak_keyword_match_outranks_an_unrelated_chunk_but_not_a_close_paraphrase() {
+        let keyword = vec![kw("best", 10.0, 1.0), kw("weak", 2.0, 0.5)];
+        // "noise" shares no word and is barely similar: it adds nothing.
+        let noise = vec![(0.29f32, "noise".to_owned(), "lib".to_owned())];
+        let r = fuse(Mode::Hybrid, keyword.clone(), noise, 10);
+        assert_eq!(order(&r), ["best", "weak", "noise"]);
+        assert_eq!(r.iter().find(|x| x.chunk_uid == "noise").unwrap().score, 0.0);
+        // a close paraphrase (no shared word) passes the weak match.
+        let close = vec![(0.6f32, "close".to_owned(), "lib".to_owned())];
+        let r = fuse(Mode::Hybrid, keyword, close, 10);
+        assert_eq!(order(&r), ["best", "close", "weak"]);
     }
 }
