@@ -1,15 +1,14 @@
 //! The admin console's operator reads (staff only): libraries a page at a
-//! time with their counts, and names without counts. (Its searches use
-//! `AdminGraph::every_library`, spec §3.3.)
+//! time with their counts, and names without counts. (Its searches read
+//! every library through a scope the auth layer makes, spec §3.3:
+//! `auth::resolver::every_library`.)
 
 use std::collections::HashMap;
 
 use neo4rs::query;
 
 use super::ingest::AdminGraph;
-use super::knowledge::ScopedGraph;
 use super::GraphError;
-use crate::ids::Scope;
 
 /// A library with its workspace and counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,14 +33,6 @@ pub struct LibraryName {
 pub const MAX_PAGE: usize = 200;
 
 impl AdminGraph {
-    /// A view of every library, in uid order: the staff admin search
-    /// (spec §3.3: admin searches name every Library uid explicitly).
-    pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
-        // Names only: nothing is counted to name the scope.
-        let uids: Vec<String> = self.library_list().await?.into_iter().map(|l| l.uid).collect();
-        Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
-    }
-
     /// One page of libraries in uid order, those after `after`, with their
     /// collection and item counts and the items' recorded chunk counts (no
     /// scan of the chunks); true when more follow. Only the page's libraries
@@ -192,20 +183,20 @@ impl AdminGraph {
 /// Applies `library:<uid>` announcements (a library renamed or deleted, on
 /// any replica) to this replica's graph caches, for as long as the channel
 /// lasts.
-pub async fn forget_changed_libraries(graph: super::GraphStore, mut rx: tokio::sync::broadcast::Receiver<String>) {
+pub async fn forget_changed_libraries(admin: AdminGraph, mut rx: tokio::sync::broadcast::Receiver<String>) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match rx.recv().await {
             Ok(p) => {
                 if let Some(uid) = p.strip_prefix("library:") {
-                    graph.admin().forget_changed(uid).await;
+                    admin.forget_changed(uid).await;
                 }
             }
             // Missed some: forget every library's cached facts (they are re-read).
             Err(RecvError::Lagged(_)) => {
-                graph.known.invalidate_all();
-                graph.ranking.invalidate_all();
-                graph.vectors.forget_all();
+                admin.0.known.invalidate_all();
+                admin.0.ranking.invalidate_all();
+                admin.0.vectors.forget_all();
             }
             Err(RecvError::Closed) => return,
         }
