@@ -578,9 +578,12 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()>
             password_stdin,
             staff,
         } => {
-            accounts::check_username(&username)?;
-            if staff && !password_stdin {
-                bail!("a staff user signs in with a password: add --password-stdin");
+            // The service's rules, before a password is read from stdin.
+            match accounts::check_new_user(&username, service, staff, password_stdin) {
+                Err(accounts::AccountError::StaffWithoutPassword) => {
+                    bail!("a staff user signs in with a password: add --password-stdin")
+                }
+                other => other?,
             }
             let password = if password_stdin {
                 Some(read_password_stdin()?)
