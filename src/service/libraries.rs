@@ -306,9 +306,9 @@ pub async fn rename(
 ) -> Result<Renamed, LibraryError> {
     let uid = parse_uid(uid)?;
     let name = name.trim();
-    check_len("name", name, 1, 200)?;
+    check_len("name", name, 1, MAX_NAME_CHARS)?;
     if let Some(d) = description {
-        check_len("description", d, 0, 2000)?;
+        check_len("description", d, 0, MAX_DESCRIPTION_CHARS)?;
     }
     check_authority(pg, who, &uid).await?;
     let Some(lib) = user_managed(graph, &uid).await? else {
