@@ -18,7 +18,14 @@ use crate::store::graph::knowledge::KnowledgeGraph;
 use crate::store::graph::GraphStore;
 use crate::store::pg;
 
-/// Shared by every handler (cheap to clone: handles and `Arc`s).
+/// Shared by every handler (cheap to clone: handles and `Arc`s). It holds
+/// the graph's handles, never the connection they were made from:
+///
+/// ```compile_fail
+/// fn unscoped(s: &mnemosyne::state::AppState) {
+///     let _ = &s.graph;
+/// }
+/// ```
 #[derive(Clone)]
 pub struct AppState {
     pub settings: Arc<Settings>,

@@ -232,6 +232,31 @@ pub enum Txn<A> {
 }
 
 /// The graph store: a neo4rs pool, the flavor seam, and a per-call timeout.
+/// Outside `store/` it is only built and turned into its handles:
+///
+/// ```
+/// use mnemosyne::store::graph::{GraphStore, Handles};
+/// fn handles(g: GraphStore) -> Handles {
+///     let _ = neo4rs::query("RETURN 1");
+///     g.into_handles()
+/// }
+/// ```
+///
+/// Its raw statements stay inside `store/`:
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::GraphStore;
+/// async fn raw(g: &GraphStore) {
+///     let _ = g.rows("raw", neo4rs::query("RETURN 1")).await;
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::GraphStore;
+/// fn admin(g: &GraphStore) {
+///     let _ = g.admin();
+/// }
+/// ```
 #[derive(Clone)]
 pub struct GraphStore {
     graph: Graph,
