@@ -77,7 +77,7 @@ async fn detail_page(
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let lib = state.admin.library_overview(uid).await?;
+    let lib = state.admin.library_detail(uid).await?;
     let members = users::memberships(&state.pg, None, Some(uid)).await?;
     if lib.is_none() && members.is_empty() {
         return Err(AdminError::NotFound);

@@ -62,7 +62,7 @@ fn refusal(e: LibraryError) -> AdminError {
 
 /// The rename form and a link to the delete confirmation, for the staff
 /// library page (user-managed libraries only).
-pub fn staff_controls(s: &Session, lib: &crate::store::graph::admin::LibraryOverview) -> Markup {
+pub fn staff_controls(s: &Session, lib: &LibraryDetail) -> Markup {
     if lib.workspace_id.is_some() {
         return html! { p.muted { "A workspace's library is renamed and deleted with its workspace (the workspace API)." } };
     }

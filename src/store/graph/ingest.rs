@@ -15,14 +15,10 @@ use sha2::{Digest, Sha256};
 use super::analysis::Language;
 use super::{GraphError, GraphStore, Step, Txn};
 
-#[derive(Clone, Debug)]
-pub struct LibraryRow {
-    pub uid: String,
-    pub name: String,
-    pub workspace_id: Option<String>,
-    pub item_count: i64,
-}
-
+/// A workspace's library as the workspace API publishes it (`library` of
+/// `GET …/workspaces/{id}/`): a wire shape, kept apart from the admin
+/// projection `admin::LibraryDetail` — its chunk count is counted over the
+/// chunks, and its fields are what clients read.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct WorkspaceLibrary {
     pub uid: String,
@@ -240,27 +236,6 @@ pub(super) async fn library_state(store: &GraphStore, uid: &str) -> Result<Optio
 }
 
 impl AdminGraph {
-    /// Every library (operator listing).
-    pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
-        let rows = self
-            .0
-            .rows(
-                "all_libraries.cypher",
-                query(include_str!("../../../cypher/all_libraries.cypher")),
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LibraryRow {
-                    uid: r.get("uid")?,
-                    name: r.get::<Option<String>>("name")?.unwrap_or_default(),
-                    workspace_id: r.get("workspace_id")?,
-                    item_count: r.get("item_count")?,
-                })
-            })
-            .collect()
-    }
-
     /// The library's workspace id, or None if the library does not exist.
     pub async fn find_library(&self, uid: &str) -> Result<Option<Option<String>>, GraphError> {
         Ok(library_state(&self.0, uid).await?.map(|(ws, _)| ws))

@@ -200,6 +200,10 @@ pub struct Citation {
     pub updated_at: Option<String>,
 }
 
+// The MCP `list_libraries` wire shape, kept apart from the admin projection
+// (`admin::LibraryDetail`): its schema is published (the tool-schema fixture),
+// and a scoped reader sees no workspace, no delete mark, no chunk count. (A
+// `//` comment: a doc comment would enter the published schema.)
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct LibraryView {
     pub uid: String,
