@@ -32,8 +32,9 @@ async fn fixture() -> Fixture {
     let (settings, pool, admin) = common::fresh_settings("auth").await;
     let graph = GraphStore::connect(&settings).await.unwrap();
     graph.bootstrap_schema().await.unwrap();
+    let graph = graph.into_handles();
     let ws = format!("bench_{}", &Uuid::new_v4().simple().to_string()[..8]);
-    let (lib, _) = graph.admin().ensure_workspace_library(&ws).await.unwrap().unwrap();
+    let (lib, _) = graph.admin.ensure_workspace_library(&ws).await.unwrap().unwrap();
     users::create(&pool, "bench", None, false).await.unwrap();
     users::grant(&pool, "bench", &lib, users::Role::Owner).await.unwrap();
     let opaque = mnemosyne::service::tokens::mint(&pool, "bench", "b", &[lib.clone()], None)
@@ -66,14 +67,14 @@ async fn fixture() -> Fixture {
     }
     let auth = Arc::new(Authenticator::new(
         pool.clone(),
-        graph.clone(),
+        graph.workspaces.clone(),
         caches,
         Metrics::new(),
         Duration::from_secs(5),
     ));
     let cold = Arc::new(Authenticator::new(
         pool,
-        graph,
+        graph.workspaces,
         Arc::new(AuthCaches::new(Duration::ZERO)),
         Metrics::new(),
         Duration::from_secs(5),

@@ -201,7 +201,9 @@ async fn run() {
         rss1 - rss0
     );
     drop(server);
-    let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
-    let _ = graph.admin().delete_libraries(&[library]).await;
+    let graph = mnemosyne::store::graph::ingest::AdminGraph::connect(&settings)
+        .await
+        .unwrap();
+    let _ = graph.delete_libraries(&[library]).await;
     common::drop_db(&admin, &settings.database_url).await;
 }

@@ -162,6 +162,7 @@ async fn run() {
         .unwrap()
         .with_timeout(Duration::from_secs(600));
     graph.bootstrap_schema().await.unwrap();
+    let graph = graph.into_handles().admin;
     let hash = mnemosyne::auth::basic::hash_password(PASSWORD).unwrap();
     mnemosyne::store::pg::users::create(&pool, USER, Some(&hash), true)
         .await
@@ -189,7 +190,7 @@ async fn run() {
     let mut libraries = Vec::new();
     for clients in [1, 4, 16] {
         let tag = format!("{ns}-c{clients}");
-        let before = state.graph.txn_stats().1;
+        let before = state.admin.txn_stats().1;
         let (http, base, docs2, tag2) = (http.clone(), base.clone(), docs.clone(), tag.clone());
         let (secs, mut lat, non_2xx) = drive(docs.len(), clients, move |i| {
             let d = &docs2[i];
@@ -225,7 +226,7 @@ async fn run() {
             p50: quantile(&mut lat, 0.5),
             p99: quantile(&mut lat, 0.99),
             non_2xx,
-            retries: state.graph.txn_stats().1 - before,
+            retries: state.admin.txn_stats().1 - before,
         });
         for w in 0..workspaces {
             libraries.push(derived_uid("lib", &["workspace", &format!("{tag}-ws{w}")]));
@@ -247,11 +248,7 @@ async fn run() {
         let tag = format!("{ns}-bolt{clients}");
         let libs: Vec<String> = (0..workspaces).map(|w| format!("{tag}-lib{w}")).collect();
         for l in &libs {
-            graph
-                .admin()
-                .create_library(l, l, "baseline", Language::English)
-                .await
-                .unwrap();
+            graph.create_library(l, l, "baseline", Language::English).await.unwrap();
         }
         libraries.extend(libs.iter().cloned());
         let (bolt, docs2, libs) = (bolt.clone(), docs.clone(), Arc::new(libs));
@@ -362,9 +359,9 @@ async fn run() {
             if c == 4 { " (goal ≥ 60 %)" } else { "" }
         );
     }
-    let (txns, retries, gave_up) = state.graph.txn_stats();
+    let (txns, retries, gave_up) = state.admin.txn_stats();
     println!("graph transactions of the server: {txns}, retried {retries}, gave up {gave_up}");
 
-    graph.admin().delete_libraries(&libraries).await.unwrap();
+    graph.delete_libraries(&libraries).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }

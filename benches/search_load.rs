@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use mnemosyne::auth::Principal;
 use mnemosyne::store::graph::analysis::Language;
+use mnemosyne::store::graph::ingest::AdminGraph;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
 use mnemosyne::store::graph::knowledge::ScopedGraph;
 use mnemosyne::store::graph::GraphStore;
@@ -57,15 +58,14 @@ fn chunk_text(seed: usize) -> String {
 }
 
 /// Writes `n` chunks into `lib` as items of up to 250 chunks.
-async fn fill(graph: &GraphStore, lib: &str, start: usize, n: usize) {
-    let col = graph.admin().ensure_collection(lib, "Load").await.unwrap();
+async fn fill(graph: &AdminGraph, lib: &str, start: usize, n: usize) {
+    let col = graph.ensure_collection(lib, "Load").await.unwrap();
     let mut done = 0;
     while done < n {
         let k = (n - done).min(250);
         let chunks: Vec<String> = (0..k).map(|i| chunk_text(start + done + i)).collect();
         let uid = derived_uid("item", &[lib, &(start + done).to_string()]);
         graph
-            .admin()
             .write_item(&ItemWrite {
                 uid: &uid,
                 library_uid: lib,
@@ -356,20 +356,21 @@ async fn run() {
         .unwrap()
         .with_timeout(Duration::from_secs(600));
     graph.bootstrap_schema().await.unwrap();
+    let graph = graph.into_handles();
     let ns = format!("ld{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let tenant = format!("{ns}_tenant");
     let others: Vec<String> = (0..10).map(|i| format!("{ns}_other_{i}")).collect();
     for l in std::iter::once(&tenant).chain(&others) {
         graph
-            .admin()
+            .admin
             .create_library(l, l, "load", Language::English)
             .await
             .unwrap();
     }
     let t0 = Instant::now();
-    fill(&graph, &tenant, 0, tenant_chunks).await;
+    fill(&graph.admin, &tenant, 0, tenant_chunks).await;
     for (i, l) in others.iter().enumerate() {
-        fill(&graph, l, 1_000_000 * (i + 1), other_chunks / others.len()).await;
+        fill(&graph.admin, l, 1_000_000 * (i + 1), other_chunks / others.len()).await;
     }
     println!(
         "corpus: tenant {tenant_chunks} chunks, others {other_chunks} chunks (loaded in {:.1} s)",
@@ -408,7 +409,7 @@ async fn run() {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
         url,
         token,
-        graph: graph.scoped(&Principal::for_tests([tenant.clone()])),
+        graph: graph.knowledge.scoped(&Principal::for_tests([tenant.clone()])),
     });
 
     let t = target.clone();
@@ -524,7 +525,7 @@ async fn run() {
         let extra = want - have;
         for (i, l) in others.iter().enumerate() {
             fill(
-                &graph,
+                &graph.admin,
                 l,
                 1_000_000 * (i + 1) + have / others.len(),
                 extra / others.len(),
@@ -567,6 +568,6 @@ async fn run() {
 
     drop(server);
     let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
-    graph.admin().delete_libraries(&all).await.unwrap();
+    graph.admin.delete_libraries(&all).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }

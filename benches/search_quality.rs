@@ -131,7 +131,7 @@ struct Client {
 
 /// Waits until every chunk of this run has its vector (when a model embeds
 /// them), printing the embedding throughput.
-async fn drain(graph: &mnemosyne::store::graph::GraphStore, ns: &str) {
+async fn drain(graph: &mnemosyne::store::graph::ingest::AdminGraph, ns: &str) {
     let t = Instant::now();
     let first: i64 = graph.embedding_backlog(ns).await.unwrap().iter().map(|(_, n)| n).sum();
     if first == 0 {
@@ -313,7 +313,9 @@ async fn run() {
     // The embedding worker (when the model is installed) embeds this run's
     // libraries only.
     settings.embed_scope_prefix = ns.clone();
-    let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
+    let graph = mnemosyne::store::graph::ingest::AdminGraph::connect(&settings)
+        .await
+        .unwrap();
     let (base, server) = common::start_server("QUALITY_SERVER_BIN", &settings).await;
     let tenant = format!("{ns}_tenant");
     let noise_libs: Vec<String> = (0..NOISE_LIBRARIES).map(|i| format!("{ns}_noise_{i}")).collect();
@@ -505,9 +507,11 @@ async fn run() {
     let graph = mnemosyne::store::graph::GraphStore::connect(&settings)
         .await
         .unwrap()
-        .with_timeout(Duration::from_secs(600));
+        .with_timeout(Duration::from_secs(600))
+        .into_handles()
+        .admin;
     let all: Vec<String> = std::iter::once(tenant).chain(noise_libs).collect();
-    graph.admin().delete_libraries(&all).await.unwrap();
+    graph.delete_libraries(&all).await.unwrap();
     pool.close().await;
     common::drop_db(&admin, &settings.database_url).await;
     if moved_total > 0 && expect_isolation {

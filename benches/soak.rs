@@ -294,7 +294,9 @@ async fn run() {
         println!("  {n:>6}  {what}");
     }
     drop(server);
-    let graph = mnemosyne::store::graph::GraphStore::connect(&settings).await.unwrap();
-    let _ = graph.admin().delete_libraries(&libraries).await;
+    let graph = mnemosyne::store::graph::ingest::AdminGraph::connect(&settings)
+        .await
+        .unwrap();
+    let _ = graph.delete_libraries(&libraries).await;
     common::drop_db(&admin, &settings.database_url).await;
 }

@@ -117,14 +117,16 @@ id_type!(
 /// `resolved_libraries` as a type (beside the ids it lists, below the stores
 /// that take it and the auth layer that makes it): the knowledge reads live on a `ScopedGraph`
 /// made from a `Principal`'s scope, so none can be written without one. Only
-/// this crate (the auth layer, the admin handle) builds a non-empty one;
-/// tests and benches use `for_tests`.
+/// the auth layer builds a non-empty one (`from_resolver`; `src/layering.rs`
+/// checks no other module names it); tests and benches use `for_tests`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scope(Arc<[String]>);
 
 impl Scope {
-    /// Keeps the first occurrence of each uid, in order (DESIGN §3).
-    pub(crate) fn new<I: IntoIterator<Item = String>>(uids: I) -> Self {
+    /// Keeps the first occurrence of each uid, in order (DESIGN §3). For the
+    /// auth layer only: Rust cannot say "only `auth`" of a type below it, so
+    /// `src/layering.rs` fails when another module names this function.
+    pub(crate) fn from_resolver<I: IntoIterator<Item = String>>(uids: I) -> Self {
         let mut seen = std::collections::HashSet::new();
         let v: Vec<String> = uids.into_iter().filter(|u| seen.insert(u.clone())).collect();
         Scope(v.into())
@@ -134,7 +136,7 @@ impl Scope {
     /// auth layer.
     #[doc(hidden)]
     pub fn for_tests<I: IntoIterator<Item = S>, S: Into<String>>(uids: I) -> Self {
-        Scope::new(uids.into_iter().map(Into::into))
+        Scope::from_resolver(uids.into_iter().map(Into::into))
     }
 
     pub fn uids(&self) -> &[String] {
@@ -184,13 +186,13 @@ mod tests {
 
     #[test]
     fn scope_dedups_keeping_first_occurrence() {
-        let s = Scope::new(["b", "a", "b", "c", "a"].map(String::from));
+        let s = Scope::from_resolver(["b", "a", "b", "c", "a"].map(String::from));
         assert_eq!(s.uids(), ["b", "a", "c"]);
     }
 
     #[test]
     fn narrow_never_widens_and_keeps_order() {
-        let s = Scope::new(["b", "a", "c"].map(String::from));
+        let s = Scope::from_resolver(["b", "a", "c"].map(String::from));
         let n = s.narrow(&["c".into(), "zzz".into(), "b".into()]);
         assert_eq!(n.uids(), ["b", "c"]);
     }

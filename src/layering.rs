@@ -537,6 +537,51 @@ fn the_mcp_layer_cannot_name_the_admin_handle() {
     );
 }
 
+/// Names only some modules may write (issue 22), for what Rust's visibility
+/// cannot say: `Scope::from_resolver` lives beside the ids, below the auth
+/// layer that alone may call it; `AdminGraph::rows_for_tests` is public for
+/// the integration tests, and nothing in `src/` may run raw Cypher through it.
+const RESERVED: &[(&str, &[&str])] = &[
+    ("from_resolver", &["ids", "auth"]),
+    ("rows_for_tests", &["store::graph::ingest"]),
+];
+
+#[test]
+fn reserved_names_appear_only_where_allowed() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    let mut defined = BTreeSet::new();
+    for (module, file) in modules(&src) {
+        let path = module.join("::");
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (name, allowed) in RESERVED {
+            let at_home = allowed
+                .iter()
+                .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            for (tok, line) in tokenize(&text) {
+                if matches!(&tok, Tok::Ident(n) if n == name) {
+                    if at_home {
+                        defined.insert(*name);
+                    } else {
+                        found.push(format!("{}:{line}: {name}", file.display()));
+                    }
+                }
+            }
+        }
+    }
+    // A renamed item would make the check vacuous.
+    assert_eq!(
+        defined.len(),
+        RESERVED.len(),
+        "a reserved name is gone: update RESERVED"
+    );
+    assert!(
+        found.is_empty(),
+        "reserved names used outside their modules:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_check_sees_use_trees_paths_and_cycles() {
     let toks = tokenize(

@@ -64,7 +64,7 @@ impl Application {
             Duration::from_secs(self.state.settings.usage_flush_secs),
         ));
         let forget_changed = tokio::spawn(crate::store::graph::admin::forget_changed_libraries(
-            self.state.graph.clone(),
+            self.state.admin.clone(),
             self.state.auth.caches.subscribe(),
         ));
         let audit_retention = tokio::spawn(crate::service::audit::retention_loop(
@@ -83,9 +83,9 @@ impl Application {
                 }
             })
         };
-        let embedding = self.state.graph.semantic().map(|s| {
+        let embedding = self.state.knowledge.semantic().map(|s| {
             tokio::spawn(crate::embed::worker::run(
-                self.state.graph.clone(),
+                self.state.admin.clone(),
                 self.state.pg.clone(),
                 s.embedder().clone(),
                 s.status().clone(),
@@ -274,8 +274,8 @@ fn routes(state: AppState) -> Router {
 /// the call deadline (never the admin handle).
 fn tool_state(state: &AppState) -> crate::mcp::ToolState {
     crate::mcp::ToolState::new(
-        state.graph.knowledge(),
-        crate::service::health::Probes::new(&state.pg, &state.graph),
+        state.knowledge.clone(),
+        crate::service::health::Probes::new(&state.pg, &state.knowledge),
         state.metrics.clone(),
         std::time::Duration::from_millis(state.settings.tool_deadline_ms),
     )

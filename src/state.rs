@@ -13,15 +13,28 @@ use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::mcp::guard::Guard;
 use crate::metrics::Metrics;
+use crate::store::graph::ingest::AdminGraph;
+use crate::store::graph::knowledge::KnowledgeGraph;
 use crate::store::graph::GraphStore;
 use crate::store::pg;
 
-/// Shared by every handler (cheap to clone: handles and `Arc`s).
+/// Shared by every handler (cheap to clone: handles and `Arc`s). It holds
+/// the graph's handles, never the connection they were made from:
+///
+/// ```compile_fail
+/// fn unscoped(s: &mnemosyne::state::AppState) {
+///     let _ = &s.graph;
+/// }
+/// ```
 #[derive(Clone)]
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub pg: PgPool,
-    pub graph: GraphStore,
+    /// Scoped knowledge reads (what the MCP tools get).
+    pub knowledge: KnowledgeGraph,
+    /// Ingest, workspace lifecycle and operator reads: unscoped, for the
+    /// Basic-authenticated APIs, the console and the embedding worker.
+    pub admin: AdminGraph,
     pub metrics: Metrics,
     pub auth: Arc<Authenticator>,
     /// Announcing auth changes (workspace libraries, fences) to every replica.
@@ -64,10 +77,11 @@ impl AppState {
         for c in caches.collectors() {
             metrics.register(c);
         }
+        let graph = graph.into_handles();
         let auth = Arc::new(
             Authenticator::new(
                 pg.clone(),
-                graph.clone(),
+                graph.workspaces,
                 caches.clone(),
                 metrics.clone(),
                 settings.store_timeout(),
@@ -88,7 +102,8 @@ impl AppState {
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,
-            graph,
+            knowledge: graph.knowledge,
+            admin: graph.admin,
             metrics,
             auth,
             mcp,

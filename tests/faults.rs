@@ -451,6 +451,7 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
     patient.store_timeout_ms = SETUP_TIMEOUT_MS;
     let g = GraphStore::connect(&patient).await.unwrap();
     g.bootstrap_schema().await.expect("schema on the test's own graph");
+    let g = g.into_handles();
     let ws_a = app.uid("ws_a");
     let ws_b = app.uid("ws_b");
     let seed = |ws: String, title: &'static str, content: &'static str| {
@@ -462,7 +463,7 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
                 content: content.into(),
                 ..Default::default()
             };
-            ingest::ingest(&g.admin(), &changes, 2000, Document::parse(doc).unwrap())
+            ingest::ingest(&g.admin, &changes, 2000, Document::parse(doc).unwrap())
                 .await
                 .expect("seeding the test's own graph")
                 .library_uid
@@ -480,7 +481,8 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
         let g = g.clone();
         async move {
             let principal = mnemosyne::auth::Principal::for_tests([lib]);
-            g.scoped(&principal)
+            g.knowledge
+                .scoped(&principal)
                 .search(&mnemosyne::store::graph::knowledge::Search::keyword("pelican", 1))
                 .await
                 .unwrap()[0]

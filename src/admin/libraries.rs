@@ -34,7 +34,7 @@ pub async fn list(
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(PAGE)
         .clamp(1, crate::store::graph::admin::MAX_PAGE);
-    let (libs, more) = state.graph.admin().library_page(after, limit).await?;
+    let (libs, more) = state.admin.library_page(after, limit).await?;
     let uids: Vec<String> = libs.iter().map(|l| l.uid.clone()).collect();
     let count = users::membership_counts(&state.pg, &uids).await?;
     let next = more
@@ -77,7 +77,7 @@ async fn detail_page(
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let lib = state.graph.admin().library_overview(uid).await?;
+    let lib = state.admin.library_detail(uid).await?;
     let members = users::memberships(&state.pg, None, Some(uid)).await?;
     if lib.is_none() && members.is_empty() {
         return Err(AdminError::NotFound);

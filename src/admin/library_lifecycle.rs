@@ -62,7 +62,7 @@ fn refusal(e: LibraryError) -> AdminError {
 
 /// The rename form and a link to the delete confirmation, for the staff
 /// library page (user-managed libraries only).
-pub fn staff_controls(s: &Session, lib: &crate::store::graph::admin::LibraryOverview) -> Markup {
+pub fn staff_controls(s: &Session, lib: &LibraryDetail) -> Markup {
     if lib.workspace_id.is_some() {
         return html! { p.muted { "A workspace's library is renamed and deleted with its workspace (the workspace API)." } };
     }
@@ -100,7 +100,7 @@ async fn confirm_page(
             None => return Err(AdminError::NotFound),
         }
     }
-    let Some(lib) = state.graph.admin().library_detail(uid).await? else {
+    let Some(lib) = state.admin.library_detail(uid).await? else {
         return Err(AdminError::NotFound);
     };
     if let Some(ws) = &lib.workspace_id {
@@ -145,7 +145,7 @@ async fn rename(state: AppState, s: Session, form: FormData, paths: &Paths) -> R
     let uid = form.get("uid");
     let description = form.get("description");
     libraries::rename(
-        &state.graph,
+        &state.admin,
         &state.pg,
         &actor(s.username()),
         paths.authority(&s),
@@ -165,7 +165,7 @@ async fn rename(state: AppState, s: Session, form: FormData, paths: &Paths) -> R
 
 async fn delete(state: AppState, s: Session, form: FormData, paths: &Paths) -> Result<Response, AdminError> {
     let out = libraries::delete(
-        &state.graph,
+        &state.admin,
         &state.pg,
         &state.changes,
         &actor(s.username()),

@@ -16,11 +16,11 @@ use crate::store::pg::{admin as store, keys};
 
 /// GET /admin/: store health (the `get_health` probe) and counts.
 pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<Response, AdminError> {
-    let health = crate::service::health::check(&state.pg, &state.graph).await;
+    let health = crate::service::health::check(&state.pg, &state.knowledge).await;
     let (pg, graph) = (&health.postgres, &health.graph);
     let counts = store::counts(&state.pg).await.unwrap_or_default();
     let libraries = match graph {
-        Ok(()) => state.graph.admin().library_count().await.ok(),
+        Ok(()) => state.admin.library_count().await.ok(),
         Err(_) => None,
     };
     // The one verdict (`get_health`'s): either store down is `error`.

@@ -45,7 +45,7 @@ async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
         let id = uuid::Uuid::parse_str(id).map_err(|_| AdminError::NotFound)?;
         let label = format!("team {id}");
         let outcome = match state.auth.resolve_team_now(id).await {
-            Ok(p) => Ok(Box::new(state.graph.scoped(&p))),
+            Ok(p) => Ok(Box::new(state.knowledge.scoped(&p))),
             Err(e) => Err(refused(e)?),
         };
         return Ok(As::Principal { label, outcome });
@@ -55,7 +55,7 @@ async fn resolve_as(state: &AppState, raw: &str) -> Result<As, AdminError> {
         let hash = tokens::hash_of(&state.pg, id).await?.ok_or(AdminError::NotFound)?;
         let label = format!("token {id}");
         let outcome = match state.auth.resolve_stored_token(&hash).await {
-            Ok(p) => Ok(Box::new(state.graph.scoped(&p))),
+            Ok(p) => Ok(Box::new(state.knowledge.scoped(&p))),
             Err(e) => Err(refused(e)?),
         };
         return Ok(As::Principal { label, outcome });
@@ -72,14 +72,16 @@ pub async fn search(
     let text = q.get("q").map(|t| t.trim()).unwrap_or("");
     let library = q.get("library").map(String::as_str).unwrap_or("");
     let as_raw = q.get("as").map(String::as_str).unwrap_or("");
-    let libs = state.graph.admin().library_list().await?;
+    let libs = state.admin.library_list().await?;
     let team_list = teams::list(&state.pg).await?;
     let token_list = tokens::list(&state.pg, None).await?;
     let who = resolve_as(&state, as_raw).await?;
     // Spec §3.3: an admin search's resolved libraries are every library uid;
     // "search as" reads exactly what the principal's view reads.
     let view = match &who {
-        As::Everything => Some(state.graph.admin().every_library().await?),
+        As::Everything => Some(state.knowledge.scoped(&crate::auth::resolver::every_library(
+            libs.iter().map(|l| l.uid.clone()),
+        ))),
         As::Principal { outcome: Ok(view), .. } => Some(view.as_ref().clone()),
         As::Principal { outcome: Err(_), .. } => None,
     };

@@ -148,7 +148,7 @@ pub async fn new_form(
     let Some(user) = users::by_username(&state.pg, chosen).await? else {
         return Err(AdminError::NotFound);
     };
-    let choices = service::picker(&state.pg, &state.graph, user.id).await?;
+    let choices = service::picker(&state.pg, &state.admin, user.id).await?;
     let body = mint_form(
         &s,
         "/admin/tokens",
@@ -217,7 +217,7 @@ pub async fn create(State(state): State<AppState>, StaffForm(s, form): StaffForm
             Ok(view::page(&s, "/admin/tokens", "Token created", None, body))
         }
         Err(err) => {
-            let choices = service::picker(&state.pg, &state.graph, user.id).await?;
+            let choices = service::picker(&state.pg, &state.admin, user.id).await?;
             let body = mint_form(&s, "/admin/tokens", Some(&user.username), &choices, &form, &err);
             Ok((
                 StatusCode::BAD_REQUEST,
@@ -284,7 +284,7 @@ pub(super) async fn me_page(
     status: StatusCode,
 ) -> Result<Response, AdminError> {
     let list = tokens::list(&state.pg, Some(s.username())).await?;
-    let choices = service::picker(&state.pg, &state.graph, s.user.user_id).await?;
+    let choices = service::picker(&state.pg, &state.admin, s.user.user_id).await?;
     let members = super::my_libraries::section(state, s, form, err).await?;
     let body = html! {
         (token_table(s, &list, "/admin/me/tokens/revoke", false))

@@ -24,7 +24,7 @@ async fn healthz() -> impl IntoResponse {
 
 /// Ready unless the health verdict is `error` (slow stores still serve).
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let h = health::check(&state.pg, &state.graph).await;
+    let h = health::check(&state.pg, &state.knowledge).await;
     let mut failing = Vec::new();
     let mut checks = serde_json::Map::new();
     for (name, r) in [("postgres", &h.postgres), ("graph", &h.graph)] {
@@ -71,7 +71,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         m.pg_acquire_seconds.set(started.elapsed().as_secs_f64());
         drop(conn);
     }
-    let h = health::check(&state.pg, &state.graph).await;
+    let h = health::check(&state.pg, &state.knowledge).await;
     m.store_up
         .with_label_values(&["postgres"])
         .set(i64::from(h.postgres.is_ok()));

@@ -94,14 +94,7 @@ async fn ingest(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     let doc = Document::parse(body.into()).map_err(bad)?;
-    let out = match ingest::ingest(
-        &state.graph.admin(),
-        &state.changes,
-        state.settings.chunk_max_chars,
-        doc,
-    )
-    .await
-    {
+    let out = match ingest::ingest(&state.admin, &state.changes, state.settings.chunk_max_chars, doc).await {
         Ok(out) => out,
         Err(IngestError::Graph(crate::store::graph::GraphError::Unavailable(cause))) => {
             tracing::warn!(store = "graph", ?cause, "ingest: graph unavailable (retry-safe 503)");
@@ -155,7 +148,7 @@ async fn delete_item(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let uid = Uid::parse("item_uid", uid).map_err(bad)?;
-    if !state.graph.admin().delete_item(&uid).await? {
+    if !state.admin.delete_item(&uid).await? {
         return Err(ApiError::NotFound(format!("item not found: {uid}")));
     }
     tracing::info!(actor = ?sa.username, item = ?uid.as_str(), "item deleted");
@@ -169,7 +162,7 @@ async fn workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     let ws = WorkspaceId::parse("workspace_id", ws).map_err(bad)?;
-    let libs = state.graph.admin().workspace_libraries(&ws).await?;
+    let libs = state.admin.workspace_libraries(&ws).await?;
     let Some(lib) = libs.first() else {
         return Err(ApiError::NotFound(format!("workspace has no library: {ws}")));
     };
@@ -190,7 +183,7 @@ async fn delete_workspace(
     Path(ws): Path<String>,
 ) -> Result<Response, ApiError> {
     let ws = WorkspaceId::parse("workspace_id", ws).map_err(bad)?;
-    let out = libraries::delete_workspace(&state.graph, &state.pg, &state.changes, &sa.username, &ws)
+    let out = libraries::delete_workspace(&state.admin, &state.pg, &state.changes, &sa.username, &ws)
         .await
         .map_err(|e| match e {
             libraries::DeleteError::Graph(g) => ApiError::from(g),
@@ -224,7 +217,7 @@ async fn create_library(
         description: body.description,
         language: body.language,
     };
-    let out = libraries::create(&state.graph, &state.pg, &sa.username, new).await?;
+    let out = libraries::create(&state.admin, &state.pg, &sa.username, new).await?;
     Ok((
         StatusCode::CREATED,
         Json(
@@ -258,7 +251,7 @@ async fn library_detail(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let uid = LibraryUid::parse("uid", uid).map_err(bad)?;
-    let Some(l) = state.graph.admin().library_detail(uid.as_str()).await? else {
+    let Some(l) = state.admin.library_detail(uid.as_str()).await? else {
         return Err(ApiError::NotFound(format!("library not found: {uid}")));
     };
     Ok(Json(json!({
@@ -284,7 +277,7 @@ async fn rename_library(
     ApiJson(body): ApiJson<RenameBody>,
 ) -> Result<Response, ApiError> {
     let out = libraries::rename(
-        &state.graph,
+        &state.admin,
         &state.pg,
         &sa.username,
         Authority::Operator,
@@ -306,7 +299,7 @@ async fn delete_library(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let out = libraries::delete(
-        &state.graph,
+        &state.admin,
         &state.pg,
         &state.changes,
         &sa.username,

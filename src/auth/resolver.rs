@@ -17,7 +17,7 @@ use super::failure::{AuthError, AuthFailure};
 use super::jwt::{self, Verified};
 use super::principal::{Principal, PrincipalKind, Scope, ToolGrant};
 use crate::metrics::Metrics;
-use crate::store::graph::GraphStore;
+use crate::store::graph::WorkspaceLibraries;
 use crate::store::pg::auth as pga;
 
 /// What the transport tells the resolver about the request.
@@ -39,6 +39,12 @@ impl RequestContext<'_> {
     }
 }
 
+/// The staff admin search's scope (spec §3.3: an admin search's resolved
+/// libraries are every Library uid, named explicitly): `uids`, in order.
+pub(crate) fn every_library(uids: impl IntoIterator<Item = String>) -> Scope {
+    Scope::from_resolver(uids)
+}
+
 /// A per-turn jti consumed by a request that had no session yet; if the
 /// response opens one, the jti is bound to it (`Authenticator::bind_session`).
 #[derive(Clone, Debug)]
@@ -46,7 +52,7 @@ pub struct PendingJti(pub String);
 
 pub struct Authenticator {
     pg: PgPool,
-    graph: GraphStore,
+    graph: WorkspaceLibraries,
     pub caches: Arc<AuthCaches>,
     metrics: Metrics,
     store_timeout: Duration,
@@ -69,7 +75,7 @@ pub fn token_hash(plaintext: &str) -> String {
 impl Authenticator {
     pub fn new(
         pg: PgPool,
-        graph: GraphStore,
+        graph: WorkspaceLibraries,
         caches: Arc<AuthCaches>,
         metrics: Metrics,
         store_timeout: Duration,
@@ -184,7 +190,7 @@ impl Authenticator {
                     kind: PrincipalKind::PerTurn,
                     subject: sub,
                     credential,
-                    libraries: Scope::new(libs),
+                    libraries: Scope::from_resolver(libs),
                     // A per-turn JWT has no stored credential to restrict.
                     tools: ToolGrant::Every,
                     rate_limit_per_minute: None,
@@ -294,7 +300,7 @@ impl Authenticator {
             kind: PrincipalKind::Token,
             credential: subject.as_str().into(),
             subject,
-            libraries: Scope::new(libraries),
+            libraries: Scope::from_resolver(libraries),
             tools: ToolGrant::from_stored(row.allowed_tools.as_deref()),
             rate_limit_per_minute: row.rate_limit_per_minute.map(|r| r.max(0) as u32),
         })
@@ -392,7 +398,7 @@ impl Authenticator {
                 Ok::<_, AuthError>(fetched.into_iter().map(|(ws, libs)| (ws, Arc::new(libs))).collect())
             })
             .await?;
-        Ok(Scope::new(per_ws.iter().flat_map(|l| l.iter().cloned())))
+        Ok(Scope::from_resolver(per_ws.iter().flat_map(|l| l.iter().cloned())))
     }
 
     /// Writes `last_used_at` for the tokens used since the last call.

@@ -14,7 +14,7 @@ use crate::auth::{basic::hash_password, jwt};
 use crate::config::Settings;
 use crate::service::ingest::{self, Document, DocumentIn};
 use crate::service::{teams, tokens};
-use crate::store::graph::GraphStore;
+use crate::store::graph::ingest::AdminGraph;
 use crate::store::pg::{keys, users};
 
 #[derive(Args, Debug)]
@@ -58,7 +58,7 @@ fn random_password() -> String {
 /// Loads the demo and prints its credentials once: as text, or with `json`
 /// as one JSON document (for scripts).
 pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json: bool) -> anyhow::Result<()> {
-    let graph = GraphStore::connect(settings).await?.admin();
+    let graph = AdminGraph::connect(settings).await?;
     let changes = AuthChanges::new(pool.clone(), None);
     let load = |doc: DocumentIn| {
         let (graph, changes) = (&graph, &changes);

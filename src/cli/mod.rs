@@ -12,6 +12,7 @@ use crate::service::credential_limits;
 use crate::service::tokens::{self as tokens_service, Minted, TokenError};
 use crate::service::tool_grants::{self, ToolAllowlist};
 use crate::service::{self, accounts, memberships};
+use crate::store::graph::ingest::AdminGraph;
 use crate::store::graph::GraphStore;
 use crate::store::pg::{self, keys, tokens, users, users::Role};
 
@@ -389,7 +390,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
                 .await
                 .context("bootstrapping the graph schema")?;
             println!("graph ({}): schema ready", settings.graph_flavor);
-            reindex::run(&graph.admin(), &mut std::io::stderr())
+            reindex::run(&graph.into_handles().admin, &mut std::io::stderr())
                 .await
                 .context("re-indexing the chunks for keyword search")?;
         }
@@ -419,8 +420,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
             });
         }
         Command::Library(LibraryCmd::List) => {
-            let graph = GraphStore::connect(&settings).await?;
-            let libs = graph.admin().all_libraries().await?;
+            let libs = AdminGraph::connect(&settings).await?.all_libraries().await?;
             let value = serde_json::Value::Array(
                 libs.iter()
                     .map(|l| {
@@ -515,7 +515,7 @@ async fn audit(pool: &sqlx::PgPool, c: AuditCmd, json: bool) -> anyhow::Result<(
 /// `library rename|delete` (`library list` is above).
 async fn library_lifecycle(settings: &Settings, pool: &sqlx::PgPool, c: LibraryCmd, json: bool) -> anyhow::Result<()> {
     use crate::service::libraries::{self, Authority};
-    let graph = GraphStore::connect(settings).await?;
+    let graph = AdminGraph::connect(settings).await?;
     match c {
         LibraryCmd::List => unreachable!("listed above"),
         LibraryCmd::Rename { uid, name, description } => {
@@ -578,9 +578,12 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()>
             password_stdin,
             staff,
         } => {
-            accounts::check_username(&username)?;
-            if staff && !password_stdin {
-                bail!("a staff user signs in with a password: add --password-stdin");
+            // The service's rules, before a password is read from stdin.
+            match accounts::check_new_user(&username, service, staff, password_stdin) {
+                Err(accounts::AccountError::StaffWithoutPassword) => {
+                    bail!("a staff user signs in with a password: add --password-stdin")
+                }
+                other => other?,
             }
             let password = if password_stdin {
                 Some(read_password_stdin()?)

@@ -14,7 +14,7 @@ use prometheus::{IntCounter, IntGauge};
 use sqlx::PgPool;
 
 use super::Embedder;
-use crate::store::graph::GraphStore;
+use crate::store::graph::ingest::AdminGraph;
 
 /// How long an idle worker (or one that is not the leader) waits before it
 /// looks again.
@@ -81,7 +81,7 @@ pub struct WorkerConfig {
 }
 
 /// Runs until the task is aborted.
-pub async fn run(graph: GraphStore, pg: PgPool, embedder: Arc<Embedder>, status: Arc<Status>, config: WorkerConfig) {
+pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status: Arc<Status>, config: WorkerConfig) {
     let mut lock: Option<sqlx::PgConnection> = None;
     let mut last: Option<String> = None;
     loop {
@@ -161,7 +161,7 @@ async fn still_held(conn: Option<&mut sqlx::PgConnection>) -> bool {
 
 /// Marks chunks without this model's vector pending (a new model, or chunks
 /// from before embeddings).
-async fn backfill(graph: &GraphStore, model: &str, prefix: &str) -> Result<(), crate::store::graph::GraphError> {
+async fn backfill(graph: &AdminGraph, model: &str, prefix: &str) -> Result<(), crate::store::graph::GraphError> {
     let mut total = 0;
     loop {
         let n = graph.backfill_pending(model, prefix, BACKFILL_PAGE).await?;
@@ -182,7 +182,7 @@ async fn backfill(graph: &GraphStore, model: &str, prefix: &str) -> Result<(), c
 /// Embeds one batch of a library's pending chunks; returns how many left
 /// the queue.
 async fn one_batch(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     embedder: &Arc<Embedder>,
     status: &Status,
     lib: &str,

@@ -51,6 +51,20 @@ pub fn check_username(username: &str) -> Result<(), AccountError> {
     Ok(())
 }
 
+/// The rules of a new user before any store call: its username, a service
+/// account never staff, and staff only with a password (the console signs
+/// staff in with it). The CLI asks before reading a password from stdin.
+pub fn check_new_user(username: &str, service: bool, staff: bool, has_password: bool) -> Result<(), AccountError> {
+    check_username(username)?;
+    if staff && service {
+        return Err(AccountError::ServiceStaff);
+    }
+    if staff && !has_password {
+        return Err(AccountError::StaffWithoutPassword);
+    }
+    Ok(())
+}
+
 /// argon2id on a blocking thread (about 19 MiB and tens of milliseconds:
 /// never on an async worker).
 async fn hash(password: &str) -> Result<String, AccountError> {
@@ -73,13 +87,7 @@ pub async fn create(
     service: bool,
     staff: bool,
 ) -> Result<users::User, AccountError> {
-    check_username(username)?;
-    if staff && service {
-        return Err(AccountError::ServiceStaff);
-    }
-    if staff && password.is_none() {
-        return Err(AccountError::StaffWithoutPassword);
-    }
+    check_new_user(username, service, staff, password.is_some())?;
     let hash = match password {
         Some(p) => Some(hash(p).await?),
         None => None,

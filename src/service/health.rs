@@ -8,7 +8,6 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::store::graph::knowledge::KnowledgeGraph;
-use crate::store::graph::GraphStore;
 
 /// The one probe timeout: how long each store may take before health says
 /// so (`get_health` must answer within about a second, spec §2).
@@ -83,8 +82,8 @@ impl Health {
 }
 
 /// Probes both stores (`PROBE_TIMEOUT` each, concurrently).
-pub async fn check(pg: &PgPool, graph: &GraphStore) -> Health {
-    probe(pg, &graph.knowledge()).await
+pub async fn check(pg: &PgPool, graph: &KnowledgeGraph) -> Health {
+    probe(pg, graph).await
 }
 
 /// The stores as far as health needs them, a ping each: what the MCP
@@ -96,10 +95,10 @@ pub struct Probes {
 }
 
 impl Probes {
-    pub fn new(pg: &PgPool, graph: &GraphStore) -> Self {
+    pub fn new(pg: &PgPool, graph: &KnowledgeGraph) -> Self {
         Probes {
             pg: pg.clone(),
-            graph: graph.knowledge(),
+            graph: graph.clone(),
         }
     }
 

@@ -16,7 +16,8 @@ use crate::ids::{LibraryUid, WorkspaceId};
 use crate::store::graph::admin::LibraryDetail;
 use crate::store::graph::analysis::{Language, LANGUAGES};
 use crate::store::graph::ingest::workspace_library_uid;
-use crate::store::graph::{GraphError, GraphStore};
+use crate::store::graph::ingest::AdminGraph;
+use crate::store::graph::GraphError;
 use crate::store::pg::users::{self, Role};
 use crate::store::pg::{self, grants};
 
@@ -54,31 +55,27 @@ pub struct WorkspaceDeleted {
 /// fence). Idempotent: a retry (the graph has nothing left) still clears the
 /// grants, so one after a failed cleanup finishes the job.
 pub async fn delete_workspace(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     pg: &PgPool,
     changes: &AuthChanges,
     actor: &str,
     ws: &WorkspaceId,
 ) -> Result<WorkspaceDeleted, DeleteError> {
     // Uids only: counting a large workspace's chunks first could outlast the timeout.
-    let deleted: Vec<String> = graph
-        .libraries_for_workspaces(&[ws.to_string()])
-        .await?
-        .remove(ws.as_str())
-        .unwrap_or_default();
+    let deleted: Vec<String> = graph.workspace_library_uids(ws.as_str()).await?;
     let mut cleared = deleted.clone();
     let own = workspace_library_uid(ws.as_str());
     if !cleared.contains(&own) {
         // Not found under the workspace: absent (a retry, or grants made before
         // the first ingest) — cleared; or held by a library that is not this
         // workspace's — its grants are its own.
-        match graph.admin().find_library(&own).await? {
+        match graph.find_library(&own).await? {
             None => cleared.push(own),
             Some(Some(w)) if w == ws.as_str() => cleared.push(own),
             Some(_) => {}
         }
     }
-    graph.admin().delete_libraries(&deleted).await?;
+    graph.delete_libraries(&deleted).await?;
     let mut notes = Vec::new();
     if !deleted.is_empty() {
         notes.push(format!("workspace:{ws}"));
@@ -209,8 +206,8 @@ async fn check_authority(pg: &PgPool, who: Authority<'_>, uid: &str) -> Result<(
 }
 
 /// The user-managed library `uid` (None when it is not in the graph).
-async fn user_managed(graph: &GraphStore, uid: &str) -> Result<Option<LibraryDetail>, LibraryError> {
-    match graph.admin().library_detail(uid).await? {
+async fn user_managed(graph: &AdminGraph, uid: &str) -> Result<Option<LibraryDetail>, LibraryError> {
+    match graph.library_detail(uid).await? {
         Some(LibraryDetail {
             workspace_id: Some(ws), ..
         }) => Err(LibraryError::Workspace {
@@ -251,7 +248,7 @@ pub const MAX_DESCRIPTION_CHARS: usize = 2000;
 /// `library_created` right after the graph commits. Fields are checked in
 /// order (name, description, language, uid) before any store call; a taken
 /// uid is `LibraryError::Exists`.
-pub async fn create(graph: &GraphStore, pg: &PgPool, actor: &str, new: NewLibrary) -> Result<Created, LibraryError> {
+pub async fn create(graph: &AdminGraph, pg: &PgPool, actor: &str, new: NewLibrary) -> Result<Created, LibraryError> {
     check_len("name", &new.name, 1, MAX_NAME_CHARS)?;
     let description = new.description.unwrap_or_default();
     check_len("description", &description, 0, MAX_DESCRIPTION_CHARS)?;
@@ -266,11 +263,7 @@ pub async fn create(graph: &GraphStore, pg: &PgPool, actor: &str, new: NewLibrar
         Some(u) => LibraryUid::parse("uid", u).map_err(BadField::from)?.into_string(),
         None => format!("lib_{}", uuid::Uuid::new_v4().simple()),
     };
-    if !graph
-        .admin()
-        .create_library(&uid, &new.name, &description, language)
-        .await?
-    {
+    if !graph.create_library(&uid, &new.name, &description, language).await? {
         return Err(LibraryError::Exists(uid));
     }
     tracing::info!(actor = ?actor, library = ?uid, "library created");
@@ -303,7 +296,7 @@ pub struct Renamed {
 /// audited `library_renamed` right after the graph commits. Workspace
 /// libraries are refused (`LibraryError::Workspace`).
 pub async fn rename(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     pg: &PgPool,
     actor: &str,
     who: Authority<'_>,
@@ -313,9 +306,9 @@ pub async fn rename(
 ) -> Result<Renamed, LibraryError> {
     let uid = parse_uid(uid)?;
     let name = name.trim();
-    check_len("name", name, 1, 200)?;
+    check_len("name", name, 1, MAX_NAME_CHARS)?;
     if let Some(d) = description {
-        check_len("description", d, 0, 2000)?;
+        check_len("description", d, 0, MAX_DESCRIPTION_CHARS)?;
     }
     check_authority(pg, who, &uid).await?;
     let Some(lib) = user_managed(graph, &uid).await? else {
@@ -325,7 +318,7 @@ pub async fn rename(
         return Err(LibraryError::Deleting(uid));
     }
     let description = description.unwrap_or(&lib.description).to_owned();
-    if !graph.admin().rename_library(&uid, name, &description).await? {
+    if !graph.rename_library(&uid, name, &description).await? {
         // Deleted (or being deleted) since the read.
         return Err(LibraryError::NotFound(uid));
     }
@@ -369,7 +362,7 @@ pub struct LibraryDeleted {
 /// library can be deleted. A retry after a failed grant cleanup finishes it;
 /// nothing in the graph and no grants is `NotFound`.
 pub async fn delete(
-    graph: &GraphStore,
+    graph: &AdminGraph,
     pg: &PgPool,
     changes: &AuthChanges,
     actor: &str,
@@ -380,7 +373,7 @@ pub async fn delete(
     check_authority(pg, who, &uid).await?;
     let content = user_managed(graph, &uid).await?;
     if content.is_some() {
-        graph.admin().delete_libraries(std::slice::from_ref(&uid)).await?;
+        graph.delete_libraries(std::slice::from_ref(&uid)).await?;
     }
     let cleared = [uid.clone()];
     let cleanup = async {

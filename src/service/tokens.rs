@@ -13,7 +13,7 @@ use super::{check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::auth::resolver::token_hash;
 use crate::ids::LibraryUid;
-use crate::store::graph::GraphStore;
+use crate::store::graph::ingest::AdminGraph;
 use crate::store::pg::{self, tokens, users};
 
 /// The most libraries one token may name (a form or a command line with
@@ -222,11 +222,11 @@ pub async fn set_token_tools(
 
 /// The token form's library picker (admin console): the choices for `user_id`: libraries where the user is owner or
 /// manager (spec §4.1), with their names when the graph has them.
-pub async fn picker(pg: &PgPool, graph: &GraphStore, user_id: i64) -> Result<Vec<(String, String)>, sqlx::Error> {
+pub async fn picker(pg: &PgPool, admin: &AdminGraph, user_id: i64) -> Result<Vec<(String, String)>, sqlx::Error> {
     let uids = users::scopable_libraries(pg, user_id).await?;
     // Names are a convenience: the picker still works while the graph is down.
     // Only the picker's own libraries are read, and nothing is counted.
-    let names: Option<HashMap<String, String>> = match graph.admin().library_names(&uids).await {
+    let names: Option<HashMap<String, String>> = match admin.library_names(&uids).await {
         Ok(names) => Some(names),
         Err(e) => {
             tracing::warn!(error = ?e.to_string(), "admin console: library names unavailable");

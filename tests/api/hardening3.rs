@@ -439,8 +439,7 @@ async fn a_timed_out_ingest_is_a_retry_safe_503_and_the_retry_leaves_the_item_wh
     assert!(expected > 1);
     let item = app
         .state
-        .graph
-        .admin()
+        .admin
         .find_item(&uid)
         .await
         .unwrap()
@@ -448,9 +447,8 @@ async fn a_timed_out_ingest_is_a_retry_safe_503_and_the_retry_leaves_the_item_wh
     assert_eq!(item.chunk_count, expected);
     let rows = app
         .state
-        .graph
-        .rows(
-            "test inspection",
+        .admin
+        .rows_for_tests(
             neo4rs::query("MATCH (c:Chunk {item_uid: $item}) RETURN c.ordinal AS ordinal ORDER BY ordinal")
                 .param("item", uid.as_str()),
         )

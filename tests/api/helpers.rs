@@ -8,6 +8,7 @@ use mnemosyne::auth::jwt;
 use mnemosyne::config::Settings;
 use mnemosyne::startup::Application;
 use mnemosyne::state::AppState;
+use mnemosyne::store::graph::ingest::AdminGraph;
 use mnemosyne::store::graph::GraphStore;
 use mnemosyne::store::pg::{self, keys, users};
 use reqwest::StatusCode;
@@ -330,7 +331,7 @@ impl Drop for TestApp {
                     .build()
                     .unwrap();
                 rt.block_on(async move {
-                    if let Ok(g) = GraphStore::connect(&settings).await {
+                    if let Ok(g) = AdminGraph::connect(&settings).await {
                         let _ = cleanup_graph(&g, &ns).await;
                     }
                     if let Ok(p) = sqlx::PgPool::connect(&admin).await {
@@ -345,16 +346,15 @@ impl Drop for TestApp {
     }
 }
 
-async fn cleanup_graph(g: &GraphStore, ns: &str) -> Result<(), mnemosyne::store::graph::GraphError> {
+async fn cleanup_graph(g: &AdminGraph, ns: &str) -> Result<(), mnemosyne::store::graph::GraphError> {
     let libs: Vec<String> = g
-        .admin()
         .all_libraries()
         .await?
         .into_iter()
         .filter(|l| l.uid.starts_with(ns) || l.workspace_id.as_deref().is_some_and(|w| w.starts_with(ns)))
         .map(|l| l.uid)
         .collect();
-    g.admin().delete_libraries(&libs).await
+    g.delete_libraries(&libs).await
 }
 
 /// A hand-rolled Streamable HTTP MCP client: it lets tests control every header

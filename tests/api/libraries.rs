@@ -37,7 +37,7 @@ async fn library_names(c: &mut crate::helpers::McpClient) -> Vec<(String, String
 }
 
 async fn library_in_graph(app: &TestApp, uid: &str) -> bool {
-    app.state.graph.admin().library_detail(uid).await.unwrap().is_some()
+    app.state.admin.library_detail(uid).await.unwrap().is_some()
 }
 
 #[tokio::test]
@@ -184,7 +184,7 @@ async fn the_last_owner_cannot_be_revoked_but_the_library_can_be_deleted() {
             .unwrap();
         assert_eq!(refused, Err(Refusal::LastOwner));
     }
-    let (g, pg, ch) = (&app.state.graph, &app.pg, &app.state.changes);
+    let (g, pg, ch) = (&app.state.admin, &app.pg, &app.state.changes);
     let manager_may_not = libraries::delete(g, pg, ch, "test", Authority::Owner(&manager), &lib).await;
     assert!(
         matches!(&manager_may_not, Err(LibraryError::NotOwner(u)) if *u == lib),
@@ -245,14 +245,7 @@ async fn the_cli_renames_and_deletes_a_library_and_asks_for_yes() {
     assert!(ok, "{err}");
     assert!(out.contains("Renamed by CLI"), "{out}");
     assert_eq!(
-        app.state
-            .graph
-            .admin()
-            .library_detail(&lib)
-            .await
-            .unwrap()
-            .unwrap()
-            .name,
+        app.state.admin.library_detail(&lib).await.unwrap().unwrap().name,
         "Renamed by CLI"
     );
     let (ok, _, err) = app.cli(&["library", "delete", &lib]);
@@ -303,7 +296,7 @@ async fn the_console_confirms_a_delete_naming_the_counts_for_staff_and_for_an_ow
         .await;
     assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
     assert_eq!(
-        app.state.graph.admin().library_detail(&a).await.unwrap().unwrap().name,
+        app.state.admin.library_detail(&a).await.unwrap().unwrap().name,
         "Staff named"
     );
     console.get(&format!("/admin/library/delete?uid={a}")).await;
@@ -360,8 +353,8 @@ async fn a_library_deleted_on_one_replica_is_forgotten_by_the_others_caches() {
     let other = app.second_instance().await;
     let lib = app.library("polyglot").await;
     let code = |app: &TestApp| {
-        let (g, lib) = (app.state.graph.clone(), lib.clone());
-        async move { g.admin().language_of(&lib).await.unwrap().code() }
+        let (g, lib) = (app.state.admin.clone(), lib.clone());
+        async move { g.language_of(&lib).await.unwrap().code() }
     };
     assert_eq!(code(&other).await, "en", "cached on the other replica");
     let (status, _) = send(app.service(Method::DELETE, &format!("/library/api/libraries/{lib}/"))).await;

@@ -535,7 +535,9 @@ async fn server_discover_advertises_this_server() {
 async fn admin_search_over_every_library_and_a_principals_view() {
     let app = TestApp::spawn().await;
     let s = seed(&app).await;
-    let every = app.state.graph.admin().every_library().await.unwrap();
+    // What the console's search reads: every library, named explicitly.
+    let uids = app.state.admin.library_list().await.unwrap().into_iter().map(|l| l.uid);
+    let every = app.state.knowledge.scoped(&mnemosyne::auth::Scope::for_tests(uids));
     for lib in [&s.lib_a, &s.lib_b, &s.lib_c] {
         assert!(every.scope().contains(lib), "{lib}");
     }
@@ -554,7 +556,7 @@ async fn admin_search_over_every_library_and_a_principals_view() {
     assert_eq!(libs, want);
 
     let principal = mnemosyne::auth::Principal::for_tests([s.lib_b.clone()]);
-    let mine = app.state.graph.scoped(&principal);
+    let mine = app.state.knowledge.scoped(&principal);
     let hits = mine
         .search(&mnemosyne::store::graph::knowledge::Search::keyword("zanzibarine", 50))
         .await

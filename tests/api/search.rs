@@ -302,14 +302,7 @@ async fn an_unknown_library_language_is_400_naming_language() {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["field"], "language", "{body}");
-    assert!(app
-        .state
-        .graph
-        .admin()
-        .find_library(&app.uid("xx"))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(app.state.admin.find_library(&app.uid("xx")).await.unwrap().is_none());
 }
 
 // ---- migrate's re-index ----
@@ -335,7 +328,7 @@ fn old_scoped(library_uid: &str, text: &str) -> String {
 }
 
 async fn graph_rows(app: &TestApp, q: neo4rs::Query) -> Vec<neo4rs::Row> {
-    app.state.graph.rows("test inspection", q).await.expect("graph query")
+    app.state.admin.rows_for_tests(q).await.expect("graph query")
 }
 
 /// (analysis, dl) of a chunk.
@@ -350,7 +343,7 @@ async fn chunk_index(app: &TestApp, uid: &str) -> (Option<i64>, Option<i64>) {
 
 async fn reindex(app: &TestApp) -> (i64, String) {
     let mut out = Vec::new();
-    let n = mnemosyne::cli::reindex::run(&app.state.graph.admin(), &mut out)
+    let n = mnemosyne::cli::reindex::run(&app.state.admin, &mut out)
         .await
         .expect("re-index");
     (n, String::from_utf8(out).unwrap())

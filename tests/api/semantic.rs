@@ -44,7 +44,7 @@ async fn with_model() -> TestApp {
 
 /// Pending chunks per library of `app`'s namespace.
 async fn backlog(app: &TestApp) -> Vec<(String, i64)> {
-    app.state.graph.embedding_backlog(&app.ns).await.unwrap()
+    app.state.admin.embedding_backlog(&app.ns).await.unwrap()
 }
 
 /// Waits (bounded) until no chunk of `app`'s namespace waits for a vector,

@@ -1,29 +1,18 @@
 //! The admin console's operator reads (staff only): libraries a page at a
-//! time with their counts, and names without counts. (Its searches use
-//! `AdminGraph::every_library`, spec §3.3.)
+//! time with their counts, and names without counts. (Its searches read
+//! every library through a scope the auth layer makes, spec §3.3:
+//! `auth::resolver::every_library`.)
 
 use std::collections::HashMap;
 
 use neo4rs::query;
 
 use super::ingest::AdminGraph;
-use super::knowledge::ScopedGraph;
 use super::GraphError;
-use crate::ids::Scope;
 
-/// A library with its workspace and counts.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LibraryOverview {
-    pub uid: String,
-    pub name: String,
-    pub description: String,
-    pub workspace_id: Option<String>,
-    pub collection_count: i64,
-    pub item_count: i64,
-    pub chunk_count: i64,
-}
-
-/// A library's uid and name.
+/// A library's uid and name: what is read when nothing may be counted (a
+/// picker, a filter's choices). Not a `LibraryDetail` with zero counts, so
+/// no reader mistakes "not counted" for "empty".
 #[derive(Clone, Debug, PartialEq)]
 pub struct LibraryName {
     pub uid: String,
@@ -34,52 +23,22 @@ pub struct LibraryName {
 pub const MAX_PAGE: usize = 200;
 
 impl AdminGraph {
-    /// A view of every library, in uid order: the staff admin search
-    /// (spec §3.3: admin searches name every Library uid explicitly).
-    pub async fn every_library(&self) -> Result<ScopedGraph, GraphError> {
-        // Names only: nothing is counted to name the scope.
-        let uids: Vec<String> = self.library_list().await?.into_iter().map(|l| l.uid).collect();
-        Ok(ScopedGraph::new(self.0.clone(), Scope::new(uids)))
-    }
-
     /// One page of libraries in uid order, those after `after`, with their
     /// collection and item counts and the items' recorded chunk counts (no
     /// scan of the chunks); true when more follow. Only the page's libraries
     /// are counted.
-    pub async fn library_page(&self, after: &str, limit: usize) -> Result<(Vec<LibraryOverview>, bool), GraphError> {
+    pub async fn library_page(&self, after: &str, limit: usize) -> Result<(Vec<LibraryDetail>, bool), GraphError> {
         let limit = limit.clamp(1, MAX_PAGE);
         let q = query(include_str!("../../../cypher/admin_libraries_page.cypher"))
             .param("after", after)
             .param("limit", limit as i64 + 1);
         let mut out = Vec::new();
         for row in self.0.rows("admin_libraries_page.cypher", q).await? {
-            out.push(LibraryOverview {
-                uid: row.get("uid")?,
-                name: row.get::<Option<String>>("name")?.unwrap_or_default(),
-                description: row.get::<Option<String>>("description")?.unwrap_or_default(),
-                workspace_id: row.get("workspace_id")?,
-                collection_count: row.get("collection_count")?,
-                item_count: row.get("item_count")?,
-                chunk_count: row.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
-            });
+            out.push(LibraryDetail::from_row(&row)?);
         }
         let more = out.len() > limit;
         out.truncate(limit);
         Ok((out, more))
-    }
-
-    /// One library with its counts, as the list shows it; None if it does
-    /// not exist.
-    pub async fn library_overview(&self, uid: &str) -> Result<Option<LibraryOverview>, GraphError> {
-        Ok(self.library_detail(uid).await?.map(|d| LibraryOverview {
-            uid: d.uid,
-            name: d.name,
-            description: d.description,
-            workspace_id: d.workspace_id,
-            collection_count: d.collection_count,
-            item_count: d.item_count,
-            chunk_count: d.chunk_count,
-        }))
     }
 
     /// The names of these libraries (those that exist): what a picker shows,
@@ -118,7 +77,13 @@ impl AdminGraph {
     }
 }
 
-/// One library as its owner sees it before renaming or deleting it.
+/// A library with its workspace and counts: the one projection of a Library
+/// for the admin handle (the console's list and page, the CLI's list, a
+/// rename or delete), read from every statement that returns these columns
+/// (`from_row`). The wire shapes stay their own types, because they are
+/// published: `knowledge::LibraryView` (the MCP `list_libraries` schema) and
+/// `ingest::WorkspaceLibrary` (the workspace API's `library`, whose chunk
+/// count is counted over the chunks, not recorded).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LibraryDetail {
     pub uid: String,
@@ -133,13 +98,12 @@ pub struct LibraryDetail {
     pub chunk_count: i64,
 }
 
-impl AdminGraph {
-    /// One library with its counts; None if it does not exist.
-    pub async fn library_detail(&self, uid: &str) -> Result<Option<LibraryDetail>, GraphError> {
-        let q = query(include_str!("../../../cypher/library_detail.cypher")).param("uid", uid);
-        let rows = self.0.rows("library_detail.cypher", q).await?;
-        let Some(row) = rows.first() else { return Ok(None) };
-        Ok(Some(LibraryDetail {
+impl LibraryDetail {
+    /// From a row with the columns `uid`, `name`, `description`,
+    /// `workspace_id`, `deleting`, `collection_count`, `item_count` and
+    /// `chunk_count` (the items' recorded counts).
+    pub(super) fn from_row(row: &neo4rs::Row) -> Result<Self, GraphError> {
+        Ok(LibraryDetail {
             uid: row.get("uid")?,
             name: row.get::<Option<String>>("name")?.unwrap_or_default(),
             description: row.get::<Option<String>>("description")?.unwrap_or_default(),
@@ -148,7 +112,28 @@ impl AdminGraph {
             collection_count: row.get("collection_count")?,
             item_count: row.get("item_count")?,
             chunk_count: row.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
-        }))
+        })
+    }
+}
+
+impl AdminGraph {
+    /// Every library with its counts, uid order (operator listing).
+    pub async fn all_libraries(&self) -> Result<Vec<LibraryDetail>, GraphError> {
+        let rows = self
+            .0
+            .rows(
+                "all_libraries.cypher",
+                query(include_str!("../../../cypher/all_libraries.cypher")),
+            )
+            .await?;
+        rows.iter().map(LibraryDetail::from_row).collect()
+    }
+
+    /// One library with its counts; None if it does not exist.
+    pub async fn library_detail(&self, uid: &str) -> Result<Option<LibraryDetail>, GraphError> {
+        let q = query(include_str!("../../../cypher/library_detail.cypher")).param("uid", uid);
+        let rows = self.0.rows("library_detail.cypher", q).await?;
+        rows.first().map(LibraryDetail::from_row).transpose()
     }
 
     /// Sets a user-managed library's name and description; false when there
@@ -192,20 +177,20 @@ impl AdminGraph {
 /// Applies `library:<uid>` announcements (a library renamed or deleted, on
 /// any replica) to this replica's graph caches, for as long as the channel
 /// lasts.
-pub async fn forget_changed_libraries(graph: super::GraphStore, mut rx: tokio::sync::broadcast::Receiver<String>) {
+pub async fn forget_changed_libraries(admin: AdminGraph, mut rx: tokio::sync::broadcast::Receiver<String>) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match rx.recv().await {
             Ok(p) => {
                 if let Some(uid) = p.strip_prefix("library:") {
-                    graph.admin().forget_changed(uid).await;
+                    admin.forget_changed(uid).await;
                 }
             }
             // Missed some: forget every library's cached facts (they are re-read).
             Err(RecvError::Lagged(_)) => {
-                graph.known.invalidate_all();
-                graph.ranking.invalidate_all();
-                graph.vectors.forget_all();
+                admin.0.known.invalidate_all();
+                admin.0.ranking.invalidate_all();
+                admin.0.vectors.forget_all();
             }
             Err(RecvError::Closed) => return,
         }

@@ -1,6 +1,7 @@
 //! Writes (ingest, workspace lifecycle) and operator reads that are not scoped
 //! by a bearer: methods of `AdminGraph`, which only the Basic-authenticated
-//! APIs, the admin console and the CLI hold (`GraphStore::admin`).
+//! APIs, the admin console, the CLI and the embedding worker hold
+//! (`GraphStore::into_handles`).
 //! Multi-statement writes run in one explicit transaction: all or nothing.
 
 use std::collections::HashMap;
@@ -14,14 +15,10 @@ use sha2::{Digest, Sha256};
 use super::analysis::Language;
 use super::{GraphError, GraphStore, Step, Txn};
 
-#[derive(Clone, Debug)]
-pub struct LibraryRow {
-    pub uid: String,
-    pub name: String,
-    pub workspace_id: Option<String>,
-    pub item_count: i64,
-}
-
+/// A workspace's library as the workspace API publishes it (`library` of
+/// `GET …/workspaces/{id}/`): a wire shape, kept apart from the admin
+/// projection `admin::LibraryDetail` — its chunk count is counted over the
+/// chunks, and its fields are what clients read.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct WorkspaceLibrary {
     pub uid: String,
@@ -182,9 +179,42 @@ fn opt(s: Option<&str>) -> BoltType {
 pub struct AdminGraph(pub(super) GraphStore);
 
 impl GraphStore {
-    /// The unscoped ingest and admin handle.
-    pub fn admin(&self) -> AdminGraph {
+    /// The unscoped ingest and admin handle (outside `store/`: `into_handles`).
+    pub(super) fn admin(&self) -> AdminGraph {
         AdminGraph(self.clone())
+    }
+}
+
+impl AdminGraph {
+    /// Connects straight to the admin handle (the CLI, benches, tests): a
+    /// connection of its own, no metrics, no embedding model.
+    pub async fn connect(settings: &crate::config::Settings) -> Result<Self, GraphError> {
+        Ok(GraphStore::connect(settings).await?.admin())
+    }
+
+    /// The library uids of one workspace, uid order, without counting
+    /// anything (deleting a workspace).
+    pub async fn workspace_library_uids(&self, workspace_id: &str) -> Result<Vec<String>, GraphError> {
+        Ok(self
+            .0
+            .libraries_for_workspaces(&[workspace_id.to_owned()])
+            .await?
+            .remove(workspace_id)
+            .unwrap_or_default())
+    }
+
+    /// The transaction runner's counters (transactions, retries, gave up).
+    pub fn txn_stats(&self) -> (u64, u64, u64) {
+        self.0.txn_stats()
+    }
+
+    /// Test inspection only: runs one Cypher statement outside any scope and
+    /// returns its rows. The one way past `store/` to a raw statement, for
+    /// tests that check what the graph holds; nothing in `src/` calls it
+    /// (`src/layering.rs` checks).
+    #[doc(hidden)]
+    pub async fn rows_for_tests(&self, q: neo4rs::Query) -> Result<Vec<neo4rs::Row>, GraphError> {
+        self.0.rows("test inspection", q).await
     }
 }
 
@@ -206,27 +236,6 @@ pub(super) async fn library_state(store: &GraphStore, uid: &str) -> Result<Optio
 }
 
 impl AdminGraph {
-    /// Every library (operator listing).
-    pub async fn all_libraries(&self) -> Result<Vec<LibraryRow>, GraphError> {
-        let rows = self
-            .0
-            .rows(
-                "all_libraries.cypher",
-                query(include_str!("../../../cypher/all_libraries.cypher")),
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LibraryRow {
-                    uid: r.get("uid")?,
-                    name: r.get::<Option<String>>("name")?.unwrap_or_default(),
-                    workspace_id: r.get("workspace_id")?,
-                    item_count: r.get("item_count")?,
-                })
-            })
-            .collect()
-    }
-
     /// The library's workspace id, or None if the library does not exist.
     pub async fn find_library(&self, uid: &str) -> Result<Option<Option<String>>, GraphError> {
         Ok(library_state(&self.0, uid).await?.map(|(ws, _)| ws))

@@ -1,6 +1,6 @@
 //! Knowledge reads. They are methods of `ScopedGraph`, a view of the graph that
 //! can only be made from a resolved `Principal` (or, for staff, every library:
-//! `AdminGraph::every_library`): there is no way to read a Library,
+//! `auth::resolver::every_library`): there is no way to read a Library,
 //! Collection, Item or Chunk outside its scope, and anything outside it is
 //! reported exactly like something that does not exist.
 
@@ -214,6 +214,10 @@ pub struct Citation {
     pub updated_at: Option<String>,
 }
 
+// The MCP `list_libraries` wire shape, kept apart from the admin projection
+// (`admin::LibraryDetail`): its schema is published (the tool-schema fixture),
+// and a scoped reader sees no workspace, no delete mark, no chunk count. (A
+// `//` comment: a doc comment would enter the published schema.)
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct LibraryView {
     pub uid: String,
@@ -294,12 +298,13 @@ pub struct KnowledgeGraph(GraphStore);
 impl GraphStore {
     /// What `principal` may read (its resolved libraries: a `Principal` or
     /// its `Scope`).
-    pub fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
+    pub(super) fn scoped(&self, principal: &impl AsRef<Scope>) -> ScopedGraph {
         ScopedGraph::new(self.clone(), principal.as_ref().clone())
     }
 
-    /// A handle that can only make scoped views.
-    pub fn knowledge(&self) -> KnowledgeGraph {
+    /// A handle that can only make scoped views (outside `store/`:
+    /// `into_handles`).
+    pub(super) fn knowledge(&self) -> KnowledgeGraph {
         KnowledgeGraph(self.clone())
     }
 }

@@ -1,7 +1,11 @@
 //! The Bolt graph (Libraries, Collections, Items, Chunks). Every statement is a
-//! file in `cypher/`. Knowledge reads are on `ScopedGraph` (`scoped`, made from
-//! a resolved `Principal`); ingest and admin operations on `AdminGraph`
-//! (`admin`).
+//! file in `cypher/`. `GraphStore` is the connection; outside `store/` it is
+//! only built and turned into its handles (`into_handles`), each reaching only
+//! what its holder may: knowledge reads on `ScopedGraph` (made from a
+//! resolved `Principal` through `KnowledgeGraph`), ingest and admin
+//! operations on `AdminGraph`, and the resolver's one unscoped read on
+//! `WorkspaceLibraries`. Raw statements (`rows`, `run`, `transaction`) never
+//! leave `store/`.
 
 pub mod admin;
 pub mod analysis;
@@ -228,6 +232,31 @@ pub enum Txn<A> {
 }
 
 /// The graph store: a neo4rs pool, the flavor seam, and a per-call timeout.
+/// Outside `store/` it is only built and turned into its handles:
+///
+/// ```
+/// use mnemosyne::store::graph::{GraphStore, Handles};
+/// fn handles(g: GraphStore) -> Handles {
+///     let _ = neo4rs::query("RETURN 1");
+///     g.into_handles()
+/// }
+/// ```
+///
+/// Its raw statements stay inside `store/`:
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::GraphStore;
+/// async fn raw(g: &GraphStore) {
+///     let _ = g.rows("raw", neo4rs::query("RETURN 1")).await;
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use mnemosyne::store::graph::GraphStore;
+/// fn admin(g: &GraphStore) {
+///     let _ = g.admin();
+/// }
+/// ```
 #[derive(Clone)]
 pub struct GraphStore {
     graph: Graph,
@@ -360,7 +389,7 @@ impl GraphStore {
 
     /// Runs a read (`name`: its Cypher file, for metrics and traces) and
     /// collects its rows.
-    pub async fn rows(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
+    pub(super) async fn rows(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
         self.observed(
             name,
             self.detached(|graph| async move {
@@ -413,7 +442,7 @@ impl GraphStore {
 
     /// Runs statements in one explicit transaction: all or nothing; retried on
     /// a transient conflict.
-    pub async fn write_txn(&self, what: &'static str, queries: Vec<Query>) -> Result<(), GraphError> {
+    pub(super) async fn write_txn(&self, what: &'static str, queries: Vec<Query>) -> Result<(), GraphError> {
         self.transaction::<()>(what, false, queries.into_iter().map(Step::run).collect())
             .await
             .map(|_| ())
@@ -435,7 +464,7 @@ impl GraphStore {
     /// a jittered exponential backoff, within the policy's attempts and total
     /// time. Each attempt has the store timeout; running out of it, or losing
     /// the connection, is `Unavailable` and not retried.
-    pub async fn transaction<A: Send + 'static>(
+    pub(super) async fn transaction<A: Send + 'static>(
         &self,
         what: &'static str,
         find_or_create: bool,
@@ -506,14 +535,15 @@ impl GraphStore {
         self.flavor.create_fulltext_index(self).await
     }
 
-    pub(crate) async fn run(&self, name: &'static str, q: Query) -> Result<(), GraphError> {
+    pub(super) async fn run(&self, name: &'static str, q: Query) -> Result<(), GraphError> {
         self.observed(name, self.detached(|graph| async move { Ok(graph.run(q).await?) }))
             .await
     }
 
     /// Library uids of each workspace, in uid order: the team path's one graph
-    /// round trip (spec §5.3).
-    pub async fn libraries_for_workspaces(
+    /// round trip (spec §5.3). Unscoped: outside `store/` only the resolver's
+    /// `WorkspaceLibraries` and `AdminGraph::workspace_library_uids` reach it.
+    pub(super) async fn libraries_for_workspaces(
         &self,
         workspace_ids: &[String],
     ) -> Result<HashMap<String, Vec<String>>, GraphError> {
@@ -534,6 +564,49 @@ impl GraphStore {
             out.entry(ws).or_default().push(uid);
         }
         Ok(out)
+    }
+}
+
+/// What a replica's code holds of the graph, each handle reaching only what
+/// its holder may (`GraphStore::into_handles`). All three share one
+/// connection pool and one set of caches, so an admin write that forgets a
+/// cached fact forgets it for the knowledge reads too.
+#[derive(Clone)]
+pub struct Handles {
+    /// Scoped views only: what the MCP tools hold.
+    pub knowledge: knowledge::KnowledgeGraph,
+    /// Ingest, workspace lifecycle and operator reads, unscoped: the
+    /// Basic-authenticated APIs, the console, the CLI, the embedding worker.
+    pub admin: ingest::AdminGraph,
+    /// The resolver's one unscoped read (workspaces → libraries).
+    pub workspaces: WorkspaceLibraries,
+}
+
+impl GraphStore {
+    /// Turns the connection into its handles: the one way code outside
+    /// `store/` gets an admin or knowledge handle.
+    pub fn into_handles(self) -> Handles {
+        Handles {
+            knowledge: self.knowledge(),
+            admin: self.admin(),
+            workspaces: WorkspaceLibraries(self),
+        }
+    }
+}
+
+/// The resolver's narrow handle: workspace ids → their library uids, and
+/// nothing else (spec §5.3's one graph round trip of the team path).
+#[derive(Clone)]
+pub struct WorkspaceLibraries(GraphStore);
+
+impl WorkspaceLibraries {
+    /// Library uids of each workspace, in uid order (every asked workspace
+    /// has an entry, empty when it has no library).
+    pub async fn libraries_for_workspaces(
+        &self,
+        workspace_ids: &[String],
+    ) -> Result<HashMap<String, Vec<String>>, GraphError> {
+        self.0.libraries_for_workspaces(workspace_ids).await
     }
 }
 

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use neo4rs::{query, BoltType};
 
-use super::{ingest, GraphError, GraphStore};
+use super::ingest::{self, AdminGraph};
+use super::{GraphError, GraphStore};
 use crate::embed::{self, DIM};
 
 /// How long a library's stamp is trusted before it is read again: a vector
@@ -344,13 +345,17 @@ impl GraphStore {
         };
         Ok(next)
     }
+}
 
+/// The embedding worker's reads and writes: unscoped, like ingest, so they
+/// are the admin handle's.
+impl AdminGraph {
     /// Chunks waiting for a vector, per library (only uids starting with
     /// `prefix`).
     pub async fn embedding_backlog(&self, prefix: &str) -> Result<Vec<(String, i64)>, GraphError> {
         let q = query(include_str!("../../../cypher/embed_backlog.cypher")).param("prefix", prefix);
         let mut out = Vec::new();
-        for row in self.rows("embed_backlog.cypher", q).await? {
+        for row in self.0.rows("embed_backlog.cypher", q).await? {
             out.push((row.get("library_uid")?, row.get("n")?));
         }
         out.sort();
@@ -358,11 +363,12 @@ impl GraphStore {
     }
 
     /// Up to `n` pending chunks of a library: (uid, item title, text).
-    pub(crate) async fn pending_chunks(&self, lib: &str, n: i64) -> Result<Vec<(String, String, String)>, GraphError> {
+    pub async fn pending_chunks(&self, lib: &str, n: i64) -> Result<Vec<(String, String, String)>, GraphError> {
         let q = query(include_str!("../../../cypher/embed_pending.cypher"))
             .param("library_uid", lib)
             .param("n", n);
-        self.rows("embed_pending.cypher", q)
+        self.0
+            .rows("embed_pending.cypher", q)
             .await?
             .iter()
             .map(|r| Ok((r.get("uid")?, r.get("title")?, r.get("text")?)))
@@ -371,7 +377,7 @@ impl GraphStore {
 
     /// Stores vectors for chunks of `lib` that still hold the (title, text)
     /// they were made from; returns how many were stored.
-    pub(crate) async fn store_vectors(
+    pub async fn store_vectors(
         &self,
         model: &str,
         lib: &str,
@@ -399,16 +405,16 @@ impl GraphStore {
     }
 
     /// Takes chunks that cannot be embedded out of the queue.
-    pub(crate) async fn embedding_failed(&self, model: &str, uids: Vec<String>) -> Result<(), GraphError> {
+    pub async fn embedding_failed(&self, model: &str, uids: Vec<String>) -> Result<(), GraphError> {
         let q = query(include_str!("../../../cypher/embed_failed.cypher"))
             .param("uids", uids)
             .param("model", model);
-        self.write_txn("embed_failed.cypher", vec![q]).await
+        self.0.write_txn("embed_failed.cypher", vec![q]).await
     }
 
     /// Marks up to `n` chunks without a vector of `model` pending; returns how
     /// many (0: none left).
-    pub(crate) async fn backfill_pending(&self, model: &str, prefix: &str, n: i64) -> Result<i64, GraphError> {
+    pub async fn backfill_pending(&self, model: &str, prefix: &str, n: i64) -> Result<i64, GraphError> {
         let q = query(include_str!("../../../cypher/embed_backfill.cypher"))
             .param("model", model)
             .param("prefix", prefix)
@@ -422,16 +428,17 @@ impl GraphStore {
         use std::sync::atomic::{AtomicI64, Ordering};
         let count = Arc::new(AtomicI64::new(0));
         let seen = count.clone();
-        self.transaction::<()>(
-            what,
-            false,
-            vec![super::Step::check(q, move |rows| {
-                let n = rows.first().map(|r| r.get::<i64>("n")).transpose()?.unwrap_or(0);
-                seen.store(n, Ordering::Relaxed);
-                Ok(None)
-            })],
-        )
-        .await?;
+        self.0
+            .transaction::<()>(
+                what,
+                false,
+                vec![super::Step::check(q, move |rows| {
+                    let n = rows.first().map(|r| r.get::<i64>("n")).transpose()?.unwrap_or(0);
+                    seen.store(n, Ordering::Relaxed);
+                    Ok(None)
+                })],
+            )
+            .await?;
         Ok(count.load(Ordering::Relaxed))
     }
 }

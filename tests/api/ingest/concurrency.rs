@@ -18,7 +18,7 @@ async fn sixty_four_concurrent_first_ingests_into_one_new_workspace_all_succeed(
     for (status, body) in &results {
         assert!(status.is_success(), "{status} {body}");
     }
-    let libs = app.state.graph.admin().workspace_libraries(&ws).await.unwrap();
+    let libs = app.state.admin.workspace_libraries(&ws).await.unwrap();
     assert_eq!(libs.len(), 1, "one Library per workspace");
     assert_eq!(libs[0].item_count, 64);
     assert_eq!(libs[0].collection_count, 1);
@@ -53,7 +53,7 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
     for (status, body) in &results {
         assert!(status.is_success(), "{status} {body}");
     }
-    let libs = app.state.graph.admin().workspace_libraries(&ws).await.unwrap();
+    let libs = app.state.admin.workspace_libraries(&ws).await.unwrap();
     assert_eq!(libs.len(), 1);
     assert_eq!(libs[0].item_count, 8);
     let max = app.settings.chunk_max_chars;
@@ -71,7 +71,7 @@ async fn concurrent_reingests_leave_each_item_with_the_chunks_of_one_request() {
             "item {uid}: its {} chunks are not exactly those of one request",
             stored.len()
         );
-        let item = app.state.graph.admin().find_item(&uid).await.unwrap().unwrap();
+        let item = app.state.admin.find_item(&uid).await.unwrap().unwrap();
         assert_eq!(item.chunk_count, stored.len() as i64);
         total += stored.len() as i64;
     }
@@ -125,7 +125,7 @@ async fn ingests_racing_a_workspace_delete_leave_no_orphans() {
             );
         }
         // Invariants: nothing under a library that is gone, nothing half-written.
-        let library_exists = app.state.graph.admin().find_library(&lib).await.unwrap().is_some();
+        let library_exists = app.state.admin.find_library(&lib).await.unwrap().is_some();
         let chunks = graph_count(
             &app,
             "MATCH (c:Chunk) WHERE c.library_uid = $lib RETURN count(c) AS n",
@@ -211,7 +211,7 @@ async fn an_item_delete_racing_its_reingest_leaves_it_whole_or_gone() {
         assert!(s1.is_success(), "{s1} {b1}");
         assert!(s2 == StatusCode::NO_CONTENT || s2 == StatusCode::NOT_FOUND, "{s2} {b2}");
         let texts = chunk_texts(&app, &uid).await;
-        match app.state.graph.admin().find_item(&uid).await.unwrap() {
+        match app.state.admin.find_item(&uid).await.unwrap() {
             Some(item) => assert_eq!(item.chunk_count, texts.len() as i64),
             None => assert!(texts.is_empty(), "round {round}: chunks of a deleted item"),
         }
@@ -320,15 +320,10 @@ async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
     assert_eq!(body["error"], "unavailable");
     assert_eq!(body["store"], "graph");
     // Read through a store on the real port: the old version, whole.
-    let real = mnemosyne::store::graph::GraphStore::connect(&base_settings())
+    let real = mnemosyne::store::graph::ingest::AdminGraph::connect(&base_settings())
         .await
         .unwrap();
-    let item = real
-        .admin()
-        .find_item(&uid)
-        .await
-        .unwrap()
-        .expect("the item is still there");
+    let item = real.find_item(&uid).await.unwrap().expect("the item is still there");
     assert_eq!(item.chunk_count, first["chunk_count"].as_i64().unwrap());
     let texts = chunk_texts_in(&real, &uid).await;
     assert_eq!(texts.len() as i64, item.chunk_count, "half-written chunks");
@@ -401,7 +396,7 @@ async fn a_node_read_while_it_is_deleted_is_absent_not_an_error() {
             )
             .await;
         }
-        let admin = app.state.graph.admin();
+        let admin = &app.state.admin;
         let lib = admin.workspace_libraries(&ws).await.unwrap()[0].uid.clone();
         let mut mcp = app.mcp(&app.opaque_token(&[lib]).await).connect().await;
         let found = mcp.call_ok("search", json!({"query": "vanishing", "limit": 50})).await;

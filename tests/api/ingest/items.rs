@@ -176,13 +176,7 @@ async fn bad_ingest_input_is_400_naming_the_field_and_changes_nothing() {
         assert_eq!(out["error"], "bad_request");
     }
     assert!(
-        app.state
-            .graph
-            .admin()
-            .workspace_libraries(&ws)
-            .await
-            .unwrap()
-            .is_empty(),
+        app.state.admin.workspace_libraries(&ws).await.unwrap().is_empty(),
         "nothing was written"
     );
 }
@@ -194,14 +188,7 @@ async fn oversized_ingest_is_413_and_changes_nothing() {
     let body = json!({"workspace_id": ws, "item": {"title": "Big"}, "content": "word ".repeat(2000)});
     let (status, out) = send(app.service(Method::POST, "/library/api/ingest/").json(&body)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{out}");
-    assert!(app
-        .state
-        .graph
-        .admin()
-        .workspace_libraries(&ws)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(app.state.admin.workspace_libraries(&ws).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -231,17 +218,7 @@ async fn an_item_uid_never_moves_between_libraries() {
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(
-        app.state
-            .graph
-            .admin()
-            .find_item(&item)
-            .await
-            .unwrap()
-            .unwrap()
-            .library_uid,
-        a
-    );
+    assert_eq!(app.state.admin.find_item(&item).await.unwrap().unwrap().library_uid, a);
 }
 
 #[tokio::test]
@@ -262,7 +239,7 @@ async fn a_workspace_never_ingests_into_a_library_it_does_not_own() {
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    app.state.graph.admin().delete_libraries(&[squat]).await.unwrap();
+    app.state.admin.delete_libraries(&[squat]).await.unwrap();
 }
 
 async fn updated_at(app: &TestApp, uid: &str) -> String {
@@ -304,7 +281,7 @@ async fn unchanged_reingest_writes_nothing_and_keeps_updated_at() {
     let (status, out) = post_ingest(&app, retitled).await;
     assert_eq!(status, StatusCode::OK, "{out}");
     assert_eq!(
-        app.state.graph.admin().find_item(&uid).await.unwrap().unwrap().title,
+        app.state.admin.find_item(&uid).await.unwrap().unwrap().title,
         "Doc, renamed"
     );
 }

@@ -3,7 +3,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use mnemosyne::store::graph::GraphStore;
+use mnemosyne::store::graph::ingest::AdminGraph;
 
 use crate::helpers::{base_settings, send, TestApp};
 
@@ -21,15 +21,15 @@ const UNDER_LOAD_TIMEOUT_MS: u64 = 30_000;
 
 /// Runs a Cypher read against the real graph (test inspection only).
 async fn graph_rows(app: &TestApp, cypher: &str, params: &[(&str, &str)]) -> Vec<neo4rs::Row> {
-    rows_of(&app.state.graph, cypher, params).await
+    rows_of(&app.state.admin, cypher, params).await
 }
 
-async fn rows_of(g: &GraphStore, cypher: &str, params: &[(&str, &str)]) -> Vec<neo4rs::Row> {
+async fn rows_of(g: &AdminGraph, cypher: &str, params: &[(&str, &str)]) -> Vec<neo4rs::Row> {
     let mut q = neo4rs::query(cypher);
     for (k, v) in params {
         q = q.param(k, *v);
     }
-    g.rows("test inspection", q).await.expect("graph inspection query")
+    g.rows_for_tests(q).await.expect("graph inspection query")
 }
 
 async fn graph_count(app: &TestApp, cypher: &str, params: &[(&str, &str)]) -> i64 {
@@ -38,10 +38,10 @@ async fn graph_count(app: &TestApp, cypher: &str, params: &[(&str, &str)]) -> i6
 
 /// Chunk texts of an item, in ordinal order.
 async fn chunk_texts(app: &TestApp, item: &str) -> Vec<String> {
-    chunk_texts_in(&app.state.graph, item).await
+    chunk_texts_in(&app.state.admin, item).await
 }
 
-async fn chunk_texts_in(g: &GraphStore, item: &str) -> Vec<String> {
+async fn chunk_texts_in(g: &AdminGraph, item: &str) -> Vec<String> {
     rows_of(
         g,
         "MATCH (c:Chunk {item_uid: $item}) RETURN c.text AS text, c.ordinal AS ordinal ORDER BY ordinal",

@@ -42,14 +42,9 @@ async fn workspace_delete_cascades_and_an_attached_team_loses_it_on_the_next_req
     );
     // nothing of it is left in the graph
     let lib = out["library_uid"].as_str().unwrap();
-    let g = &app.state.graph;
-    assert!(g.admin().find_library(lib).await.unwrap().is_none());
-    assert!(g
-        .admin()
-        .find_item(out["item_uid"].as_str().unwrap())
-        .await
-        .unwrap()
-        .is_none());
+    let g = &app.state.admin;
+    assert!(g.find_library(lib).await.unwrap().is_none());
+    assert!(g.find_item(out["item_uid"].as_str().unwrap()).await.unwrap().is_none());
     let token = app.opaque_token(&[lib.to_owned()]).await;
     let mut c = app.mcp(&token).connect().await;
     assert_eq!(
