@@ -50,6 +50,11 @@ pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {
         println!("{name}: bench");
         return None;
     }
+    // One core per text, as `serve` sets it (main.rs): the embedding model
+    // then runs on its caller's thread, at the worker's priority.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -82,6 +82,36 @@ impl Embedder {
     pub fn embed(&self, _texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
         anyhow::bail!("this build has no embedding support")
     }
+
+    /// `embed` for the background worker: on threads of the lowest CPU
+    /// priority (nice 19), so that requests — ingest above all, and query
+    /// embedding — take the cores first and the backlog drains on what they
+    /// leave. Measured with `ingest_load` on 2 cores (docs/search.md).
+    pub fn embed_in_background(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                lowest_cpu_priority();
+                self.embed(texts)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))?
+        })
+    }
+}
+
+/// Gives the calling thread the lowest CPU priority (Linux: nice is per
+/// thread, and threads it spawns inherit it). Best effort: a failure leaves
+/// the normal priority.
+pub fn lowest_cpu_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain syscalls on the calling thread's own id.
+        let tid = unsafe { libc::gettid() };
+        let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+        if r != 0 {
+            tracing::debug!("embedding worker: could not lower its CPU priority");
+        }
+    }
 }
 
 /// The model as search uses it: query vectors, cached by query text.
@@ -258,6 +288,21 @@ mod model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_background_priority_is_the_lowest_and_only_for_that_thread() {
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        let before = nice();
+        let (lowered, inherited) = std::thread::spawn(move || {
+            lowest_cpu_priority();
+            (nice(), std::thread::spawn(nice).join().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!((lowered, inherited), (19, 19));
+        assert_eq!(nice(), before, "the caller keeps its priority");
+    }
 
     #[test]
     fn dot_is_the_plain_sum_of_products() {

@@ -199,10 +199,13 @@ async fn one_batch(
         .collect();
     let vectors = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        match e.embed(&refs) {
+        match e.embed_in_background(&refs) {
             Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
             // One at a time, to find the text that fails.
-            Err(_) => refs.iter().map(|t| e.embed(&[t]).map(|mut v| v.remove(0))).collect(),
+            Err(_) => refs
+                .iter()
+                .map(|t| e.embed_in_background(&[t]).map(|mut v| v.remove(0)))
+                .collect(),
         }
     })
     .await?;
