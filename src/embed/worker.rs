@@ -23,6 +23,19 @@ const IDLE: Duration = Duration::from_secs(1);
 const LOCK_KEY: i64 = 0x6d6e_656d_5f65_6d62; // "mnem_emb"
 /// Chunks marked pending per backfill page.
 const BACKFILL_PAGE: i64 = 1000;
+/// Ingest goes first: the worker holds its next batch while an item was
+/// written on this replica less than `QUIET` ago, but never longer than
+/// `YIELD_MAX` per batch, so a constant stream of ingests slows the drain
+/// (about one batch per `YIELD_MAX`) without stopping it.
+const QUIET: Duration = Duration::from_millis(250);
+const YIELD_MAX: Duration = Duration::from_secs(2);
+const YIELD_POLL: Duration = Duration::from_millis(50);
+
+/// Whether the worker keeps holding its batch: ingest was seen `since` ago
+/// and it has held for `held`.
+fn holds(since: Duration, held: Duration) -> bool {
+    since < QUIET && held < YIELD_MAX
+}
 
 /// What the worker reports (metrics, `get_health`, the console).
 pub struct Status {
@@ -34,6 +47,9 @@ pub struct Status {
     pub failed: IntCounter,
     /// 1 while this replica is the one embedding.
     pub leader: IntGauge,
+    /// When this replica last wrote an item (ms since `epoch`; 0: never).
+    ingest_seen: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
 }
 
 impl Status {
@@ -59,6 +75,8 @@ impl Status {
                 "1 while this replica runs the embedding worker",
             )
             .expect("valid metric"),
+            ingest_seen: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         };
         for c in [
             Box::new(s.backlog.clone()) as Box<dyn prometheus::core::Collector>,
@@ -69,6 +87,31 @@ impl Status {
             metrics.register(c);
         }
         Arc::new(s)
+    }
+
+    /// An item is being written on this replica (the worker yields to it).
+    pub fn note_ingest(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.ingest_seen.store(ms.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long ago this replica last wrote an item (None: never).
+    fn since_ingest(&self) -> Option<Duration> {
+        match self.ingest_seen.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.epoch.elapsed().saturating_sub(Duration::from_millis(ms))),
+        }
+    }
+
+    /// Waits while ingest is busy on this replica (see `QUIET`, `YIELD_MAX`).
+    async fn yield_to_ingest(&self) {
+        let start = std::time::Instant::now();
+        while let Some(since) = self.since_ingest() {
+            if !holds(since, start.elapsed()) {
+                break;
+            }
+            tokio::time::sleep(YIELD_POLL).await;
+        }
     }
 }
 
@@ -114,6 +157,7 @@ pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status:
             continue;
         }
         for lib in round(&backlog, last.as_deref()) {
+            status.yield_to_ingest().await;
             match one_batch(&graph, &embedder, &status, &lib, config.batch).await {
                 Ok(n) => status.backlog.sub(n),
                 Err(e) => {
@@ -233,7 +277,17 @@ async fn one_batch(
 
 #[cfg(test)]
 mod tests {
-    use super::round;
+    use super::{holds, round};
+    use std::time::Duration;
+
+    #[test]
+    fn the_worker_holds_only_while_ingest_is_recent_and_never_past_the_limit() {
+        let ms = Duration::from_millis;
+        assert!(holds(ms(0), ms(0)));
+        assert!(holds(ms(249), ms(1_999)));
+        assert!(!holds(ms(250), ms(0)), "ingest quiet for QUIET: go");
+        assert!(!holds(ms(0), ms(2_000)), "held YIELD_MAX: go anyway");
+    }
 
     #[test]
     fn rounds_rotate_after_the_last_library() {

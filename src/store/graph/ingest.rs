@@ -458,6 +458,9 @@ impl AdminGraph {
     /// and one fence are written: no shared vertex, so concurrent ingests into
     /// one library rarely conflict, and a conflict is retried by the runner.
     pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
+        if let Some(s) = self.0.semantic() {
+            s.status().note_ingest(); // the embedding worker yields to ingest
+        }
         let language = self.language_of(w.library_uid).await?;
         let chunks: Vec<(usize, BoltType)> = w
             .chunks
