@@ -300,10 +300,16 @@ async fn request_deadline(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let limit = Duration::from_secs(state.settings.request_timeout_secs.max(1));
+    // An ingest cut off here may still commit (whole), as after a store
+    // timeout: it gets that 503, which says sending it again is safe.
+    let ingest = req.method() == http::Method::POST && req.uri().path().starts_with("/library/api/ingest");
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {
             tracing::warn!(secs = limit.as_secs(), "request timed out");
+            if ingest {
+                return crate::api::library::ingest_unavailable();
+            }
             crate::error::ApiError::StoreUnavailable("request deadline").into_response()
         }
     }

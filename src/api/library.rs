@@ -131,7 +131,7 @@ async fn ingest(
 /// the item is written whole or not at all (one transaction), and that
 /// ingest is idempotent per item uid: the same request again converges on
 /// the same item (`unchanged` if the first one landed).
-fn ingest_unavailable() -> Response {
+pub(crate) fn ingest_unavailable() -> Response {
     let mut resp = ApiError::StoreUnavailable("graph").into_response();
     *resp.body_mut() = axum::body::Body::from(
         json!({"error": "unavailable", "store": "graph", "retry_safe": true,

@@ -443,3 +443,43 @@ async fn a_node_read_while_it_is_deleted_is_absent_not_an_error() {
         }
     }
 }
+
+/// A graph that accepts connections and never answers (a hung server) holds
+/// an ingest past the whole-request deadline: the answer is the same 503 as
+/// a store timeout's, `retry_safe` and `Retry-After` included (before: the
+/// generic 503 without `retry_safe`).
+#[tokio::test]
+async fn an_ingest_past_the_request_deadline_is_a_retry_safe_503() {
+    // Accepts and holds every connection without reading or writing; stops
+    // with the test.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = hole.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = hole.accept().await {
+            conns.push(c);
+        }
+    });
+    let app = TestApp::spawn_with(|s| {
+        s.bolt_uri = format!("127.0.0.1:{port}");
+        s.store_timeout_ms = 30_000;
+        s.request_timeout_secs = 2;
+    })
+    .await;
+    // Verifies (and caches) the service account's password; the graph call
+    // behind it runs into the deadline too.
+    let (status, _) = send(app.service(Method::GET, "/library/api/workspaces/warm-up/")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let r = app
+        .service(Method::POST, "/library/api/ingest/")
+        .json(&json!({"workspace_id": app.uid("ws"), "item": {"title": "Doc"}, "content": "text"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["retry_safe"], json!(true), "{body}");
+    assert_eq!(body["error"], "unavailable");
+    held.abort();
+}
