@@ -1,3 +1,3 @@
 MATCH (i:Item)
-WHERE i.uid IN $items
+WHERE i.uid IN $items AND i.library_uid IN $libs
 RETURN i.uid AS uid, i.source_uri AS source_uri, i.mime_type AS mime_type, i.updated_at AS updated_at

@@ -301,6 +301,24 @@ pub struct Settings {
     )]
     pub vector_cache_chunks: usize,
 
+    /// Searches one credential may run at once on a replica; one more waits
+    /// up to 1 s for a slot, then gets 429 with Retry-After. 0: no limit.
+    #[arg(long, env = "MNEMOSYNE_SEARCH_CONCURRENCY", default_value_t = 4, global = true)]
+    pub search_concurrency: usize,
+
+    /// Directory of this replica's per-library search indexes (derived from
+    /// the graph, rebuilt from it when missing; `scripts/dev` uses
+    /// .dev/index). Each replica needs its own. Unset: every search reads
+    /// the graph (slower on large libraries).
+    #[arg(long, env = "MNEMOSYNE_INDEX_DIR", global = true)]
+    pub index_dir: Option<std::path::PathBuf>,
+
+    /// Most library indexes open at once on a replica (least recently
+    /// searched closed first): bounds the writers' threads and memory; the
+    /// index files themselves are memory-mapped.
+    #[arg(long, env = "MNEMOSYNE_INDEX_OPEN_LIBRARIES", default_value_t = 64, global = true)]
+    pub index_open_libraries: usize,
+
     /// Only libraries whose uid starts with this are embedded by this
     /// process (tests share one graph; empty: all).
     #[arg(
@@ -398,6 +416,9 @@ impl fmt::Debug for Settings {
             embed_model,
             embed_batch,
             vector_cache_chunks,
+            search_concurrency,
+            index_dir,
+            index_open_libraries,
             embed_scope_prefix,
         } = self;
         f.debug_struct("Settings")
@@ -439,6 +460,9 @@ impl fmt::Debug for Settings {
             .field("embed_model", embed_model)
             .field("embed_batch", embed_batch)
             .field("vector_cache_chunks", vector_cache_chunks)
+            .field("search_concurrency", search_concurrency)
+            .field("index_dir", index_dir)
+            .field("index_open_libraries", index_open_libraries)
             .field("embed_scope_prefix", embed_scope_prefix)
             .finish()
     }

@@ -15,6 +15,7 @@ use crate::mcp::guard::Guard;
 use crate::metrics::Metrics;
 use crate::store::graph::ingest::AdminGraph;
 use crate::store::graph::knowledge::KnowledgeGraph;
+use crate::store::graph::indexing::SearchIndex;
 use crate::store::graph::GraphStore;
 use crate::store::pg;
 
@@ -54,7 +55,20 @@ impl AppState {
         let settings = Arc::new(settings);
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
         let metrics = Metrics::for_tools(&crate::mcp::TOOLS);
-        let mut graph = GraphStore::connect(&settings).await?.with_metrics(&metrics);
+        let mut graph = GraphStore::connect(&settings)
+            .await?
+            .with_metrics(&metrics)
+            .with_change_log(pg.clone());
+        match &settings.index_dir {
+            Some(dir) => {
+                let index = SearchIndex::open(dir, pg.clone(), settings.index_open_libraries)?;
+                for c in index.collectors() {
+                    metrics.register(c);
+                }
+                graph = graph.with_index(Arc::new(index));
+            }
+            None => tracing::warn!("no search index (MNEMOSYNE_INDEX_DIR unset): every search reads the graph"),
+        }
         match &settings.embed_model {
             Some(dir) => {
                 let embedder = crate::embed::Embedder::shared(dir)

@@ -77,6 +77,9 @@ pub enum Command {
     /// The audit trail: who changed what, through which surface.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// The per-library search indexes beside the graph.
+    #[command(subcommand)]
+    Index(index::IndexCmd),
 }
 
 /// Filters shared by `audit list` and `audit export`.
@@ -330,6 +333,7 @@ pub enum LibraryCmd {
 }
 
 pub mod demo;
+pub mod index;
 pub mod reindex;
 
 /// Store timeout of `migrate`'s graph calls (at least; a longer configured one wins).
@@ -443,6 +447,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
             });
         }
         Command::Library(c) => library_lifecycle(&settings, &pool, c, json).await?,
+        Command::Index(c) => index::run(&settings, &pool, c, json).await?,
         Command::Audit(c) => audit(&pool, c, json).await?,
         Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
         Command::Usage { days } => usage_report(&pool, days, json).await?,

@@ -10,6 +10,7 @@
 //! configured one.
 
 pub mod console;
+pub mod search;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;

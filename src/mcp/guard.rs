@@ -39,6 +39,8 @@ pub struct Guard {
     pub sessions: Arc<OwnedSessions>,
     /// Per-principal and per-tool token buckets (in memory, per replica).
     pub limits: Arc<RateLimits>,
+    /// Concurrent searches per credential.
+    pub search_slots: crate::limits::search::SearchSlots,
 }
 
 impl Guard {
@@ -60,6 +62,7 @@ impl Guard {
                 settings.tool_rate_limit_per_minute,
                 auth.caches.live_replicas(),
             )),
+            search_slots: crate::limits::search::SearchSlots::new(settings.search_concurrency),
             settings,
             auth,
             metrics,
@@ -272,6 +275,22 @@ fn tool_rate_limited(id: serde_json::Value, tool: &str, retry_after_secs: u64) -
     r
 }
 
+/// HTTP 429 for a search beyond the credential's concurrent searches.
+fn searches_busy(id: serde_json::Value) -> Response {
+    let retry_after_secs = 1;
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        Json(json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32000,
+            "message": format!("Rate limited: too many concurrent search calls for this credential; retry after {retry_after_secs} s."),
+            "data": {"retry_after": retry_after_secs}}})),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    r
+}
+
 /// Request headers a browser MCP client sends (Streamable HTTP, both eras).
 const CORS_ALLOW_HEADERS: [&str; 8] = [
     "authorization",
@@ -441,7 +460,8 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         .await;
     }
     let mut req = req;
-    if state.limits.per_tool() && req.method() == http::Method::POST {
+    let mut search_slot = None;
+    if (state.limits.per_tool() || state.search_slots.is_on()) && req.method() == http::Method::POST {
         let (parts, body) = req.into_parts();
         // Bounded in size and in time: a body that never arrives holds nothing.
         let read = tokio::time::timeout(body_deadline, axum::body::to_bytes(body, limit)).await;
@@ -454,7 +474,12 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             }
         };
         if let Some((id, tool)) = tool_call_of(&bytes) {
-            if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
+            if let Err(l) = state
+                .limits
+                .per_tool()
+                .then(|| state.limits.tool_call(principal.subject(), tool))
+                .unwrap_or(Ok(()))
+            {
                 let m = &state.metrics;
                 m.rate_limited
                     .with_label_values(&[principal.kind().as_str(), tool])
@@ -464,6 +489,20 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
                 m.usage
                     .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
                 return refuse(tool_rate_limited(id, tool, l.retry_after_secs())).await;
+            }
+            if tool == "search" {
+                match state.search_slots.acquire(principal.subject()).await {
+                    Some(slot) => search_slot = Some(slot),
+                    None => {
+                        let m = &state.metrics;
+                        m.rate_limited.with_label_values(&[principal.kind().as_str(), tool]).inc();
+                        m.tool_calls.with_label_values(&[tool, "refused"]).inc();
+                        let p = &principal;
+                        m.usage
+                            .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
+                        return refuse(searches_busy(id)).await;
+                    }
+                }
             }
             // A credential with an allowlist has its unknown tools refused
             // (and counted) by the server, as any tool it may not use.
@@ -492,7 +531,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             // Terminated: nothing to send back (clients expect 200 or 204).
             *resp.status_mut() = StatusCode::NO_CONTENT;
         }
-        return resp;
+        return holding(resp, search_slot);
     }
     // No session yet: this request may open one, owned by this credential.
     let opener = Opener::new(credential);
@@ -521,5 +560,17 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             return AuthError::Unavailable("postgres").into_response_with(None);
         }
     }
-    resp
+    holding(resp, search_slot)
+}
+
+/// The response, holding a search slot (if any) until its body (a JSON
+/// answer or an event stream) has been sent or dropped.
+fn holding(resp: Response, slot: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
+    let Some(slot) = slot else { return resp };
+    let (parts, body) = resp.into_parts();
+    let body = axum::body::Body::from_stream(futures::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _held = &slot;
+        chunk
+    }));
+    Response::from_parts(parts, body)
 }

@@ -48,7 +48,15 @@ pub fn base_settings() -> Settings {
     // Keyword-only unless a test asks for the model (`with_model`): every
     // app would otherwise embed, on 2 cores, whatever its test ingests.
     s.embed_model = None;
+    // Each app started gets a search index directory of its own under this
+    // root (`TestApp::start`), as each replica does in production.
+    s.index_dir = Some(test_index_root());
     s
+}
+
+/// Where the tests' apps keep their search indexes.
+pub fn test_index_root() -> std::path::PathBuf {
+    std::env::temp_dir().join("mnemosyne-test-index")
 }
 
 /// The embedding model `scripts/dev` installed (MNEMOSYNE_TEST_EMBED_MODEL
@@ -100,7 +108,10 @@ impl TestApp {
         app
     }
 
-    async fn start(settings: Settings, ns: String, pool: PgPool) -> TestApp {
+    async fn start(mut settings: Settings, ns: String, pool: PgPool) -> TestApp {
+        if settings.index_dir.as_ref().is_some_and(|d| d.starts_with(test_index_root())) {
+            settings.index_dir = Some(test_index_root().join(format!("{ns}-{}", Uuid::new_v4().simple())));
+        }
         let app = Application::build(settings.clone()).await.expect("app builds");
         let base = format!("http://{}", app.local_addr());
         let state = app.state().clone();
@@ -320,6 +331,11 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
+        }
+        if let Some(dir) = &self.settings.index_dir {
+            if dir.starts_with(test_index_root()) {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
         if let Some((admin, db)) = self.owned_db.take() {
             let settings = self.cleanup_graph.take().unwrap_or_else(|| self.settings.clone());

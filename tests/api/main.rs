@@ -18,6 +18,7 @@ mod mcp;
 mod observability;
 mod rate_limits;
 mod search;
+mod search_index;
 mod semantic;
 mod sessions;
 mod teams;

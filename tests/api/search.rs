@@ -11,7 +11,7 @@ use mnemosyne::store::graph::scoped::{library_key, ANALYSIS_VERSION};
 use crate::helpers::{send, McpClient, TestApp};
 
 /// (title, text) of library A's documents.
-const DOCS: &[(&str, &str)] = &[
+pub(crate) const DOCS: &[(&str, &str)] = &[
     (
         "Zürich Tram Guide",
         "Zürich has a dense tram network. The Straßenbahn runs every few minutes, and tickets are \
@@ -53,7 +53,7 @@ const DOCS: &[(&str, &str)] = &[
 /// The isolation test's questions: a common-word question, a folded word, a
 /// stemmed variant, a word only a title holds, Japanese inside a sentence,
 /// and a few words at once.
-const QUERIES: &[&str] = &[
+pub(crate) const QUERIES: &[&str] = &[
     "What is the best way to travel around the city?",
     "zurich",
     "tide",
@@ -63,7 +63,7 @@ const QUERIES: &[&str] = &[
 ];
 
 /// Ingests `DOCS` into `lib`; returns their item uids in order.
-async fn ingest_docs(app: &TestApp, lib: &str) -> Vec<String> {
+pub(crate) async fn ingest_docs(app: &TestApp, lib: &str) -> Vec<String> {
     let mut items = Vec::new();
     for (title, text) in DOCS {
         let out = app
@@ -81,7 +81,7 @@ fn item_of(items: &[String], title: &str) -> String {
 }
 
 /// `search` results (limit 10 unless `extra` says otherwise).
-async fn search(c: &mut McpClient, query: &str, extra: Value) -> Vec<Value> {
+pub(crate) async fn search(c: &mut McpClient, query: &str, extra: Value) -> Vec<Value> {
     let mut args = json!({"query": query, "limit": 10});
     for (k, v) in extra.as_object().unwrap() {
         args[k] = v.clone();
@@ -91,14 +91,14 @@ async fn search(c: &mut McpClient, query: &str, extra: Value) -> Vec<Value> {
 }
 
 /// The item uids of the results, best first.
-fn items_of(hits: &[Value]) -> Vec<String> {
+pub(crate) fn items_of(hits: &[Value]) -> Vec<String> {
     hits.iter()
         .map(|h| h["item_uid"].as_str().unwrap().to_owned())
         .collect()
 }
 
 /// (chunk uid, score bits) of the results, best first.
-fn ranking(hits: &[Value]) -> Vec<(String, u64)> {
+pub(crate) fn ranking(hits: &[Value]) -> Vec<(String, u64)> {
     hits.iter()
         .map(|h| {
             (

@@ -558,25 +558,46 @@ impl AdminGraph {
         }
         // Find-or-create: two first ingests of one uid race on the Item's
         // uniqueness; the loser's next attempt finds the winner's item.
-        Ok(match self.0.transaction("write item", true, steps).await? {
+        let outcome = match self.0.transaction("write item", true, steps).await? {
             Txn::Committed => ItemOutcome::Written {
                 replaced: existed.load(Ordering::Relaxed),
             },
             Txn::Stopped(outcome) => outcome,
-        })
+        };
+        // Every replica's index sees the write before it is acknowledged. An
+        // unchanged re-ingest records too: it is how a client's retry heals a
+        // write whose recording failed after its commit.
+        if matches!(outcome, ItemOutcome::Written { .. } | ItemOutcome::Unchanged { .. }) {
+            self.0.record_change(w.library_uid, Some(w.uid)).await?;
+        }
+        Ok(outcome)
     }
 
     /// Deletes an item and its chunks in one transaction; false if it did not exist.
     pub async fn delete_item(&self, uid: &str) -> Result<bool, GraphError> {
+        let library: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let seen = library.clone();
         let steps = vec![
             Step::check(
                 query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
-                |rows| Ok(rows.is_empty().then_some(())),
+                move |rows| {
+                    let found = rows.first().map(ExistingItem::from_row).transpose()?.flatten();
+                    let mut lib = seen.lock().unwrap_or_else(|p| p.into_inner());
+                    *lib = found.as_ref().map(|e| e.library_uid.clone());
+                    Ok(found.is_none().then_some(()))
+                },
             ),
             Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid)),
             Step::run(query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid)),
         ];
-        Ok(self.0.transaction("delete item", false, steps).await? == Txn::Committed)
+        if self.0.transaction("delete item", false, steps).await? != Txn::Committed {
+            return Ok(false);
+        }
+        let lib = library.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(lib) = lib {
+            self.0.record_change(&lib, Some(uid)).await?;
+        }
+        Ok(true)
     }
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
@@ -664,6 +685,8 @@ impl AdminGraph {
         }
         for lib in libs {
             self.forget_library(lib).await;
+            // Indexes drop what is gone so far; again once all of it is.
+            self.0.record_change(lib, None).await?;
         }
         let fences: Vec<String> = libs.iter().flat_map(|lib| fence_uids(lib)).collect();
         self.0
@@ -679,7 +702,11 @@ impl AdminGraph {
                     query(include_str!("../../../cypher/delete_libraries.cypher")).param("libs", l),
                 ],
             )
-            .await
+            .await?;
+        for lib in libs {
+            self.0.record_change(lib, None).await?;
+        }
+        Ok(())
     }
 }
 

@@ -11,6 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::analysis::Language;
+use std::sync::Arc;
+
+use super::indexing::OpenLibrary;
+use crate::store::index::IndexedChunk;
 use super::{ingest, rank, scoped, GraphError, GraphStore};
 use crate::ids::Scope;
 
@@ -247,8 +251,9 @@ pub struct ItemView {
     pub library_uid: String,
 }
 
-/// Most candidate chunks one search query reads (per batch of libraries):
-/// past it, a library's document frequencies are counted over this many.
+/// Most candidate chunks one search reads from the graph (over all its
+/// batches of libraries): past it, document frequencies are counted over
+/// this many. (Libraries served by their index have no such cap.)
 const MAX_CANDIDATES: i64 = 20_000;
 
 fn libs_param(libs: &[String]) -> BoltType {
@@ -387,8 +392,20 @@ impl ScopedGraph {
             (Mode::Hybrid, None) => Mode::Keyword,
             (m, _) => m,
         };
+        // Libraries whose index is fresh answer from it; the others (not
+        // built yet on this replica, or no index) from the graph.
+        let ready = match &self.store.index {
+            Some(ix) => ix.ready(&self.store, self.scope.uids()).await,
+            None => HashMap::new(),
+        };
+        // Keyword mode keeps the best `limit` passing `min_relevance`; hybrid
+        // fuses the best `CANDIDATES` and filters after.
+        let (k, floor) = match mode {
+            Mode::Keyword => (q.limit, q.min_relevance),
+            _ => (CANDIDATES.max(q.limit), 0.0),
+        };
         let keyword = match mode {
-            Mode::Keyword | Mode::Hybrid => self.keyword_ranked(q.text, q.collection_uid).await?,
+            Mode::Keyword | Mode::Hybrid => self.keyword_ranked(q.text, q.collection_uid, &ready, k, floor).await?,
             Mode::Semantic => Vec::new(),
         };
         let vector = match (mode, &semantic) {
@@ -411,32 +428,75 @@ impl ScopedGraph {
                 .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
         });
         ranked.truncate(q.limit);
-        self.hits(ranked).await
+        self.hits(ranked, &ready).await
     }
 
-    /// Every keyword candidate of the scope, scored (unsorted).
-    async fn keyword_ranked(&self, text: &str, collection_uid: Option<&str>) -> Result<Vec<rank::Scored>, GraphError> {
+    /// The scope's keyword candidates, scored (unsorted): from each fresh
+    /// library index (`ready`) its best `k` with relevance ≥ `floor`, from
+    /// the graph every candidate of the other libraries.
+    async fn keyword_ranked(
+        &self,
+        text: &str,
+        collection_uid: Option<&str>,
+        ready: &HashMap<String, Arc<OpenLibrary>>,
+        k: usize,
+        floor: f64,
+    ) -> Result<Vec<rank::Scored>, GraphError> {
+        let languages = self.languages().await?;
+        let mut scored: Vec<rank::Scored> = Vec::new();
+        let indexed: Vec<(Arc<OpenLibrary>, Vec<String>)> = languages
+            .iter()
+            .filter_map(|(uid, language)| ready.get(uid).map(|l| (l.clone(), scoped::query_words(*language, text))))
+            .collect();
+        if !indexed.is_empty() {
+            let collection = collection_uid.map(str::to_owned);
+            let found = tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                for (lib, words) in indexed {
+                    for h in lib.index.score(&words, collection.as_deref(), floor, k)? {
+                        out.push(rank::Scored {
+                            chunk_uid: h.chunk_uid,
+                            library_uid: lib.uid().to_owned(),
+                            score: h.score,
+                            relevance: h.relevance,
+                        });
+                    }
+                }
+                Ok::<_, crate::store::index::IndexError>(out)
+            })
+            .await
+            .map_err(|e| GraphError::Query(format!("index task: {e}")))?
+            .map_err(|e| GraphError::Query(e.to_string()))?;
+            scored.extend(found);
+        }
         // Libraries analyzed alike share their query terms and queries.
         let mut by_language: Vec<(Language, Vec<String>)> = Vec::new();
-        for (uid, language) in self.languages().await? {
+        for (uid, language) in languages.into_iter().filter(|(uid, _)| !ready.contains_key(uid)) {
             match by_language.iter_mut().find(|(l, _)| *l == language) {
                 Some((_, uids)) => uids.push(uid),
                 None => by_language.push((language, vec![uid])),
             }
         }
         let mut groups = Vec::new();
+        // The candidate cap holds for the whole search, over every batch.
+        let mut budget = MAX_CANDIDATES;
         for (language, uids) in &by_language {
             let words = scoped::query_words(*language, text);
             let mut candidates = Vec::new();
             let mut counters: HashMap<String, scoped::TermCounter> = HashMap::new();
             for (batch, lucene) in scoped::scoped_queries(uids, &words) {
+                if budget <= 0 {
+                    break;
+                }
                 let q = query(include_str!("../../../cypher/search.cypher"))
                     .param("index", self.store.flavor.fulltext_index())
                     .param("lucene", lucene)
                     .param("libs", libs_param(batch))
                     .param("collection_uid", opt(collection_uid))
-                    .param("cap", MAX_CANDIDATES);
-                for row in self.store.rows("search.cypher", q).await? {
+                    .param("cap", budget);
+                let rows = self.store.rows("search.cypher", q).await?;
+                budget -= rows.len() as i64;
+                for row in rows {
                     if vanished(&row, &["chunk_uid", "library_uid"])? {
                         continue;
                     }
@@ -461,7 +521,6 @@ impl ScopedGraph {
         }
         let found: Vec<String> = groups.iter().flat_map(|(_, g)| g.keys().cloned()).collect();
         let stats = self.ranking_stats(&found).await?;
-        let mut scored: Vec<rank::Scored> = Vec::new();
         for (terms, libraries) in groups {
             for (lib, cs) in libraries {
                 let s = stats
@@ -512,73 +571,134 @@ impl ScopedGraph {
 
     /// The ranked chunks with their text and source, in the order given; a
     /// chunk deleted or replaced since it was ranked is left out.
-    async fn hits(&self, ranked: Vec<Ranked>) -> Result<Vec<SearchHit>, GraphError> {
+    async fn hits(
+        &self,
+        ranked: Vec<Ranked>,
+        ready: &HashMap<String, Arc<OpenLibrary>>,
+    ) -> Result<Vec<SearchHit>, GraphError> {
         if ranked.is_empty() {
             return Ok(Vec::new());
         }
-        let uids: Vec<String> = ranked.iter().map(|s| s.chunk_uid.clone()).collect();
-        let q = query(include_str!("../../../cypher/search_chunks.cypher"))
-            .param("uids", uids)
-            .param("libs", libs_param(self.scope.uids()));
-        let mut details: HashMap<String, Row> = HashMap::new();
-        for row in self.store.rows("search_chunks.cypher", q).await? {
-            if vanished(&row, &["chunk_uid", "item_uid", "collection_uid", "ordinal", "text"])? {
-                continue;
+        // Chunks of fresh indexes are read from them, the rest from the graph.
+        let from_index: Vec<(Arc<OpenLibrary>, String)> = ranked
+            .iter()
+            .filter_map(|r| ready.get(&r.library_uid).map(|l| (l.clone(), r.chunk_uid.clone())))
+            .collect();
+        let mut details: HashMap<String, IndexedChunk> = tokio::task::spawn_blocking(move || {
+            let mut out = HashMap::new();
+            for (lib, uid) in from_index {
+                if let Some(c) = lib.index.chunk(&uid)? {
+                    out.insert(uid, c);
+                }
             }
-            details.insert(row.get("chunk_uid")?, row);
-        }
-        // The items' and libraries' citation fields: two indexed lookups by
-        // uid (a join from each chunk cost ArcadeDB ~10 ms a search).
-        let mut items: Vec<String> = Vec::with_capacity(details.len());
-        for row in details.values() {
-            items.push(row.get("item_uid")?);
-        }
-        items.sort();
-        items.dedup();
-        let q = query(include_str!("../../../cypher/search_items.cypher")).param("items", items);
-        let mut sources: HashMap<String, Row> = HashMap::new();
-        for row in self.store.rows("search_items.cypher", q).await? {
-            sources.insert(row.get("uid")?, row);
-        }
+            Ok::<_, crate::store::index::IndexError>(out)
+        })
+        .await
+        .map_err(|e| GraphError::Query(format!("index task: {e}")))?
+        .map_err(|e| GraphError::Query(e.to_string()))?;
+        let from_graph: Vec<String> = ranked
+            .iter()
+            .filter(|r| !ready.contains_key(&r.library_uid))
+            .map(|r| r.chunk_uid.clone())
+            .collect();
+        details.extend(self.graph_details(from_graph).await?);
         let mut libs: Vec<String> = ranked.iter().map(|r| r.library_uid.clone()).collect();
         libs.sort();
         libs.dedup();
-        let q = query(include_str!("../../../cypher/search_library_names.cypher")).param("libs", libs);
-        let mut names: HashMap<String, String> = HashMap::new();
-        for row in self.store.rows("search_library_names.cypher", q).await? {
-            names.insert(row.get("uid")?, row.get::<Option<String>>("name")?.unwrap_or_default());
-        }
+        let names = self.library_names(&libs).await?;
         let mut hits = Vec::with_capacity(ranked.len());
         for s in ranked {
-            let Some(row) = details.get(&s.chunk_uid) else { continue };
-            let library_uid = s.library_uid.clone();
-            let item_uid: String = row.get("item_uid")?;
-            let source = sources.get(&item_uid);
-            let field = |name: &str| -> Result<Option<String>, GraphError> {
-                Ok(match source {
-                    Some(r) => r.get::<Option<String>>(name)?,
-                    None => None,
-                })
-            };
+            let Some(c) = details.remove(&s.chunk_uid) else { continue };
             hits.push(SearchHit {
                 chunk_uid: s.chunk_uid,
-                item_uid: item_uid.clone(),
-                item_title: row.get::<Option<String>>("item_title")?.unwrap_or_default(),
-                collection_uid: row.get("collection_uid")?,
+                item_uid: c.item_uid,
+                item_title: c.item_title,
+                collection_uid: c.collection_uid,
+                library_name: names.get(&s.library_uid).cloned().unwrap_or_default(),
                 library_uid: s.library_uid,
-                library_name: names.get(&library_uid).cloned().unwrap_or_default(),
-                source_uri: field("source_uri")?,
-                mime_type: field("mime_type")?,
-                updated_at: field("updated_at")?,
-                ordinal: row.get("ordinal")?,
+                source_uri: c.source_uri,
+                mime_type: c.mime_type,
+                updated_at: c.updated_at,
+                ordinal: c.ordinal,
                 score: s.score,
                 relevance: s.relevance,
                 similarity: s.similarity,
                 found_by: s.found_by,
-                text: row.get("text")?,
+                text: c.text,
             });
         }
         Ok(hits)
+    }
+
+    /// The chunks `uids` of the scope as the graph holds them, with their
+    /// items' citation fields (read through the scope's libraries only).
+    async fn graph_details(&self, uids: Vec<String>) -> Result<HashMap<String, IndexedChunk>, GraphError> {
+        let mut details: HashMap<String, IndexedChunk> = HashMap::new();
+        if uids.is_empty() {
+            return Ok(details);
+        }
+        let q = query(include_str!("../../../cypher/search_chunks.cypher"))
+            .param("uids", uids)
+            .param("libs", libs_param(self.scope.uids()));
+        for row in self.store.rows("search_chunks.cypher", q).await? {
+            if vanished(&row, &["chunk_uid", "item_uid", "collection_uid", "ordinal", "text"])? {
+                continue;
+            }
+            let c = IndexedChunk {
+                chunk_uid: row.get("chunk_uid")?,
+                item_uid: row.get("item_uid")?,
+                item_title: row.get::<Option<String>>("item_title")?.unwrap_or_default(),
+                collection_uid: row.get("collection_uid")?,
+                ordinal: row.get("ordinal")?,
+                text: row.get("text")?,
+                ..Default::default()
+            };
+            details.insert(c.chunk_uid.clone(), c);
+        }
+        // The items' citation fields: one indexed lookup by uid (a join from
+        // each chunk cost ArcadeDB ~10 ms a search).
+        let mut items: Vec<String> = details.values().map(|c| c.item_uid.clone()).collect();
+        items.sort();
+        items.dedup();
+        let q = query(include_str!("../../../cypher/search_items.cypher"))
+            .param("items", items)
+            .param("libs", libs_param(self.scope.uids()));
+        let mut sources: HashMap<String, Row> = HashMap::new();
+        for row in self.store.rows("search_items.cypher", q).await? {
+            sources.insert(row.get("uid")?, row);
+        }
+        for c in details.values_mut() {
+            if let Some(r) = sources.get(&c.item_uid) {
+                c.source_uri = r.get("source_uri")?;
+                c.mime_type = r.get("mime_type")?;
+                c.updated_at = r.get("updated_at")?;
+            }
+        }
+        Ok(details)
+    }
+
+    /// The names of `libs`, as read at most `NAMES_TTL` ago.
+    async fn library_names(&self, libs: &[String]) -> Result<HashMap<String, String>, GraphError> {
+        let mut names = HashMap::with_capacity(libs.len());
+        let mut missing = Vec::new();
+        for lib in libs {
+            match self.store.names.get(lib).await {
+                Some(n) => {
+                    names.insert(lib.clone(), n);
+                }
+                None => missing.push(lib.clone()),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(names);
+        }
+        let q = query(include_str!("../../../cypher/search_library_names.cypher")).param("libs", missing);
+        for row in self.store.rows("search_library_names.cypher", q).await? {
+            let (uid, name): (String, String) = (row.get("uid")?, row.get::<Option<String>>("name")?.unwrap_or_default());
+            self.store.names.insert(uid.clone(), name.clone()).await;
+            names.insert(uid, name);
+        }
+        Ok(names)
     }
 
     /// The scope's existing libraries, in scope order, with the language
@@ -656,7 +776,9 @@ impl ScopedGraph {
         if !self.scope.contains(library_uid) {
             return Ok(Citation::default());
         }
-        let q = query(include_str!("../../../cypher/search_items.cypher")).param("items", vec![item_uid.to_owned()]);
+        let q = query(include_str!("../../../cypher/search_items.cypher"))
+            .param("items", vec![item_uid.to_owned()])
+            .param("libs", vec![library_uid.to_owned()]);
         let mut out = Citation::default();
         if let Some(r) = self.store.rows("search_items.cypher", q).await?.first() {
             out.source_uri = r.get("source_uri")?;

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod analysis;
 pub mod flavor;
+pub mod indexing;
 pub mod ingest;
 pub mod knowledge;
 pub mod rank;
@@ -264,6 +265,8 @@ pub struct GraphStore {
     timeout: Duration,
     /// Bolt exchanges running on tasks of their own (see `detached`).
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// One per pool connection: a statement takes one before it starts.
+    connections: Arc<tokio::sync::Semaphore>,
     metrics: Option<GraphMetrics>,
     retry: RetryPolicy,
     stats: Arc<TxnStats>,
@@ -274,11 +277,33 @@ pub struct GraphStore {
     /// Library uid → its ranking statistics (chunk count, total length),
     /// read again after `rank::STATS_TTL`.
     pub(crate) ranking: moka::future::Cache<String, rank::LibraryStats>,
+    /// Library uid → its name, for search hits (a rename shows within
+    /// `rank::STATS_TTL`).
+    pub(crate) names: moka::future::Cache<String, String>,
     /// Library uid → its chunk vectors (semantic search; `vectors`).
     pub(crate) vectors: Arc<vectors::VectorCache>,
     /// The embedding model, when one is installed (else keyword search only).
     pub(crate) semantic: Option<Arc<crate::embed::Semantic>>,
+    /// This replica's per-library search indexes (`indexing`), when
+    /// `MNEMOSYNE_INDEX_DIR` is set; else every search reads the graph.
+    pub(crate) index: Option<Arc<indexing::SearchIndex>>,
+    /// Where writes record their change for every replica's index
+    /// (`pg::index_changes`).
+    pub(crate) change_log: sqlx::PgPool,
 }
+
+/// Marks a detached statement's caller as gone when its wait ends (answered,
+/// timed out or cancelled): a statement not started by then never starts.
+struct GoneOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for GoneOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Connections in the neo4rs pool (and statements running at once).
+const CONNECTIONS: usize = 32;
 
 /// The graph's metric handles (from `Metrics`).
 #[derive(Clone)]
@@ -300,7 +325,7 @@ impl GraphStore {
             .user(settings.bolt_user.as_str())
             .password(settings.bolt_password.expose())
             .db(settings.bolt_database.as_str())
-            .max_connections(32)
+            .max_connections(CONNECTIONS)
             .fetch_size(500)
             .build()?;
         let graph = Graph::connect(config).await?;
@@ -309,6 +334,7 @@ impl GraphStore {
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            connections: Arc::new(tokio::sync::Semaphore::new(CONNECTIONS)),
             metrics: None,
             retry: RetryPolicy::default(),
             stats: Arc::default(),
@@ -321,9 +347,40 @@ impl GraphStore {
                 .max_capacity(100_000)
                 .time_to_live(rank::STATS_TTL)
                 .build(),
+            names: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(rank::STATS_TTL)
+                .build(),
             vectors: Arc::new(vectors::VectorCache::new(settings.vector_cache_chunks)),
             semantic: None,
+            index: None,
+            change_log: crate::store::pg::pool(&settings.database_url, settings.store_timeout())
+                .map_err(|e| GraphError::Unavailable(format!("postgres: {e}")))?,
         })
+    }
+
+    /// Records writes' changes through this pool (the server's own) rather
+    /// than one of its own.
+    pub fn with_change_log(mut self, pg: sqlx::PgPool) -> Self {
+        self.change_log = pg;
+        self
+    }
+
+    /// Records, after its graph transaction committed, that a write changed
+    /// `item` of `library` (None: the whole library), so that every
+    /// replica's index catches up before its next search of it. A failure is
+    /// the write's failure (503: its retry records it).
+    pub(super) async fn record_change(&self, library: &str, item: Option<&str>) -> Result<(), GraphError> {
+        crate::store::pg::index_changes::record(&self.change_log, library, item)
+            .await
+            .map(|_| ())
+            .map_err(|e| GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}")))
+    }
+
+    /// Searches through this replica's per-library indexes.
+    pub fn with_index(mut self, index: Arc<indexing::SearchIndex>) -> Self {
+        self.index = Some(index);
+        self
     }
 
     /// Semantic search with this model (see `crate::embed`).
@@ -372,11 +429,25 @@ impl GraphStore {
             .try_acquire_owned()
             .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
         let fut = work(self.graph.clone());
+        // A statement starts only while its caller still waits: the task
+        // takes one of the pool's connections (`connections`, as many as the
+        // pool holds, so neo4rs never queues) and then checks that the caller
+        // has not given up meanwhile.
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, connections) = (gone.clone(), self.connections.clone());
         let task = tokio::spawn(async move {
+            let _slot = connections
+                .acquire_owned()
+                .await
+                .map_err(|_| GraphError::Unavailable("closing".into()))?;
+            if seen.load(Ordering::Acquire) {
+                return Err(GraphError::Unavailable("the caller gave up before the statement started".into()));
+            }
             let out = fut.await;
             drop(permit);
             out
         });
+        let _gone = GoneOnDrop(gone);
         match tokio::time::timeout(self.timeout, task).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => Err(GraphError::Unavailable(format!("query task failed: {e}"))),

@@ -66,18 +66,45 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
     if candidates.is_empty() || terms == 0 {
         return Vec::new();
     }
-    // The candidates are every chunk holding a term, so they count the
-    // library's document frequencies (a library that grew since its
-    // statistics were read may have more candidates than chunks).
+    fn flat(v: &[i64], terms: usize) -> impl Iterator<Item = i64> + '_ {
+        (0..terms).map(move |i| v.get(i).copied().unwrap_or(0))
+    }
+    let dl: Vec<i64> = candidates.iter().map(|c| c.dl).collect();
+    let tf: Vec<i64> = candidates.iter().flat_map(|c| flat(&c.tf, terms)).collect();
+    let tt: Vec<i64> = candidates.iter().flat_map(|c| flat(&c.tf_title, terms)).collect();
+    score(stats, terms, &dl, &tf, &tt)
+        .into_iter()
+        .zip(candidates)
+        .map(|((score, relevance), c)| Scored {
+            chunk_uid: c.chunk_uid.clone(),
+            library_uid: c.library_uid.clone(),
+            score,
+            relevance,
+        })
+        .collect()
+}
+
+/// (score, relevance) of each candidate of one library: candidate `j` has
+/// length `dl[j]` and frequencies `tf[j * terms + i]` (text) and
+/// `tf_title[j * terms + i]` (title) of query term `i`. Every candidate
+/// holds a term, so they count the library's document frequencies. Used by
+/// the graph path (`score_library`) and the index (`store::index`) alike.
+pub fn score(stats: LibraryStats, terms: usize, dl: &[i64], tf: &[i64], tf_title: &[i64]) -> Vec<(f64, f64)> {
+    let count = dl.len();
+    if count == 0 || terms == 0 {
+        return Vec::new();
+    }
+    // A library that grew since its statistics were read may have more
+    // candidates than chunks.
     let mut df = vec![0f64; terms];
     let mut df_title = vec![0f64; terms];
-    for c in candidates {
+    for j in 0..count {
         for i in 0..terms {
-            df[i] += f64::from(c.tf.get(i).copied().unwrap_or(0) > 0);
-            df_title[i] += f64::from(c.tf_title.get(i).copied().unwrap_or(0) > 0);
+            df[i] += f64::from(tf[j * terms + i] > 0);
+            df_title[i] += f64::from(tf_title[j * terms + i] > 0);
         }
     }
-    let n = (stats.n.max(0) as f64).max(candidates.len() as f64);
+    let n = (stats.n.max(0) as f64).max(count as f64);
     let avgdl = if stats.n > 0 && stats.tokens > 0 {
         stats.tokens as f64 / stats.n as f64
     } else {
@@ -89,15 +116,14 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
     // most (absent from the library: the largest IDF there is).
     let weight: Vec<f64> = (0..terms).map(|i| idf(n, df[i].max(df_title[i]))).collect();
     let total_weight: f64 = weight.iter().sum();
-    candidates
-        .iter()
-        .map(|c| {
-            let norm = K1 * (1.0 - B + B * c.dl.max(0) as f64 / avgdl);
+    (0..count)
+        .map(|j| {
+            let norm = K1 * (1.0 - B + B * dl[j].max(0) as f64 / avgdl);
             let mut score = 0.0;
             let mut matched = 0.0;
             for i in 0..terms {
-                let tf = c.tf.get(i).copied().unwrap_or(0).max(0) as f64;
-                let tt = c.tf_title.get(i).copied().unwrap_or(0).max(0) as f64;
+                let tf = tf[j * terms + i].max(0) as f64;
+                let tt = tf_title[j * terms + i].max(0) as f64;
                 if tf > 0.0 {
                     score += idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
                 }
@@ -113,14 +139,9 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
             } else {
                 0.0
             };
-            Scored {
-                chunk_uid: c.chunk_uid.clone(),
-                library_uid: c.library_uid.clone(),
-                // Coordination: a chunk matching more of the query's weight
-                // ranks above one repeating a single rare word.
-                score: score * relevance,
-                relevance,
-            }
+            // Coordination: a chunk matching more of the query's weight
+            // ranks above one repeating a single rare word.
+            (score * relevance, relevance)
         })
         .collect()
 }

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod grants;
+pub mod index_changes;
 pub mod keys;
 pub mod teams;
 pub mod tokens;

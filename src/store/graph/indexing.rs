@@ -1,0 +1,552 @@
+//! The per-library search index beside the graph (`store::index`), kept by
+//! each replica: which libraries it holds, how a search finds them fresh,
+//! how they catch up and how they are built.
+//!
+//! **Freshness.** Every write that changes what a library's search finds is
+//! recorded in Postgres after its graph transaction committed and before it
+//! is acknowledged (`pg::index_changes::record`: a per-library counter and a
+//! change row naming the item). A search reads the counters of its libraries
+//! (one primary-key read) and compares each with the sequence its index
+//! applied: equal, the index answers; behind, the search first catches the
+//! index up — it reads the change rows after the applied sequence, then the
+//! changed items' chunks from the graph, replaces those items in the index and
+//! commits with the new sequence. So a search that starts after a write was
+//! acknowledged sees it, whichever replica answers.
+//!
+//! **Building.** A library this replica holds no index for (new replica,
+//! wiped, corrupt, or its change rows pruned past what the index applied) is
+//! built in the background from the graph in pages of `PAGE` chunks (bounded
+//! memory), one library at a time; meanwhile its searches take the graph path
+//! (`knowledge`), which ranks the same way. The counter is read before the
+//! first page, so writes during the build are caught up after it.
+//!
+//! **Memory.** Indexes are memory-mapped; at most `max_open` libraries are
+//! open at once (least recently searched closed first), so a search over
+//! every library streams from disk rather than keeping every tenant.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use neo4rs::{query, Row};
+use prometheus::{IntCounter, IntGauge, Opts};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use super::{scoped, GraphError, GraphStore};
+use crate::store::index::{Applied, IndexedChunk, LibraryIndex};
+use crate::store::pg::index_changes;
+
+/// Chunks read from the graph per page of a build.
+const PAGE: i64 = 1_000;
+/// Change rows read per page of a catch-up.
+const CHANGES: i64 = 1_000;
+
+/// A library's index, open, and the lock its catch-ups take.
+pub struct OpenLibrary {
+    pub index: LibraryIndex,
+    uid: String,
+    applied: AtomicI64,
+    catching_up: tokio::sync::Mutex<()>,
+    last_used: AtomicU64,
+}
+
+impl OpenLibrary {
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+}
+
+struct Metrics {
+    open: IntGauge,
+    building: IntGauge,
+    built_chunks: IntCounter,
+    catch_ups: IntCounter,
+    rebuilds: IntCounter,
+    stale_fallbacks: IntCounter,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let g = |n: &str, h: &str| IntGauge::with_opts(Opts::new(n, h)).expect("valid metric");
+        let c = |n: &str, h: &str| IntCounter::with_opts(Opts::new(n, h)).expect("valid metric");
+        Metrics {
+            open: g("mnemosyne_index_open_libraries", "Library search indexes open on this replica."),
+            building: g(
+                "mnemosyne_index_building_libraries",
+                "Library search indexes being built from the graph on this replica.",
+            ),
+            built_chunks: c(
+                "mnemosyne_index_built_chunks_total",
+                "Chunks read from the graph into a library index being built.",
+            ),
+            catch_ups: c(
+                "mnemosyne_index_catch_ups_total",
+                "Library index catch-ups (changes applied before a search).",
+            ),
+            rebuilds: c(
+                "mnemosyne_index_rebuilds_total",
+                "Library indexes (re)built from the graph: missing, corrupt, deleted or pruned past.",
+            ),
+            stale_fallbacks: c(
+                "mnemosyne_index_graph_fallbacks_total",
+                "Library searches served by the graph path because the index was not ready.",
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.open.clone()),
+            Box::new(self.building.clone()),
+            Box::new(self.built_chunks.clone()),
+            Box::new(self.catch_ups.clone()),
+            Box::new(self.rebuilds.clone()),
+            Box::new(self.stale_fallbacks.clone()),
+        ]
+    }
+}
+
+/// This replica's library indexes.
+pub struct SearchIndex {
+    root: PathBuf,
+    pg: PgPool,
+    max_open: usize,
+    open: Mutex<HashMap<String, Arc<OpenLibrary>>>,
+    building: Mutex<HashSet<String>>,
+    builds: tokio::sync::Semaphore,
+    clock: AtomicU64,
+    metrics: Metrics,
+}
+
+/// The directory name of a library's index (uids may hold any character).
+fn dir_name(uid: &str) -> String {
+    hex::encode(&Sha256::digest(uid.as_bytes())[..16])
+}
+
+impl SearchIndex {
+    /// Opens (creating it) the index directory; fails when it cannot be
+    /// written, so `serve` stops at start with the reason.
+    pub fn open(root: &Path, pg: PgPool, max_open: usize) -> anyhow::Result<Self> {
+        let fail = |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", root.display());
+        std::fs::create_dir_all(root).map_err(fail)?;
+        let probe = root.join(format!(".probe-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&probe, b"ok").map_err(fail)?;
+        std::fs::remove_file(&probe).map_err(fail)?;
+        Ok(SearchIndex {
+            root: root.to_owned(),
+            pg,
+            max_open: max_open.max(1),
+            open: Mutex::new(HashMap::new()),
+            building: Mutex::new(HashSet::new()),
+            builds: tokio::sync::Semaphore::new(1),
+            clock: AtomicU64::new(0),
+            metrics: Metrics::new(),
+        })
+    }
+
+    /// The index's metrics, to register.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        self.metrics.collectors()
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path_of(&self, uid: &str) -> PathBuf {
+        self.root.join(dir_name(uid))
+    }
+
+    fn touch(&self, lib: &OpenLibrary) {
+        lib.last_used
+            .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// The open index of `uid`, opening what is on disk; None when there is
+    /// none (or it is unreadable: it is removed, to be built again).
+    fn opened(&self, uid: &str) -> Option<Arc<OpenLibrary>> {
+        if let Some(l) = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(uid) {
+            self.touch(l);
+            return Some(l.clone());
+        }
+        let path = self.path_of(uid);
+        if !path.join("meta.json").exists() {
+            return None;
+        }
+        let opened = LibraryIndex::open_or_create(&path).and_then(|index| {
+            let applied = index.applied()?;
+            if applied.library_uid != uid || applied.analysis != scoped::ANALYSIS_VERSION {
+                return Err(crate::store::index::IndexError::Corrupt(format!(
+                    "holds library {:?} in analysis {}",
+                    applied.library_uid, applied.analysis
+                )));
+            }
+            Ok((index, applied.seq))
+        });
+        match opened {
+            Ok((index, seq)) => Some(self.install(uid, index, seq)),
+            Err(e) => {
+                tracing::warn!(library = uid, error = %e, path = %path.display(), "search index unreadable: rebuilding it from the graph");
+                let _ = std::fs::remove_dir_all(&path);
+                None
+            }
+        }
+    }
+
+    fn install(&self, uid: &str, index: LibraryIndex, seq: i64) -> Arc<OpenLibrary> {
+        let lib = Arc::new(OpenLibrary {
+            index,
+            uid: uid.to_owned(),
+            applied: AtomicI64::new(seq),
+            catching_up: tokio::sync::Mutex::new(()),
+            last_used: AtomicU64::new(0),
+        });
+        self.touch(&lib);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.insert(uid.to_owned(), lib.clone());
+        while open.len() > self.max_open {
+            let Some(oldest) = open
+                .iter()
+                .filter(|(k, _)| k.as_str() != uid)
+                .min_by_key(|(_, l)| l.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            open.remove(&oldest);
+        }
+        self.metrics.open.set(open.len() as i64);
+        lib
+    }
+
+    fn forget(&self, uid: &str) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.remove(uid);
+        self.metrics.open.set(open.len() as i64);
+    }
+
+    /// The libraries of `libs` whose index is fresh (caught up to every
+    /// acknowledged write), ready to answer. The others — not built yet,
+    /// being built, or when freshness cannot be checked (Postgres down) —
+    /// take the graph path; a missing one starts building.
+    pub async fn ready(&self, graph: &GraphStore, libs: &[String]) -> HashMap<String, Arc<OpenLibrary>> {
+        let mut out = HashMap::new();
+        if libs.is_empty() {
+            return out;
+        }
+        let seqs: HashMap<String, i64> = match index_changes::sequences(&self.pg, libs).await {
+            Ok(s) => s.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "search index: cannot check freshness; searching the graph");
+                self.metrics.stale_fallbacks.inc_by(libs.len() as u64);
+                return out;
+            }
+        };
+        for uid in libs {
+            let target = seqs.get(uid).copied().unwrap_or(0);
+            let Some(lib) = self.opened(uid) else {
+                self.spawn_build(graph, uid);
+                self.metrics.stale_fallbacks.inc();
+                continue;
+            };
+            if lib.applied.load(Ordering::Acquire) >= target {
+                out.insert(uid.clone(), lib);
+                continue;
+            }
+            match self.catch_up(graph, &lib, target).await {
+                Ok(true) => {
+                    out.insert(uid.clone(), lib);
+                }
+                Ok(false) => {
+                    self.forget(uid);
+                    self.spawn_build(graph, uid);
+                    self.metrics.stale_fallbacks.inc();
+                }
+                Err(e) => {
+                    tracing::warn!(library = %uid, error = %e, "search index: catch-up failed; searching the graph");
+                    self.metrics.stale_fallbacks.inc();
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies the library's changes up to at least `target`; false when it
+    /// needs a build instead (the whole library changed, or the change rows it
+    /// needs were pruned).
+    async fn catch_up(&self, graph: &GraphStore, lib: &Arc<OpenLibrary>, target: i64) -> Result<bool, GraphError> {
+        let _turn = lib.catching_up.lock().await;
+        self.metrics.catch_ups.inc();
+        while lib.applied.load(Ordering::Acquire) < target {
+            let after = lib.applied.load(Ordering::Acquire);
+            let page = index_changes::page(&self.pg, &lib.uid, after, CHANGES)
+                .await
+                .map_err(|e| GraphError::Unavailable(format!("postgres: {e}")))?;
+            let Some(last) = page.last().map(|c| c.seq) else {
+                return Ok(false); // counted but not kept: pruned
+            };
+            if page[0].seq != after + 1 || page.iter().any(|c| c.item_uid.is_none()) {
+                return Ok(false);
+            }
+            let mut items: Vec<String> = page.into_iter().filter_map(|c| c.item_uid).collect();
+            items.sort();
+            items.dedup();
+            let chunks = item_chunks(graph, &lib.uid, &items).await?;
+            let applied = Applied {
+                seq: last,
+                library_uid: lib.uid.clone(),
+                analysis: scoped::ANALYSIS_VERSION,
+            };
+            let l = lib.clone();
+            blocking(move || l.index.apply(&items, &chunks, &applied)).await?;
+            lib.applied.store(last, Ordering::Release);
+        }
+        Ok(true)
+    }
+
+    /// Starts building `uid`'s index in the background, unless it is being
+    /// built already.
+    fn spawn_build(&self, graph: &GraphStore, uid: &str) {
+        if !self
+            .building
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned())
+        {
+            return;
+        }
+        let (graph, uid) = (graph.clone(), uid.to_owned());
+        tokio::spawn(async move {
+            let Some(ix) = graph.index.clone() else { return };
+            let out = ix.build(&graph, &uid).await;
+            ix.building.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+            if let Err(e) = out {
+                tracing::warn!(library = %uid, error = %e, "search index: build failed; the next search tries again");
+            }
+        });
+    }
+
+    /// Builds `uid`'s index from the graph, replacing what is on disk.
+    pub async fn build(&self, graph: &GraphStore, uid: &str) -> Result<u64, GraphError> {
+        let _one = self
+            .builds
+            .acquire()
+            .await
+            .map_err(|_| GraphError::Unavailable("closing".into()))?;
+        self.metrics.building.inc();
+        let out = self.build_now(graph, uid).await;
+        self.metrics.building.dec();
+        out
+    }
+
+    async fn build_now(&self, graph: &GraphStore, uid: &str) -> Result<u64, GraphError> {
+        let pg = |e: sqlx::Error| GraphError::Unavailable(format!("postgres: {e}"));
+        let err = |e: crate::store::index::IndexError| GraphError::Query(e.to_string());
+        // The sequence first: whatever is written after it is caught up later.
+        let seq = index_changes::sequences(&self.pg, &[uid.to_owned()])
+            .await
+            .map_err(pg)?
+            .first()
+            .map(|(_, s)| *s)
+            .unwrap_or(0);
+        self.metrics.rebuilds.inc();
+        let path = self.path_of(uid);
+        let staging = self.root.join(format!("{}.building", dir_name(uid)));
+        let _ = std::fs::remove_dir_all(&staging);
+        let index = Arc::new(LibraryIndex::open_or_create(&staging).map_err(err)?);
+        let (key, tkey) = (scoped::library_key(uid), scoped::title_key(uid));
+        let mut after = String::new();
+        let mut total = 0u64;
+        let mut sources: HashMap<String, Source> = HashMap::new();
+        loop {
+            let q = query(include_str!("../../../cypher/index_library_page.cypher"))
+                .param("lib", uid)
+                .param("after", after.as_str())
+                .param("limit", PAGE);
+            let rows = graph.rows("index_library_page.cypher", q).await?;
+            let Some(last) = rows.last() else { break };
+            after = last.get::<Option<String>>("uid")?.unwrap_or_default();
+            let n = rows.len() as i64;
+            let mut chunks = Vec::with_capacity(rows.len());
+            for r in &rows {
+                if let Some(c) = chunk_of(r, &key, &tkey)? {
+                    chunks.push(c);
+                }
+            }
+            let missing: Vec<String> = {
+                let mut m: Vec<String> = chunks
+                    .iter()
+                    .map(|c| c.item_uid.clone())
+                    .filter(|i| !sources.contains_key(i))
+                    .collect();
+                m.sort();
+                m.dedup();
+                m
+            };
+            sources.extend(item_sources(graph, uid, &missing).await?);
+            for c in &mut chunks {
+                if let Some(s) = sources.get(&c.item_uid) {
+                    s.fill(c);
+                }
+            }
+            // Items seen in earlier pages only: keep the map small.
+            if sources.len() > 50_000 {
+                sources.clear();
+            }
+            total += chunks.len() as u64;
+            self.metrics.built_chunks.inc_by(chunks.len() as u64);
+            let ix = index.clone();
+            blocking(move || ix.add(&chunks)).await?;
+            if n < PAGE {
+                break;
+            }
+        }
+        let applied = Applied {
+            seq,
+            library_uid: uid.to_owned(),
+            analysis: scoped::ANALYSIS_VERSION,
+        };
+        let ix = index.clone();
+        blocking(move || ix.commit(&applied).and_then(|_| ix.close_writer())).await?;
+        drop(index);
+        // Swap in: searches holding the old index keep reading its files.
+        self.forget(uid);
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::rename(&staging, &path).map_err(|e| GraphError::Query(format!("index: {e}")))?;
+        let index = LibraryIndex::open_or_create(&path).map_err(err)?;
+        self.install(uid, index, seq);
+        tracing::info!(library = %uid, chunks = total, seq, "search index built");
+        Ok(total)
+    }
+
+    /// Sequence applied and chunk count of every library index on disk
+    /// (`mnemosyne index status`), by library uid.
+    pub fn status(&self) -> Vec<(String, i64, u64, u64)> {
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir(&self.root) else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let path = e.path();
+            if !path.join("meta.json").exists() || path.extension().is_some() {
+                continue;
+            }
+            if let Ok(ix) = LibraryIndex::open_or_create(&path) {
+                if let Ok(a) = ix.applied() {
+                    out.push((a.library_uid, a.seq, ix.num_chunks(), ix.disk_bytes()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Removes `uid`'s index from disk (`mnemosyne index rebuild`: the
+    /// next search, on each replica, builds it again).
+    pub fn remove(&self, uid: &str) -> std::io::Result<()> {
+        self.forget(uid);
+        match std::fs::remove_dir_all(self.path_of(uid)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs index work (disk, CPU) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::store::index::IndexError> + Send + 'static,
+) -> Result<T, GraphError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| GraphError::Query(format!("index task: {e}")))?
+        .map_err(|e| GraphError::Query(e.to_string()))
+}
+
+/// An item's citation fields.
+struct Source {
+    source_uri: Option<String>,
+    mime_type: Option<String>,
+    updated_at: Option<String>,
+}
+
+impl Source {
+    fn fill(&self, c: &mut IndexedChunk) {
+        c.source_uri = self.source_uri.clone();
+        c.mime_type = self.mime_type.clone();
+        c.updated_at = self.updated_at.clone();
+    }
+}
+
+/// A chunk row as the index holds it; None when it vanished while read.
+fn chunk_of(r: &Row, key: &str, tkey: &str) -> Result<Option<IndexedChunk>, GraphError> {
+    let (Some(uid), Some(item_uid), Some(collection_uid), Some(scoped)) = (
+        r.get::<Option<String>>("uid")?,
+        r.get::<Option<String>>("item_uid")?,
+        r.get::<Option<String>>("collection_uid")?,
+        r.get::<Option<String>>("scoped")?,
+    ) else {
+        return Ok(None);
+    };
+    let (text_terms, title_terms) = crate::store::index::split_scoped(&scoped, key, tkey);
+    Ok(Some(IndexedChunk {
+        chunk_uid: uid,
+        item_uid,
+        item_title: r.get::<Option<String>>("item_title")?.unwrap_or_default(),
+        collection_uid,
+        ordinal: r.get::<Option<i64>>("ordinal")?.unwrap_or(0),
+        text: r.get::<Option<String>>("text")?.unwrap_or_default(),
+        text_terms,
+        title_terms,
+        dl: r.get::<Option<i64>>("dl")?.unwrap_or(0),
+        source_uri: None,
+        mime_type: None,
+        updated_at: None,
+    }))
+}
+
+async fn item_sources(graph: &GraphStore, lib: &str, items: &[String]) -> Result<HashMap<String, Source>, GraphError> {
+    let mut out = HashMap::new();
+    if items.is_empty() {
+        return Ok(out);
+    }
+    let q = query(include_str!("../../../cypher/index_items.cypher"))
+        .param("items", items.to_vec())
+        .param("lib", lib);
+    for r in graph.rows("index_items.cypher", q).await? {
+        let Some(uid) = r.get::<Option<String>>("uid")? else { continue };
+        out.insert(
+            uid,
+            Source {
+                source_uri: r.get("source_uri")?,
+                mime_type: r.get("mime_type")?,
+                updated_at: r.get("updated_at")?,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Every chunk the `items` of `lib` hold now, with their citation fields.
+async fn item_chunks(graph: &GraphStore, lib: &str, items: &[String]) -> Result<Vec<IndexedChunk>, GraphError> {
+    let (key, tkey) = (scoped::library_key(lib), scoped::title_key(lib));
+    let mut chunks = Vec::new();
+    for batch in items.chunks(500) {
+        let q = query(include_str!("../../../cypher/index_item_chunks.cypher"))
+            .param("items", batch.to_vec())
+            .param("lib", lib);
+        for r in graph.rows("index_item_chunks.cypher", q).await? {
+            if let Some(c) = chunk_of(&r, &key, &tkey)? {
+                chunks.push(c);
+            }
+        }
+        let sources = item_sources(graph, lib, batch).await?;
+        for c in &mut chunks {
+            if let Some(s) = sources.get(&c.item_uid) {
+                s.fill(c);
+            }
+        }
+    }
+    Ok(chunks)
+}

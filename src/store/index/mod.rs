@@ -1,0 +1,579 @@
+//! One library's search index: a tantivy index on local disk holding, for
+//! every chunk of the library, its analyzed text and title terms (postings
+//! with frequencies), its length in terms (a fast field) and what a hit
+//! shows (stored fields). A derived artifact: the graph is the source of
+//! truth and `store::graph::indexing` builds and catches these up from it.
+//!
+//! The terms are this project's analysis (`store::graph::analysis`: NFKC,
+//! folding, Snowball per language, CJK bigrams), made once at ingest and kept
+//! in the chunk's `scoped` property; here they are indexed as they are
+//! (split on spaces), so a query's words — analyzed the same way — meet the
+//! same terms the graph path counts.
+//!
+//! Ranking is not tantivy's: `score` walks every posting of the query's
+//! terms (skipping deleted documents) and ranks with `rank::score`, BM25 from
+//! this library's own statistics (its live chunk count and total length,
+//! exact, and document frequencies counted over its live postings), the title
+//! field and the coordination factor — the same function the graph path uses,
+//! so a tenant's ranking is a function of its own library only.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use tantivy::collector::TopDocs;
+use tantivy::indexer::IndexWriterOptions;
+use tantivy::postings::Postings;
+use tantivy::query::TermQuery;
+use tantivy::schema::{
+    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
+};
+use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
+use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use super::graph::rank;
+
+/// The tokenizer of the term fields: the terms are already analyzed.
+const TERMS: &str = "terms";
+/// Indexing memory of one library's writer (tantivy's minimum).
+const WRITER_MEMORY: usize = 15_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("index: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    #[error("index: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("index: {0}")]
+    Open(#[from] tantivy::directory::error::OpenDirectoryError),
+    #[error("index: {0}")]
+    Corrupt(String),
+}
+
+/// A chunk as the index holds it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IndexedChunk {
+    pub chunk_uid: String,
+    pub item_uid: String,
+    pub item_title: String,
+    pub collection_uid: String,
+    pub ordinal: i64,
+    pub text: String,
+    /// The analyzed text terms, space-separated, in order.
+    pub text_terms: String,
+    /// The analyzed title terms, space-separated.
+    pub title_terms: String,
+    /// The text's length in terms.
+    pub dl: i64,
+    pub source_uri: Option<String>,
+    pub mime_type: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    chunk_uid: Field,
+    item_uid: Field,
+    collection_uid: Field,
+    text_terms: Field,
+    title_terms: Field,
+    dl: Field,
+    item_title: Field,
+    ordinal: Field,
+    text: Field,
+    source_uri: Field,
+    mime_type: Field,
+    updated_at: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let terms = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(TERMS)
+            .set_index_option(IndexRecordOption::WithFreqs)
+            .set_fieldnorms(false),
+    );
+    let f = Fields {
+        chunk_uid: b.add_text_field("chunk_uid", STRING | STORED | FAST),
+        item_uid: b.add_text_field("item_uid", STRING | STORED),
+        collection_uid: b.add_text_field("collection_uid", STRING | STORED),
+        text_terms: b.add_text_field("text_terms", terms.clone()),
+        title_terms: b.add_text_field("title_terms", terms),
+        dl: b.add_u64_field("dl", FAST | INDEXED),
+        item_title: b.add_text_field("item_title", STORED),
+        ordinal: b.add_i64_field("ordinal", STORED),
+        text: b.add_text_field("text", STORED),
+        source_uri: b.add_text_field("source_uri", STORED),
+        mime_type: b.add_text_field("mime_type", STORED),
+        updated_at: b.add_text_field("updated_at", STORED),
+    };
+    (b.build(), f)
+}
+
+/// A library's keyword candidate, scored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    pub chunk_uid: String,
+    pub score: f64,
+    pub relevance: f64,
+}
+
+/// The live statistics of one searcher generation.
+#[derive(Clone, Copy)]
+struct Stats {
+    generation: u64,
+    stats: rank::LibraryStats,
+}
+
+/// One library's index, open.
+pub struct LibraryIndex {
+    path: PathBuf,
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    writer: Mutex<Option<IndexWriter>>,
+    stats: Mutex<Option<Stats>>,
+}
+
+/// What the last commit applied (its payload).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Applied {
+    /// The library's change sequence this index reflects.
+    pub seq: i64,
+    /// The library it indexes.
+    pub library_uid: String,
+    /// The keyword analysis its terms were made with
+    /// (`scoped::ANALYSIS_VERSION`): another one is rebuilt.
+    #[serde(default)]
+    pub analysis: i64,
+}
+
+impl LibraryIndex {
+    /// Opens the index at `path`, creating an empty one when there is none.
+    pub fn open_or_create(path: &Path) -> Result<Self, IndexError> {
+        std::fs::create_dir_all(path)?;
+        let (schema, fields) = schema();
+        let dir = tantivy::directory::MmapDirectory::open(path)?;
+        let index = Index::open_or_create(dir, schema)?;
+        index
+            .tokenizers()
+            .register(TERMS, TextAnalyzer::from(WhitespaceTokenizer::default()));
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        Ok(LibraryIndex {
+            path: path.to_owned(),
+            index,
+            reader,
+            fields,
+            writer: Mutex::new(None),
+            stats: Mutex::new(None),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the last commit applied (default: nothing, sequence 0).
+    pub fn applied(&self) -> Result<Applied, IndexError> {
+        match self.index.load_metas()?.payload {
+            None => Ok(Applied::default()),
+            Some(p) => serde_json::from_str(&p).map_err(|e| IndexError::Corrupt(format!("commit payload: {e}"))),
+        }
+    }
+
+    /// Live chunks.
+    pub fn num_chunks(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// Bytes on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.path)
+            .map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0)
+    }
+
+    fn with_writer<T>(&self, f: impl FnOnce(&mut IndexWriter) -> Result<T, IndexError>) -> Result<T, IndexError> {
+        let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            let options = IndexWriterOptions::builder()
+                .num_worker_threads(1)
+                .num_merge_threads(1)
+                .memory_budget_per_thread(WRITER_MEMORY)
+                .build();
+            *guard = Some(self.index.writer_with_options(options)?);
+        }
+        let w = guard.as_mut().ok_or_else(|| IndexError::Corrupt("no writer".into()))?;
+        match f(w) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                // A failed writer is dropped (its uncommitted work with it).
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Replaces the chunks of `items` with `chunks` (every chunk those items
+    /// hold now; an item with none is deleted) and commits with `applied`:
+    /// all of it is visible to the next search, or none of it.
+    pub fn apply(&self, items: &[String], chunks: &[IndexedChunk], applied: &Applied) -> Result<(), IndexError> {
+        let f = self.fields;
+        self.with_writer(|w| {
+            for item in items {
+                w.delete_term(Term::from_field_text(f.item_uid, item));
+            }
+            for c in chunks {
+                w.add_document(self.document(c))?;
+            }
+            let payload = serde_json::to_string(applied).map_err(|e| IndexError::Corrupt(e.to_string()))?;
+            let mut commit = w.prepare_commit()?;
+            commit.set_payload(&payload);
+            commit.commit()?;
+            Ok(())
+        })?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Adds chunks without committing (a build); `commit` ends it.
+    pub fn add(&self, chunks: &[IndexedChunk]) -> Result<(), IndexError> {
+        self.with_writer(|w| {
+            for c in chunks {
+                w.add_document(self.document(c))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Commits what `add` added, with `applied`.
+    pub fn commit(&self, applied: &Applied) -> Result<(), IndexError> {
+        self.apply(&[], &[], applied)
+    }
+
+    /// Waits for the writer's merges and closes it (the end of a build).
+    pub fn close_writer(&self) -> Result<(), IndexError> {
+        let w = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = w {
+            w.wait_merging_threads()?;
+        }
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    fn document(&self, c: &IndexedChunk) -> TantivyDocument {
+        let f = self.fields;
+        let mut d = TantivyDocument::default();
+        d.add_text(f.chunk_uid, &c.chunk_uid);
+        d.add_text(f.item_uid, &c.item_uid);
+        d.add_text(f.collection_uid, &c.collection_uid);
+        d.add_text(f.text_terms, &c.text_terms);
+        d.add_text(f.title_terms, &c.title_terms);
+        d.add_u64(f.dl, c.dl.max(0) as u64);
+        d.add_text(f.item_title, &c.item_title);
+        d.add_i64(f.ordinal, c.ordinal);
+        d.add_text(f.text, &c.text);
+        for (field, v) in [
+            (f.source_uri, &c.source_uri),
+            (f.mime_type, &c.mime_type),
+            (f.updated_at, &c.updated_at),
+        ] {
+            if let Some(v) = v {
+                d.add_text(field, v);
+            }
+        }
+        d
+    }
+
+    /// The library's live chunk count and total length, for this searcher
+    /// generation (summed once per generation over the live documents).
+    fn stats(&self, searcher: &tantivy::Searcher) -> Result<rank::LibraryStats, IndexError> {
+        let generation = searcher.generation().generation_id();
+        let mut cached = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = *cached {
+            if s.generation == generation {
+                return Ok(s.stats);
+            }
+        }
+        let mut n = 0i64;
+        let mut tokens = 0i64;
+        for seg in searcher.segment_readers() {
+            let dl = seg.fast_fields().u64("dl")?;
+            let alive = seg.alive_bitset();
+            for doc in 0..seg.max_doc() {
+                if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    continue;
+                }
+                n += 1;
+                tokens += dl.first(doc).unwrap_or(0) as i64;
+            }
+        }
+        let stats = rank::LibraryStats { n, tokens };
+        *cached = Some(Stats { generation, stats });
+        Ok(stats)
+    }
+
+    /// The library's keyword hits for the analyzed query `words`, scored
+    /// with `rank::score`; only those with relevance ≥ `min_relevance`, and
+    /// of them the best `k` (plus any tied with the k-th), best first, ties
+    /// by chunk uid. `collection` restricts to one collection.
+    pub fn score(
+        &self,
+        words: &[String],
+        collection: Option<&str>,
+        min_relevance: f64,
+        k: usize,
+    ) -> Result<Vec<Hit>, IndexError> {
+        if words.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let f = self.fields;
+        let searcher = self.reader.searcher();
+        let stats = self.stats(&searcher)?;
+        let terms = words.len();
+        // Candidates of every segment: (segment, doc) and their frequencies.
+        let mut at: Vec<(u32, DocId)> = Vec::new();
+        let mut dl: Vec<i64> = Vec::new();
+        let mut tf: Vec<i64> = Vec::new();
+        let mut tt: Vec<i64> = Vec::new();
+        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
+            let alive = seg.alive_bitset();
+            let in_collection: Option<Vec<bool>> = match collection {
+                None => None,
+                Some(c) => {
+                    let mut keep = vec![false; seg.max_doc() as usize];
+                    let inv = seg.inverted_index(f.collection_uid)?;
+                    if let Some(mut p) =
+                        inv.read_postings(&Term::from_field_text(f.collection_uid, c), IndexRecordOption::Basic)?
+                    {
+                        while p.doc() != tantivy::TERMINATED {
+                            keep[p.doc() as usize] = true;
+                            p.advance();
+                        }
+                    }
+                    Some(keep)
+                }
+            };
+            let mut slot: Vec<u32> = vec![u32::MAX; seg.max_doc() as usize];
+            let first = at.len();
+            for (field, freqs) in [(f.text_terms, 0usize), (f.title_terms, 1usize)] {
+                let inv = seg.inverted_index(field)?;
+                for (i, w) in words.iter().enumerate() {
+                    let Some(mut p) = inv.read_postings(&Term::from_field_text(field, w), IndexRecordOption::WithFreqs)?
+                    else {
+                        continue;
+                    };
+                    while p.doc() != tantivy::TERMINATED {
+                        let doc = p.doc();
+                        let live = alive.is_none_or(|a| a.is_alive(doc))
+                            && in_collection.as_ref().is_none_or(|k| k[doc as usize]);
+                        if live {
+                            let s = match slot[doc as usize] {
+                                u32::MAX => {
+                                    let s = at.len() - first;
+                                    slot[doc as usize] = s as u32;
+                                    at.push((ord as u32, doc));
+                                    tf.extend(std::iter::repeat_n(0, terms));
+                                    tt.extend(std::iter::repeat_n(0, terms));
+                                    s
+                                }
+                                s => s as usize,
+                            };
+                            let row = (first + s) * terms + i;
+                            if freqs == 0 {
+                                tf[row] = i64::from(p.term_freq());
+                            } else {
+                                tt[row] = i64::from(p.term_freq());
+                            }
+                        }
+                        p.advance();
+                    }
+                }
+            }
+            let dls = seg.fast_fields().u64("dl")?;
+            for &(_, doc) in &at[first..] {
+                dl.push(dls.first(doc).unwrap_or(0) as i64);
+            }
+        }
+        let scored = rank::score(stats, terms, &dl, &tf, &tt);
+        let mut order: Vec<usize> = (0..at.len()).filter(|i| scored[*i].1 >= min_relevance).collect();
+        // The best k by score, and every candidate tied with the k-th (ties
+        // are broken by chunk uid, which only those need).
+        if order.len() > k {
+            order.select_nth_unstable_by(k - 1, |a, b| scored[*b].0.total_cmp(&scored[*a].0));
+            let kth = scored[order[k - 1]].0;
+            order.retain(|i| scored[*i].0 >= kth);
+        }
+        let mut uids: Vec<Option<tantivy::columnar::StrColumn>> = Vec::new();
+        for seg in searcher.segment_readers() {
+            uids.push(seg.fast_fields().str("chunk_uid")?);
+        }
+        let mut hits = Vec::with_capacity(order.len());
+        let mut buf = String::new();
+        for i in order {
+            let (seg, doc) = at[i];
+            let Some(col) = &uids[seg as usize] else { continue };
+            let Some(term_ord) = col.term_ords(doc).next() else { continue };
+            col.ord_to_str(term_ord, &mut buf)?;
+            hits.push(Hit {
+                chunk_uid: buf.clone(),
+                score: scored[i].0,
+                relevance: scored[i].1,
+            });
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
+        if hits.len() > k {
+            hits.truncate(k);
+        }
+        Ok(hits)
+    }
+
+    /// The stored chunk `uid`, if this library holds it.
+    pub fn chunk(&self, uid: &str) -> Result<Option<IndexedChunk>, IndexError> {
+        let f = self.fields;
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(f.chunk_uid, uid), IndexRecordOption::Basic);
+        let Some((_, addr)) = searcher.search(&q, &TopDocs::with_limit(1).order_by_score())?.into_iter().next() else {
+            return Ok(None);
+        };
+        Ok(Some(self.read(&searcher, addr)?))
+    }
+
+    fn read(&self, searcher: &tantivy::Searcher, addr: DocAddress) -> Result<IndexedChunk, IndexError> {
+        let f = self.fields;
+        let d: TantivyDocument = searcher.doc(addr)?;
+        let s = |field: Field| d.get_first(field).and_then(|v| v.as_str().map(str::to_owned));
+        Ok(IndexedChunk {
+            chunk_uid: s(f.chunk_uid).unwrap_or_default(),
+            item_uid: s(f.item_uid).unwrap_or_default(),
+            item_title: s(f.item_title).unwrap_or_default(),
+            collection_uid: s(f.collection_uid).unwrap_or_default(),
+            ordinal: d.get_first(f.ordinal).and_then(|v| v.as_i64()).unwrap_or(0),
+            text: s(f.text).unwrap_or_default(),
+            text_terms: String::new(),
+            title_terms: String::new(),
+            dl: 0,
+            source_uri: s(f.source_uri),
+            mime_type: s(f.mime_type),
+            updated_at: s(f.updated_at),
+        })
+    }
+}
+
+/// Splits a chunk's `scoped` property (its text terms under the library's
+/// key, then its title terms under the title key: `scoped::scoped_text`)
+/// into (text terms, title terms), keys removed.
+pub fn split_scoped(scoped: &str, text_key: &str, title_key: &str) -> (String, String) {
+    let mut text = String::with_capacity(scoped.len());
+    let mut title = String::new();
+    for tok in scoped.split(' ') {
+        let (out, rest) = match tok.split_once('_') {
+            Some((k, rest)) if k == text_key => (&mut text, rest),
+            Some((k, rest)) if k == title_key => (&mut title, rest),
+            _ => continue,
+        };
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(rest);
+    }
+    (text, title)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(uid: &str, item: &str, text_terms: &str, title_terms: &str) -> IndexedChunk {
+        IndexedChunk {
+            chunk_uid: uid.into(),
+            item_uid: item.into(),
+            collection_uid: "col".into(),
+            text: format!("text of {uid}"),
+            dl: text_terms.split(' ').count() as i64,
+            text_terms: text_terms.into(),
+            title_terms: title_terms.into(),
+            ..Default::default()
+        }
+    }
+
+    fn applied(seq: i64) -> Applied {
+        Applied {
+            seq,
+            library_uid: "lib".into(),
+            analysis: 1,
+        }
+    }
+
+    fn dir() -> PathBuf {
+        std::env::temp_dir().join(format!("mnemosyne-index-unit-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[test]
+    fn scores_match_the_graph_paths_ranking_and_deletes_replace_items() {
+        let path = dir();
+        let idx = LibraryIndex::open_or_create(&path).unwrap();
+        let chunks = vec![
+            chunk("a", "i1", "tidal kelp reef", ""),
+            chunk("b", "i1", "kelp forest kelp", ""),
+            chunk("c", "i2", "quasar", "tidal"),
+        ];
+        idx.apply(&[], &chunks, &applied(3)).unwrap();
+        assert_eq!(idx.applied().unwrap().seq, 3);
+        let words = vec!["tidal".to_owned(), "kelp".to_owned()];
+        let hits = idx.score(&words, None, 0.0, 10).unwrap();
+        // The same candidates through rank::score_library (the graph path).
+        let cands: Vec<rank::Candidate> = chunks
+            .iter()
+            .map(|c| {
+                let count = |s: &str, w: &str| s.split(' ').filter(|t| *t == w).count() as i64;
+                rank::Candidate {
+                    chunk_uid: c.chunk_uid.clone(),
+                    library_uid: "lib".into(),
+                    dl: c.dl,
+                    tf: words.iter().map(|w| count(&c.text_terms, w)).collect(),
+                    tf_title: words.iter().map(|w| count(&c.title_terms, w)).collect(),
+                }
+            })
+            .collect();
+        let stats = rank::LibraryStats { n: 3, tokens: 7 };
+        let mut expect = rank::score_library(stats, 2, &cands);
+        expect.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
+        assert_eq!(
+            hits.iter().map(|h| (h.chunk_uid.as_str(), h.score)).collect::<Vec<_>>(),
+            expect.iter().map(|h| (h.chunk_uid.as_str(), h.score)).collect::<Vec<_>>()
+        );
+        // k with ties, min_relevance, collection filter.
+        assert_eq!(idx.score(&words, None, 0.0, 1).unwrap().len(), 1);
+        assert!(idx.score(&words, Some("other"), 0.0, 10).unwrap().is_empty());
+        // Replacing item i1 with one chunk, then deleting it.
+        idx.apply(
+            &["i1".into()],
+            &[chunk("d", "i1", "kelp", "")],
+            &applied(4),
+        )
+        .unwrap();
+        let uids: Vec<String> = idx.score(&words, None, 0.0, 10).unwrap().into_iter().map(|h| h.chunk_uid).collect();
+        assert_eq!(uids.len(), 2);
+        assert!(uids.contains(&"d".to_owned()) && uids.contains(&"c".to_owned()));
+        assert_eq!(idx.chunk("d").unwrap().unwrap().text, "text of d");
+        assert!(idx.chunk("a").unwrap().is_none());
+        idx.apply(&["i1".into()], &[], &applied(5))
+            .unwrap();
+        assert_eq!(idx.num_chunks(), 1);
+        drop(idx);
+        // Reopened: the commit and its sequence survived.
+        let again = LibraryIndex::open_or_create(&path).unwrap();
+        assert_eq!(again.applied().unwrap().seq, 5);
+        assert_eq!(again.num_chunks(), 1);
+        drop(again);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn scoped_text_splits_into_text_and_title_terms() {
+        let (t, ti) = split_scoped("k1_tidal k1_kelp t1_fundy k2_x t1_bay", "k1", "t1");
+        assert_eq!(t, "tidal kelp");
+        assert_eq!(ti, "fundy bay");
+    }
+}

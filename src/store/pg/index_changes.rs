@@ -1,0 +1,73 @@
+//! The search index's per-library change sequence (migration
+//! `20261129000001_search_index.sql`): what every replica's index catches up
+//! from. Written after a graph write committed and before it is
+//! acknowledged; read once per search (the freshness check) and, when a
+//! library moved, in pages (the catch-up).
+
+use sqlx::PgPool;
+
+/// One recorded change: the item that changed, or None when the whole
+/// library did (deleted: rebuild it from the graph).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub seq: i64,
+    pub item_uid: Option<String>,
+}
+
+/// Records that `item_uid` (None: the whole library) of `library_uid`
+/// changed; returns the library's new sequence number. One statement, so
+/// the counter and its change row commit together; the counter's row lock
+/// makes a library's sequence numbers commit in order.
+pub async fn record(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH s AS (
+             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
+             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + 1
+             RETURNING seq)
+         INSERT INTO index_changes (library_uid, seq, item_uid)
+         SELECT $1, s.seq, $2 FROM s
+         RETURNING seq",
+    )
+    .bind(library_uid)
+    .bind(item_uid)
+    .fetch_one(pool)
+    .await
+}
+
+/// The current sequence of each of `libraries` that ever changed (absent:
+/// never written, sequence 0). One primary-key read.
+pub async fn sequences(pool: &PgPool, libraries: &[String]) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    if libraries.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as("SELECT library_uid, seq FROM index_sequences WHERE library_uid = ANY($1)")
+        .bind(libraries)
+        .fetch_all(pool)
+        .await
+}
+
+/// The changes of `library_uid` after `after`, in order, at most `limit`.
+pub async fn page(pool: &PgPool, library_uid: &str, after: i64, limit: i64) -> Result<Vec<Change>, sqlx::Error> {
+    let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT seq, item_uid FROM index_changes
+          WHERE library_uid = $1 AND seq > $2
+          ORDER BY seq LIMIT $3",
+    )
+    .bind(library_uid)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(seq, item_uid)| Change { seq, item_uid }).collect())
+}
+
+/// Deletes change rows older than `days` (a replica whose index is older
+/// than what is kept rebuilds that library: `page` then starts past its
+/// sequence). Returns how many went.
+pub async fn sweep(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
+    sqlx::query("DELETE FROM index_changes WHERE at < now() - make_interval(days => $1)")
+        .bind(days as i32)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected())
+}

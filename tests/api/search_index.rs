@@ -1,0 +1,221 @@
+//! The per-library search index beside the graph (issue 30): a search that
+//! starts after a write was acknowledged sees it on every replica; the index
+//! ranks exactly as the graph path; a missing, partial or corrupt index is
+//! rebuilt from the graph, never a 500; a restarted replica resumes from the
+//! sequence it applied; an index directory that cannot be written stops the
+//! server at start.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::helpers::{send, test_index_root, McpClient, TestApp};
+use crate::search::{ingest_docs, ranking, search, QUERIES};
+
+/// A metric's value in the app's `/metrics` (0 when absent).
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let text = app.metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Searches until a search of `query` was answered by the index alone (no
+/// library took the graph path), at most ~10 s; returns that search's hits.
+async fn until_indexed(app: &TestApp, c: &mut McpClient, query: &str) -> Vec<serde_json::Value> {
+    for _ in 0..200 {
+        let before = metric(app, "mnemosyne_index_graph_fallbacks_total").await;
+        let hits = search(c, query, json!({})).await;
+        if metric(app, "mnemosyne_index_graph_fallbacks_total").await == before {
+            return hits;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the index never answered {query:?}");
+}
+
+fn chunk_uids(hits: &[serde_json::Value]) -> Vec<String> {
+    hits.iter().map(|h| h["chunk_uid"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn an_acknowledged_write_is_seen_by_the_next_search_on_every_replica() {
+    let a = TestApp::spawn().await;
+    let b = a.second_instance().await;
+    let lib = a.library("shared").await;
+    a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("seed"), "title": "Seed"}, "content": "kelp forests"}))
+        .await;
+    let token = a.opaque_token(&[lib.clone()]).await;
+    let (mut on_a, mut on_b) = (a.mcp(&token), b.mcp(&token));
+    // Both replicas have built the library's index and answer from it.
+    until_indexed(&a, &mut on_a, "kelp").await;
+    until_indexed(&b, &mut on_b, "kelp").await;
+    for round in 0..12 {
+        // Writes alternate between the replicas; the other one searches.
+        let (writer, reader, client) = if round % 2 == 0 {
+            (&a, &b, &mut on_b)
+        } else {
+            (&b, &a, &mut on_a)
+        };
+        let item = a.uid(&format!("item{round}"));
+        let word = format!("zorblax{round}");
+        writer
+            .ingest(json!({"library_uid": lib, "item": {"uid": item, "title": "Round"}, "content": format!("{word} appears here")}))
+            .await;
+        let hits = search(client, &word, json!({})).await;
+        assert_eq!(hits.len(), 1, "round {round}: the ingest is seen at once");
+        assert_eq!(hits[0]["item_uid"], item.as_str());
+        // Replaced: the old word is gone, the new one found.
+        let new_word = format!("quuxil{round}");
+        writer
+            .ingest(json!({"library_uid": lib, "item": {"uid": item, "title": "Round"}, "content": format!("{new_word} replaced it")}))
+            .await;
+        assert!(search(client, &word, json!({})).await.is_empty(), "round {round}: replaced");
+        assert_eq!(search(client, &new_word, json!({})).await.len(), 1, "round {round}");
+        // Deleted: gone at once.
+        let (status, _) = send(writer.service(Method::DELETE, &format!("/library/api/items/{item}/"))).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert!(search(client, &new_word, json!({})).await.is_empty(), "round {round}: deleted");
+    }
+    // The replicas caught up from the change sequence, not from the graph path.
+    assert!(metric(&a, "mnemosyne_index_catch_ups_total").await >= 6.0);
+    assert!(metric(&b, "mnemosyne_index_catch_ups_total").await >= 6.0);
+    let before = metric(&b, "mnemosyne_index_graph_fallbacks_total").await;
+    search(&mut on_b, "kelp", json!({})).await;
+    assert_eq!(metric(&b, "mnemosyne_index_graph_fallbacks_total").await, before);
+}
+
+#[tokio::test]
+async fn the_index_ranks_exactly_as_the_graph_path() {
+    let indexed = TestApp::spawn().await;
+    let graph_only = indexed
+        .replica_with(mnemosyne::config::Settings {
+            index_dir: None,
+            ..indexed.settings.clone()
+        })
+        .await;
+    let lib = indexed.library("docs").await;
+    ingest_docs(&indexed, &lib).await;
+    let token = indexed.opaque_token(&[lib.clone()]).await;
+    let (mut a, mut b) = (indexed.mcp(&token), graph_only.mcp(&token));
+    until_indexed(&indexed, &mut a, QUERIES[0]).await;
+    for q in QUERIES {
+        for extra in [json!({}), json!({"min_relevance": 0.5}), json!({"limit": 2})] {
+            let from_index = search(&mut a, q, extra.clone()).await;
+            let from_graph = search(&mut b, q, extra.clone()).await;
+            assert!(!from_graph.is_empty() || extra["min_relevance"].is_number(), "{q}");
+            assert_eq!(ranking(&from_index), ranking(&from_graph), "{q} {extra}");
+            assert_eq!(from_index, from_graph, "{q} {extra}: every field of every hit");
+        }
+    }
+}
+
+/// The directory of `lib`'s index under an app's index directory.
+fn library_dir(root: &Path, lib: &str) -> PathBuf {
+    use sha2::Digest;
+    root.join(hex::encode(&sha2::Sha256::digest(lib.as_bytes())[..16]))
+}
+
+#[tokio::test]
+async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resumes() {
+    let first = TestApp::spawn().await;
+    // An index directory that outlives the app (a restarted replica's).
+    let root = test_index_root()
+        .parent()
+        .unwrap()
+        .join(format!("mnemosyne-restart-index-{}", Uuid::new_v4().simple()));
+    let settings = mnemosyne::config::Settings {
+        index_dir: Some(root.clone()),
+        ..first.settings.clone()
+    };
+    let lib = first.library("docs").await;
+    ingest_docs(&first, &lib).await;
+    let token = first.opaque_token(&[lib.clone()]).await;
+    let expected = {
+        let mut c = first.mcp(&token);
+        ranking(&search(&mut c, "tide", json!({})).await)
+    };
+    assert!(!expected.is_empty());
+
+    // A replica builds it, then stops; a write arrives while it is down.
+    let replica = first.replica_with(settings.clone()).await;
+    until_indexed(&replica, &mut replica.mcp(&token), "tide").await;
+    drop(replica);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first
+        .ingest(json!({"library_uid": lib, "item": {"title": "Late"}, "content": "a tide table arrived late"}))
+        .await;
+
+    // Restarted on the same directory: it catches up from its sequence (no
+    // rebuild) and sees the write.
+    let restarted = first.replica_with(settings.clone()).await;
+    let mut c = restarted.mcp(&token);
+    let hits = until_indexed(&restarted, &mut c, "tide").await;
+    assert_eq!(hits.len(), expected.len() + 1, "the write made while it was down");
+    assert_eq!(metric(&restarted, "mnemosyne_index_rebuilds_total").await, 0.0);
+    let expected = ranking(&hits);
+    drop(restarted);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Corrupt: garbage for its metadata. Partial: a segment file gone.
+    let dir = library_dir(&root, &lib);
+    std::fs::write(dir.join("meta.json"), b"{ not json").unwrap();
+    let broken = first.replica_with(settings.clone()).await;
+    let mut c = broken.mcp(&token);
+    // Answered meanwhile by the graph path, the same.
+    assert_eq!(ranking(&search(&mut c, "tide", json!({})).await), expected);
+    assert_eq!(ranking(&until_indexed(&broken, &mut c, "tide").await), expected);
+    assert_eq!(metric(&broken, "mnemosyne_index_rebuilds_total").await, 1.0);
+    drop(broken);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let segment = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "idx"))
+        .expect("a segment's postings file");
+    std::fs::remove_file(segment).unwrap();
+    let partial = first.replica_with(settings.clone()).await;
+    let mut c = partial.mcp(&token);
+    assert_eq!(ranking(&search(&mut c, "tide", json!({})).await), expected);
+    assert_eq!(ranking(&until_indexed(&partial, &mut c, "tide").await), expected);
+    assert_eq!(metric(&partial, "mnemosyne_index_rebuilds_total").await, 1.0);
+    drop(partial);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[tokio::test]
+async fn a_deleted_library_leaves_no_hit_in_any_index() {
+    let a = TestApp::spawn().await;
+    let b = a.second_instance().await;
+    let ws = format!("{}-ws", a.ns);
+    let out = a.ingest_ws(&ws, "Doomed", "the marmoset colony").await;
+    let lib = out["library_uid"].as_str().unwrap().to_owned();
+    let token = a.opaque_token(&[lib.clone()]).await;
+    let mut c = b.mcp(&token);
+    assert_eq!(chunk_uids(&until_indexed(&b, &mut c, "marmoset").await).len(), 1);
+    let (status, _) = send(a.service(Method::DELETE, &format!("/library/api/workspaces/{ws}/"))).await;
+    assert!(status.is_success(), "{status}");
+    assert!(search(&mut c, "marmoset", json!({})).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_index_directory_that_cannot_be_written_stops_the_server_at_start() {
+    let app = TestApp::spawn().await;
+    let file = std::env::temp_dir().join(format!("mnemosyne-not-a-dir-{}", Uuid::new_v4().simple()));
+    std::fs::write(&file, b"a file").unwrap();
+    let settings = mnemosyne::config::Settings {
+        index_dir: Some(file.join("index")),
+        ..app.settings.clone()
+    };
+    let err = match mnemosyne::startup::Application::build(settings).await {
+        Ok(_) => panic!("the server started without a writable index directory"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("MNEMOSYNE_INDEX_DIR") && err.contains("cannot write"), "{err}");
+    std::fs::remove_file(&file).unwrap();
+}
