@@ -49,13 +49,13 @@ async fn an_acknowledged_write_is_seen_by_the_next_search_on_every_replica() {
     a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("seed"), "title": "Seed"}, "content": "kelp forests"}))
         .await;
     let token = a.opaque_token(&[lib.clone()]).await;
-    let (mut on_a, mut on_b) = (a.mcp(&token), b.mcp(&token));
+    let (mut on_a, mut on_b) = (a.mcp(&token).connect().await, b.mcp(&token).connect().await);
     // Both replicas have built the library's index and answer from it.
     until_indexed(&a, &mut on_a, "kelp").await;
     until_indexed(&b, &mut on_b, "kelp").await;
     for round in 0..12 {
         // Writes alternate between the replicas; the other one searches.
-        let (writer, reader, client) = if round % 2 == 0 {
+        let (writer, _reader, client) = if round % 2 == 0 {
             (&a, &b, &mut on_b)
         } else {
             (&b, &a, &mut on_a)
@@ -100,7 +100,7 @@ async fn the_index_ranks_exactly_as_the_graph_path() {
     let lib = indexed.library("docs").await;
     ingest_docs(&indexed, &lib).await;
     let token = indexed.opaque_token(&[lib.clone()]).await;
-    let (mut a, mut b) = (indexed.mcp(&token), graph_only.mcp(&token));
+    let (mut a, mut b) = (indexed.mcp(&token).connect().await, graph_only.mcp(&token).connect().await);
     until_indexed(&indexed, &mut a, QUERIES[0]).await;
     for q in QUERIES {
         for extra in [json!({}), json!({"min_relevance": 0.5}), json!({"limit": 2})] {
@@ -135,14 +135,14 @@ async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resu
     ingest_docs(&first, &lib).await;
     let token = first.opaque_token(&[lib.clone()]).await;
     let expected = {
-        let mut c = first.mcp(&token);
+        let mut c = first.mcp(&token).connect().await;
         ranking(&search(&mut c, "tide", json!({})).await)
     };
     assert!(!expected.is_empty());
 
     // A replica builds it, then stops; a write arrives while it is down.
     let replica = first.replica_with(settings.clone()).await;
-    until_indexed(&replica, &mut replica.mcp(&token), "tide").await;
+    until_indexed(&replica, &mut replica.mcp(&token).connect().await, "tide").await;
     drop(replica);
     tokio::time::sleep(Duration::from_millis(300)).await;
     first
@@ -152,7 +152,7 @@ async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resu
     // Restarted on the same directory: it catches up from its sequence (no
     // rebuild) and sees the write.
     let restarted = first.replica_with(settings.clone()).await;
-    let mut c = restarted.mcp(&token);
+    let mut c = restarted.mcp(&token).connect().await;
     let hits = until_indexed(&restarted, &mut c, "tide").await;
     assert_eq!(hits.len(), expected.len() + 1, "the write made while it was down");
     assert_eq!(metric(&restarted, "mnemosyne_index_rebuilds_total").await, 0.0);
@@ -164,7 +164,7 @@ async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resu
     let dir = library_dir(&root, &lib);
     std::fs::write(dir.join("meta.json"), b"{ not json").unwrap();
     let broken = first.replica_with(settings.clone()).await;
-    let mut c = broken.mcp(&token);
+    let mut c = broken.mcp(&token).connect().await;
     // Answered meanwhile by the graph path, the same.
     assert_eq!(ranking(&search(&mut c, "tide", json!({})).await), expected);
     assert_eq!(ranking(&until_indexed(&broken, &mut c, "tide").await), expected);
@@ -180,7 +180,7 @@ async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resu
         .expect("a segment's postings file");
     std::fs::remove_file(segment).unwrap();
     let partial = first.replica_with(settings.clone()).await;
-    let mut c = partial.mcp(&token);
+    let mut c = partial.mcp(&token).connect().await;
     assert_eq!(ranking(&search(&mut c, "tide", json!({})).await), expected);
     assert_eq!(ranking(&until_indexed(&partial, &mut c, "tide").await), expected);
     assert_eq!(metric(&partial, "mnemosyne_index_rebuilds_total").await, 1.0);
@@ -196,7 +196,7 @@ async fn a_deleted_library_leaves_no_hit_in_any_index() {
     let out = a.ingest_ws(&ws, "Doomed", "the marmoset colony").await;
     let lib = out["library_uid"].as_str().unwrap().to_owned();
     let token = a.opaque_token(&[lib.clone()]).await;
-    let mut c = b.mcp(&token);
+    let mut c = b.mcp(&token).connect().await;
     assert_eq!(chunk_uids(&until_indexed(&b, &mut c, "marmoset").await).len(), 1);
     let (status, _) = send(a.service(Method::DELETE, &format!("/library/api/workspaces/{ws}/"))).await;
     assert!(status.is_success(), "{status}");
