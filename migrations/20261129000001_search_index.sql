@@ -20,3 +20,12 @@ CREATE TABLE index_changes (
     PRIMARY KEY (library_uid, seq)
 );
 CREATE INDEX index_changes_at_idx ON index_changes (at);
+
+-- This database's identity: an index built against another database (a
+-- restored or re-created one, another deployment's) is rebuilt, never
+-- trusted for its sequence numbers.
+CREATE TABLE index_epoch (
+    id  UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+    one BOOLEAN NOT NULL DEFAULT true UNIQUE CHECK (one)
+);
+INSERT INTO index_epoch DEFAULT VALUES;

@@ -72,6 +72,10 @@ impl Application {
             self.state.settings.audit_retention_days,
             Duration::from_secs(3600),
         ));
+        let index_changes = tokio::spawn(crate::store::graph::indexing::sweep_loop(
+            self.state.pg.clone(),
+            Duration::from_secs(3600),
+        ));
         let shrink = {
             let (limits, basic) = (self.state.mcp.limits.clone(), self.state.basic.clone());
             tokio::spawn(async move {
@@ -107,6 +111,7 @@ impl Application {
         console.abort();
         usage.abort();
         audit_retention.abort();
+        index_changes.abort();
         forget_changed.abort();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;

@@ -13,9 +13,9 @@ use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::mcp::guard::Guard;
 use crate::metrics::Metrics;
+use crate::store::graph::indexing::SearchIndex;
 use crate::store::graph::ingest::AdminGraph;
 use crate::store::graph::knowledge::KnowledgeGraph;
-use crate::store::graph::indexing::SearchIndex;
 use crate::store::graph::GraphStore;
 use crate::store::pg;
 

@@ -495,7 +495,9 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
                     Some(slot) => search_slot = Some(slot),
                     None => {
                         let m = &state.metrics;
-                        m.rate_limited.with_label_values(&[principal.kind().as_str(), tool]).inc();
+                        m.rate_limited
+                            .with_label_values(&[principal.kind().as_str(), tool])
+                            .inc();
                         m.tool_calls.with_label_values(&[tool, "refused"]).inc();
                         let p = &principal;
                         m.usage

@@ -109,7 +109,11 @@ impl TestApp {
     }
 
     async fn start(mut settings: Settings, ns: String, pool: PgPool) -> TestApp {
-        if settings.index_dir.as_ref().is_some_and(|d| d.starts_with(test_index_root())) {
+        if settings
+            .index_dir
+            .as_ref()
+            .is_some_and(|d| d.starts_with(test_index_root()))
+        {
             settings.index_dir = Some(test_index_root().join(format!("{ns}-{}", Uuid::new_v4().simple())));
         }
         let app = Application::build(settings.clone()).await.expect("app builds");

@@ -38,7 +38,9 @@ async fn until_indexed(app: &TestApp, c: &mut McpClient, query: &str) -> Vec<ser
 }
 
 fn chunk_uids(hits: &[serde_json::Value]) -> Vec<String> {
-    hits.iter().map(|h| h["chunk_uid"].as_str().unwrap().to_owned()).collect()
+    hits.iter()
+        .map(|h| h["chunk_uid"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -73,12 +75,18 @@ async fn an_acknowledged_write_is_seen_by_the_next_search_on_every_replica() {
         writer
             .ingest(json!({"library_uid": lib, "item": {"uid": item, "title": "Round"}, "content": format!("{new_word} replaced it")}))
             .await;
-        assert!(search(client, &word, json!({})).await.is_empty(), "round {round}: replaced");
+        assert!(
+            search(client, &word, json!({})).await.is_empty(),
+            "round {round}: replaced"
+        );
         assert_eq!(search(client, &new_word, json!({})).await.len(), 1, "round {round}");
         // Deleted: gone at once.
         let (status, _) = send(writer.service(Method::DELETE, &format!("/library/api/items/{item}/"))).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
-        assert!(search(client, &new_word, json!({})).await.is_empty(), "round {round}: deleted");
+        assert!(
+            search(client, &new_word, json!({})).await.is_empty(),
+            "round {round}: deleted"
+        );
     }
     // The replicas caught up from the change sequence, not from the graph path.
     assert!(metric(&a, "mnemosyne_index_catch_ups_total").await >= 6.0);
@@ -100,7 +108,10 @@ async fn the_index_ranks_exactly_as_the_graph_path() {
     let lib = indexed.library("docs").await;
     ingest_docs(&indexed, &lib).await;
     let token = indexed.opaque_token(&[lib.clone()]).await;
-    let (mut a, mut b) = (indexed.mcp(&token).connect().await, graph_only.mcp(&token).connect().await);
+    let (mut a, mut b) = (
+        indexed.mcp(&token).connect().await,
+        graph_only.mcp(&token).connect().await,
+    );
     until_indexed(&indexed, &mut a, QUERIES[0]).await;
     for q in QUERIES {
         for extra in [json!({}), json!({"min_relevance": 0.5}), json!({"limit": 2})] {
@@ -216,6 +227,99 @@ async fn an_index_directory_that_cannot_be_written_stops_the_server_at_start() {
         Ok(_) => panic!("the server started without a writable index directory"),
         Err(e) => format!("{e:#}"),
     };
-    assert!(err.contains("MNEMOSYNE_INDEX_DIR") && err.contains("cannot write"), "{err}");
+    assert!(
+        err.contains("MNEMOSYNE_INDEX_DIR") && err.contains("cannot write"),
+        "{err}"
+    );
     std::fs::remove_file(&file).unwrap();
+}
+
+/// A paragraph of `n` words drawn from a small vocabulary (every word in
+/// most chunks: a broad query's worst case).
+fn paragraph(seed: usize, n: usize) -> String {
+    const WORDS: &[&str] = &["harbour", "tidal", "turbine", "kelp", "ferry", "pier", "buoy", "swell"];
+    let mut x = (seed as u64)
+        .wrapping_mul(2_862_933_555_777_941_757)
+        .wrapping_add(3_037_000_493);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            WORDS[(x >> 33) as usize % WORDS.len()]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_flooding_broad_searches_is_held_to_its_slots_and_others_are_served() {
+    // The graph path (no index): each broad search reads every chunk, slow
+    // enough that 64 at once outlast the queue.
+    let app = TestApp::spawn_with(|s| {
+        s.index_dir = None;
+        s.search_concurrency = 4;
+        s.tool_rate_limit_per_minute = 0;
+        s.rate_limit_per_minute = 0;
+    })
+    .await;
+    let big = app.library("big").await;
+    for i in 0..40 {
+        let content: Vec<String> = (0..20).map(|p| paragraph(i * 100 + p, 150)).collect();
+        app.ingest(json!({"library_uid": big, "item": {"title": format!("Log {i}")}, "content": content.join("\n\n")}))
+            .await;
+    }
+    let small = app.library("small").await;
+    app.ingest(json!({"library_uid": small, "item": {"title": "Reef"}, "content": "the reef survey counted turtles"}))
+        .await;
+    let (flooder, victim) = (
+        app.opaque_token(&[big.clone()]).await,
+        app.opaque_token(&[small.clone()]).await,
+    );
+
+    // 64 concurrent broad searches by one token, 4 rounds each (bounded).
+    let mut flood = Vec::new();
+    for _ in 0..64 {
+        let mut c = app.mcp(&flooder).stateless();
+        flood.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                let ex = c
+                    .call_raw("search", json!({"query": "harbour tidal", "limit": 10}), None)
+                    .await;
+                if ex.status == StatusCode::TOO_MANY_REQUESTS {
+                    assert_eq!(ex.headers["retry-after"], "1");
+                }
+                statuses.push(ex.status);
+            }
+            statuses
+        }));
+    }
+    // Meanwhile the other tenant searches: every call answered.
+    let mut c = app.mcp(&victim).stateless();
+    for _ in 0..20 {
+        let ex = c.call_raw("search", json!({"query": "turtles"}), None).await;
+        assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+        let hits = ex.response()["result"]["structuredContent"]["results"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(hits, 1);
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for f in flood {
+        for s in f.await.unwrap() {
+            match s {
+                StatusCode::OK => ok += 1,
+                StatusCode::TOO_MANY_REQUESTS => limited += 1,
+                other => panic!("the flood got {other}: no error but the limit's 429"),
+            }
+        }
+    }
+    assert!(ok >= 4, "the flooder's own slots were served ({ok})");
+    assert!(
+        limited > 0,
+        "beyond its slots the flooder was refused with 429 ({ok} served)"
+    );
 }

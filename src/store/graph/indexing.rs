@@ -72,7 +72,10 @@ impl Metrics {
         let g = |n: &str, h: &str| IntGauge::with_opts(Opts::new(n, h)).expect("valid metric");
         let c = |n: &str, h: &str| IntCounter::with_opts(Opts::new(n, h)).expect("valid metric");
         Metrics {
-            open: g("mnemosyne_index_open_libraries", "Library search indexes open on this replica."),
+            open: g(
+                "mnemosyne_index_open_libraries",
+                "Library search indexes open on this replica.",
+            ),
             building: g(
                 "mnemosyne_index_building_libraries",
                 "Library search indexes being built from the graph on this replica.",
@@ -117,6 +120,8 @@ pub struct SearchIndex {
     building: Mutex<HashSet<String>>,
     builds: tokio::sync::Semaphore,
     clock: AtomicU64,
+    /// The Postgres database's identity, read once.
+    epoch: tokio::sync::OnceCell<String>,
     metrics: Metrics,
 }
 
@@ -142,6 +147,7 @@ impl SearchIndex {
             building: Mutex::new(HashSet::new()),
             builds: tokio::sync::Semaphore::new(1),
             clock: AtomicU64::new(0),
+            epoch: tokio::sync::OnceCell::new(),
             metrics: Metrics::new(),
         })
     }
@@ -166,7 +172,14 @@ impl SearchIndex {
 
     /// The open index of `uid`, opening what is on disk; None when there is
     /// none (or it is unreadable: it is removed, to be built again).
-    fn opened(&self, uid: &str) -> Option<Arc<OpenLibrary>> {
+    async fn epoch(&self) -> Result<&str, sqlx::Error> {
+        self.epoch
+            .get_or_try_init(|| index_changes::epoch(&self.pg))
+            .await
+            .map(String::as_str)
+    }
+
+    fn opened(&self, uid: &str, epoch: &str) -> Option<Arc<OpenLibrary>> {
         if let Some(l) = self.open.lock().unwrap_or_else(|p| p.into_inner()).get(uid) {
             self.touch(l);
             return Some(l.clone());
@@ -177,10 +190,10 @@ impl SearchIndex {
         }
         let opened = LibraryIndex::open_or_create(&path).and_then(|index| {
             let applied = index.applied()?;
-            if applied.library_uid != uid || applied.analysis != scoped::ANALYSIS_VERSION {
+            if applied.library_uid != uid || applied.analysis != scoped::ANALYSIS_VERSION || applied.epoch != epoch {
                 return Err(crate::store::index::IndexError::Corrupt(format!(
-                    "holds library {:?} in analysis {}",
-                    applied.library_uid, applied.analysis
+                    "holds library {:?} in analysis {} of database {:?}",
+                    applied.library_uid, applied.analysis, applied.epoch
                 )));
             }
             Ok((index, applied.seq))
@@ -236,8 +249,12 @@ impl SearchIndex {
         if libs.is_empty() {
             return out;
         }
-        let seqs: HashMap<String, i64> = match index_changes::sequences(&self.pg, libs).await {
-            Ok(s) => s.into_iter().collect(),
+        let read = async {
+            let epoch = self.epoch().await?.to_owned();
+            Ok::<_, sqlx::Error>((epoch, index_changes::sequences(&self.pg, libs).await?))
+        };
+        let (epoch, seqs): (String, HashMap<String, i64>) = match read.await {
+            Ok((epoch, s)) => (epoch, s.into_iter().collect()),
             Err(e) => {
                 tracing::warn!(error = %e, "search index: cannot check freshness; searching the graph");
                 self.metrics.stale_fallbacks.inc_by(libs.len() as u64);
@@ -246,7 +263,7 @@ impl SearchIndex {
         };
         for uid in libs {
             let target = seqs.get(uid).copied().unwrap_or(0);
-            let Some(lib) = self.opened(uid) else {
+            let Some(lib) = self.opened(uid, &epoch) else {
                 self.spawn_build(graph, uid);
                 self.metrics.stale_fallbacks.inc();
                 continue;
@@ -277,6 +294,7 @@ impl SearchIndex {
     /// needs a build instead (the whole library changed, or the change rows it
     /// needs were pruned).
     async fn catch_up(&self, graph: &GraphStore, lib: &Arc<OpenLibrary>, target: i64) -> Result<bool, GraphError> {
+        let pg = |e: sqlx::Error| GraphError::Unavailable(format!("postgres: {e}"));
         let _turn = lib.catching_up.lock().await;
         self.metrics.catch_ups.inc();
         while lib.applied.load(Ordering::Acquire) < target {
@@ -298,6 +316,7 @@ impl SearchIndex {
                 seq: last,
                 library_uid: lib.uid.clone(),
                 analysis: scoped::ANALYSIS_VERSION,
+                epoch: self.epoch().await.map_err(pg)?.to_owned(),
             };
             let l = lib.clone();
             blocking(move || l.index.apply(&items, &chunks, &applied)).await?;
@@ -407,6 +426,7 @@ impl SearchIndex {
             seq,
             library_uid: uid.to_owned(),
             analysis: scoped::ANALYSIS_VERSION,
+            epoch: self.epoch().await.map_err(pg)?.to_owned(),
         };
         let ix = index.clone();
         blocking(move || ix.commit(&applied).and_then(|_| ix.close_writer())).await?;
@@ -450,6 +470,23 @@ impl SearchIndex {
         match std::fs::remove_dir_all(self.path_of(uid)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
+        }
+    }
+}
+
+/// Days the change rows are kept: a replica whose index is older rebuilds it.
+pub const CHANGES_KEPT_DAYS: u32 = 7;
+
+/// Sweeps change rows older than `CHANGES_KEPT_DAYS` now and then every
+/// `every` (a server task; every replica may run it, a sweep is idempotent).
+pub async fn sweep_loop(pool: PgPool, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        match index_changes::sweep(&pool, CHANGES_KEPT_DAYS).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "search index change rows past retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "search index change sweep failed; retried on the next tick"),
         }
     }
 }
@@ -515,7 +552,9 @@ async fn item_sources(graph: &GraphStore, lib: &str, items: &[String]) -> Result
         .param("items", items.to_vec())
         .param("lib", lib);
     for r in graph.rows("index_items.cypher", q).await? {
-        let Some(uid) = r.get::<Option<String>>("uid")? else { continue };
+        let Some(uid) = r.get::<Option<String>>("uid")? else {
+            continue;
+        };
         out.insert(
             uid,
             Source {

@@ -14,9 +14,9 @@ use super::analysis::Language;
 use std::sync::Arc;
 
 use super::indexing::OpenLibrary;
-use crate::store::index::IndexedChunk;
 use super::{ingest, rank, scoped, GraphError, GraphStore};
 use crate::ids::Scope;
+use crate::store::index::IndexedChunk;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SearchHit {
@@ -446,7 +446,11 @@ impl ScopedGraph {
         let mut scored: Vec<rank::Scored> = Vec::new();
         let indexed: Vec<(Arc<OpenLibrary>, Vec<String>)> = languages
             .iter()
-            .filter_map(|(uid, language)| ready.get(uid).map(|l| (l.clone(), scoped::query_words(*language, text))))
+            .filter_map(|(uid, language)| {
+                ready
+                    .get(uid)
+                    .map(|l| (l.clone(), scoped::query_words(*language, text)))
+            })
             .collect();
         if !indexed.is_empty() {
             let collection = collection_uid.map(str::to_owned);
@@ -608,7 +612,9 @@ impl ScopedGraph {
         let names = self.library_names(&libs).await?;
         let mut hits = Vec::with_capacity(ranked.len());
         for s in ranked {
-            let Some(c) = details.remove(&s.chunk_uid) else { continue };
+            let Some(c) = details.remove(&s.chunk_uid) else {
+                continue;
+            };
             hits.push(SearchHit {
                 chunk_uid: s.chunk_uid,
                 item_uid: c.item_uid,
@@ -694,7 +700,8 @@ impl ScopedGraph {
         }
         let q = query(include_str!("../../../cypher/search_library_names.cypher")).param("libs", missing);
         for row in self.store.rows("search_library_names.cypher", q).await? {
-            let (uid, name): (String, String) = (row.get("uid")?, row.get::<Option<String>>("name")?.unwrap_or_default());
+            let (uid, name): (String, String) =
+                (row.get("uid")?, row.get::<Option<String>>("name")?.unwrap_or_default());
             self.store.names.insert(uid.clone(), name.clone()).await;
             names.insert(uid, name);
         }

@@ -441,7 +441,9 @@ impl GraphStore {
                 .await
                 .map_err(|_| GraphError::Unavailable("closing".into()))?;
             if seen.load(Ordering::Acquire) {
-                return Err(GraphError::Unavailable("the caller gave up before the statement started".into()));
+                return Err(GraphError::Unavailable(
+                    "the caller gave up before the statement started".into(),
+                ));
             }
             let out = fut.await;
             drop(permit);

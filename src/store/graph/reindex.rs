@@ -46,6 +46,7 @@ impl AdminGraph {
         let rows = self.0.rows("reindex_page.cypher", q).await?;
         let mut last_uid = None;
         let mut writes: Vec<(usize, BoltType)> = Vec::with_capacity(rows.len());
+        let mut libraries: Vec<String> = Vec::new();
         for row in &rows {
             let Some(uid) = row.get::<Option<String>>("uid")? else {
                 continue;
@@ -61,6 +62,9 @@ impl AdminGraph {
             };
             let title = row.get::<Option<String>>("item_title")?.unwrap_or_default();
             let language = self.language_of(&library_uid).await?;
+            if !libraries.contains(&library_uid) {
+                libraries.push(library_uid.clone());
+            }
             let indexed = scoped_text(&library_uid, language, &title, &text);
             let size = uid.len() + title.len() + indexed.scoped.len() + 64;
             let mut m: HashMap<String, BoltType> = HashMap::new();
@@ -98,6 +102,10 @@ impl AdminGraph {
             ));
         }
         self.0.transaction("re-index chunks", false, steps).await?;
+        // Their terms changed: every replica rebuilds these libraries' indexes.
+        for lib in &libraries {
+            self.0.record_change(lib, None).await?;
+        }
         Ok(ReindexPage {
             read: rows.len(),
             written: counts.iter().map(|c| c.load(Ordering::Relaxed)).sum(),

@@ -146,6 +146,10 @@ pub struct Applied {
     /// (`scoped::ANALYSIS_VERSION`): another one is rebuilt.
     #[serde(default)]
     pub analysis: i64,
+    /// The Postgres database its sequence numbers come from
+    /// (`index_changes::epoch`): another one is rebuilt.
+    #[serde(default)]
+    pub epoch: String,
 }
 
 impl LibraryIndex {
@@ -359,7 +363,8 @@ impl LibraryIndex {
             for (field, freqs) in [(f.text_terms, 0usize), (f.title_terms, 1usize)] {
                 let inv = seg.inverted_index(field)?;
                 for (i, w) in words.iter().enumerate() {
-                    let Some(mut p) = inv.read_postings(&Term::from_field_text(field, w), IndexRecordOption::WithFreqs)?
+                    let Some(mut p) =
+                        inv.read_postings(&Term::from_field_text(field, w), IndexRecordOption::WithFreqs)?
                     else {
                         continue;
                     };
@@ -413,7 +418,9 @@ impl LibraryIndex {
         for i in order {
             let (seg, doc) = at[i];
             let Some(col) = &uids[seg as usize] else { continue };
-            let Some(term_ord) = col.term_ords(doc).next() else { continue };
+            let Some(term_ord) = col.term_ords(doc).next() else {
+                continue;
+            };
             col.ord_to_str(term_ord, &mut buf)?;
             hits.push(Hit {
                 chunk_uid: buf.clone(),
@@ -433,7 +440,11 @@ impl LibraryIndex {
         let f = self.fields;
         let searcher = self.reader.searcher();
         let q = TermQuery::new(Term::from_field_text(f.chunk_uid, uid), IndexRecordOption::Basic);
-        let Some((_, addr)) = searcher.search(&q, &TopDocs::with_limit(1).order_by_score())?.into_iter().next() else {
+        let Some((_, addr)) = searcher
+            .search(&q, &TopDocs::with_limit(1).order_by_score())?
+            .into_iter()
+            .next()
+        else {
             return Ok(None);
         };
         Ok(Some(self.read(&searcher, addr)?))
@@ -502,6 +513,7 @@ mod tests {
             seq,
             library_uid: "lib".into(),
             analysis: 1,
+            epoch: "e".into(),
         }
     }
 
@@ -541,25 +553,28 @@ mod tests {
         expect.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
         assert_eq!(
             hits.iter().map(|h| (h.chunk_uid.as_str(), h.score)).collect::<Vec<_>>(),
-            expect.iter().map(|h| (h.chunk_uid.as_str(), h.score)).collect::<Vec<_>>()
+            expect
+                .iter()
+                .map(|h| (h.chunk_uid.as_str(), h.score))
+                .collect::<Vec<_>>()
         );
         // k with ties, min_relevance, collection filter.
         assert_eq!(idx.score(&words, None, 0.0, 1).unwrap().len(), 1);
         assert!(idx.score(&words, Some("other"), 0.0, 10).unwrap().is_empty());
         // Replacing item i1 with one chunk, then deleting it.
-        idx.apply(
-            &["i1".into()],
-            &[chunk("d", "i1", "kelp", "")],
-            &applied(4),
-        )
-        .unwrap();
-        let uids: Vec<String> = idx.score(&words, None, 0.0, 10).unwrap().into_iter().map(|h| h.chunk_uid).collect();
+        idx.apply(&["i1".into()], &[chunk("d", "i1", "kelp", "")], &applied(4))
+            .unwrap();
+        let uids: Vec<String> = idx
+            .score(&words, None, 0.0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.chunk_uid)
+            .collect();
         assert_eq!(uids.len(), 2);
         assert!(uids.contains(&"d".to_owned()) && uids.contains(&"c".to_owned()));
         assert_eq!(idx.chunk("d").unwrap().unwrap().text, "text of d");
         assert!(idx.chunk("a").unwrap().is_none());
-        idx.apply(&["i1".into()], &[], &applied(5))
-            .unwrap();
+        idx.apply(&["i1".into()], &[], &applied(5)).unwrap();
         assert_eq!(idx.num_chunks(), 1);
         drop(idx);
         // Reopened: the commit and its sequence survived.

@@ -14,6 +14,13 @@ pub struct Change {
     pub item_uid: Option<String>,
 }
 
+/// This database's identity (what an index's sequence numbers refer to).
+pub async fn epoch(pool: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT id::text FROM index_epoch")
+        .fetch_one(pool)
+        .await
+}
+
 /// Records that `item_uid` (None: the whole library) of `library_uid`
 /// changed; returns the library's new sequence number. One statement, so
 /// the counter and its change row commit together; the counter's row lock
@@ -58,7 +65,10 @@ pub async fn page(pool: &PgPool, library_uid: &str, after: i64, limit: i64) -> R
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|(seq, item_uid)| Change { seq, item_uid }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(seq, item_uid)| Change { seq, item_uid })
+        .collect())
 }
 
 /// Deletes change rows older than `days` (a replica whose index is older
