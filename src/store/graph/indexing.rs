@@ -261,9 +261,21 @@ impl SearchIndex {
                 return out;
             }
         };
+        // A scope wider than the open libraries (a staff search over every
+        // library) uses the indexes already open and nothing else: it opens
+        // and builds none, so it cannot evict or load every tenant.
+        let wide = libs.len() > self.max_open;
         for uid in libs {
             let target = seqs.get(uid).copied().unwrap_or(0);
-            let Some(lib) = self.opened(uid, &epoch) else {
+            let found = match wide {
+                true => self.open.lock().unwrap_or_else(|p| p.into_inner()).get(uid).cloned(),
+                false => self.opened(uid, &epoch),
+            };
+            let Some(lib) = found else {
+                if wide {
+                    self.metrics.stale_fallbacks.inc();
+                    continue;
+                }
                 self.spawn_build(graph, uid);
                 self.metrics.stale_fallbacks.inc();
                 continue;
@@ -277,7 +289,9 @@ impl SearchIndex {
                     out.insert(uid.clone(), lib);
                 }
                 Ok(false) => {
-                    self.forget(uid);
+                    if let Err(e) = self.remove(uid) {
+                        tracing::warn!(library = %uid, error = %e, "search index: could not remove a stale index");
+                    }
                     self.spawn_build(graph, uid);
                     self.metrics.stale_fallbacks.inc();
                 }
