@@ -72,7 +72,10 @@ impl Application {
 fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(crate::auth::cache::listen(state.pg.clone(), state.auth.caches.clone()));
-    tasks.spawn(crate::auth::cache::heartbeat(state.pg.clone(), state.auth.caches.clone()));
+    tasks.spawn(crate::auth::cache::heartbeat(
+        state.pg.clone(),
+        state.auth.caches.clone(),
+    ));
     tasks.spawn(state.auth.clone().housekeeping(Duration::from_secs(15)));
     tasks.spawn(crate::admin::housekeeping(state.clone()));
     tasks.spawn(crate::usage::flush_every(
@@ -296,7 +299,13 @@ async fn request_deadline(
     req: axum::extract::Request,
     next: middleware::Next,
 ) -> axum::response::Response {
-    within_deadline(&state, req, next, crate::error::ApiError::StoreUnavailable("request deadline")).await
+    within_deadline(
+        &state,
+        req,
+        next,
+        crate::error::ApiError::StoreUnavailable("request deadline"),
+    )
+    .await
 }
 
 /// The ingest route's whole-request timeout: an ingest cut off here may

@@ -20,7 +20,6 @@ fn audit_filter(since: Option<&str>, f: AuditFilterArgs) -> anyhow::Result<pg::a
     })
 }
 
-
 /// `audit list|export`.
 pub(super) async fn run(pool: &sqlx::PgPool, c: AuditCmd, json: bool) -> anyhow::Result<()> {
     use std::io::Write;

@@ -237,20 +237,20 @@ fn print_json(d: &Demo) {
         per_turn,
         url,
     } = d;
-        let doc = json!({
-            "libraries": [
-                {"uid": research, "workspace_id": WS_RESEARCH},
-                {"uid": ops, "workspace_id": WS_OPS},
-                {"uid": HANDBOOK, "workspace_id": null},
-            ],
-            "admin_console": {"url": console, "username": "demo-admin", "password": admin_password},
-            "service_account": {"username": "daedalus-service", "password": service_password},
-            "opaque_token": {"user": "demo-user", "libraries": [HANDBOOK, research], "token": opaque},
-            "team": {"id": TEAM_ID, "workspace_ids": [WS_RESEARCH], "jwt": team_jwt},
-            "per_turn_jwt": {"libraries": [ops], "jwt": per_turn},
-            "mcp_url": url,
-        });
-        println!("{doc:#}");
+    let doc = json!({
+        "libraries": [
+            {"uid": research, "workspace_id": WS_RESEARCH},
+            {"uid": ops, "workspace_id": WS_OPS},
+            {"uid": HANDBOOK, "workspace_id": null},
+        ],
+        "admin_console": {"url": console, "username": "demo-admin", "password": admin_password},
+        "service_account": {"username": "daedalus-service", "password": service_password},
+        "opaque_token": {"user": "demo-user", "libraries": [HANDBOOK, research], "token": opaque},
+        "team": {"id": TEAM_ID, "workspace_ids": [WS_RESEARCH], "jwt": team_jwt},
+        "per_turn_jwt": {"libraries": [ops], "jwt": per_turn},
+        "mcp_url": url,
+    });
+    println!("{doc:#}");
 }
 
 /// The demo for a person: credentials and ready-to-paste client configs.

@@ -509,23 +509,18 @@ async fn within_rates(state: &Guard, principal: &Principal, req: Request) -> Res
         Ok(Err(_)) => return Err(ApiError::PayloadTooLarge.into_response()),
         Err(_) => return Err(ApiError::bad_field("body", "the request body did not arrive in time").into_response()),
     };
-    if let Some((id, tool)) = tool_call_of(&bytes) {
-        within_tool_rate(state, principal, id, tool)?;
+    if let Some(refused) = tool_call_of(&bytes).and_then(|(id, tool)| over_tool_rate(state, principal, id, tool)) {
+        return Err(refused);
     }
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// The per-tool rate of one `tools/call`: over it, the call is refused (and
-/// counted) with a JSON-RPC error. A call of no tool of ours by a credential
+/// counted) with a JSON-RPC error, the answer returned here. A call of no tool of ours by a credential
 /// without an allowlist is counted here, as rmcp answers it (a credential
 /// with one has it refused and counted by the server, as any tool it may not
 /// use).
-fn within_tool_rate(
-    state: &Guard,
-    principal: &Principal,
-    id: serde_json::Value,
-    tool: &'static str,
-) -> Result<(), Response> {
+fn over_tool_rate(state: &Guard, principal: &Principal, id: serde_json::Value, tool: &'static str) -> Option<Response> {
     if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
         state
             .metrics
@@ -533,13 +528,13 @@ fn within_tool_rate(
             .with_label_values(&[principal.kind().as_str(), tool])
             .inc();
         record_call(&state.metrics, Some(principal), tool, Outcome::Refused);
-        return Err(tool_rate_limited(id, tool, l.retry_after_secs()));
+        return Some(tool_rate_limited(id, tool, l.retry_after_secs()));
     }
     if tool == "other" && principal.tools().is_every() {
         // rmcp answers it with a JSON-RPC error: no tool of ours ran.
         record_call(&state.metrics, Some(principal), "other", Outcome::ProtocolError);
     }
-    Ok(())
+    None
 }
 
 /// A request with no session yet may open one, owned by this credential:
