@@ -7,6 +7,7 @@ use super::{emit, CLI_ACTOR};
 use crate::service::memberships;
 use crate::store::pg::users;
 
+/// `membership grant|revoke|list`.
 pub(super) async fn run(pool: &sqlx::PgPool, c: MembershipCmd, json: bool) -> anyhow::Result<()> {
     use memberships::Change;
     let (change, username, library_uid, role) = match c {

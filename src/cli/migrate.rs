@@ -11,6 +11,7 @@ use crate::store::pg::{self, keys};
 /// Store timeout of `migrate`'s graph calls (at least; a longer configured one wins).
 const MIGRATE_GRAPH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// `migrate`: safe to run again; an interrupted run is finished by running it again.
 pub(super) async fn run(settings: &Settings, pool: &sqlx::PgPool) -> anyhow::Result<()> {
     pg::migrate(pool).await.context("applying Postgres migrations")?;
     println!("postgres: migrations applied");

@@ -7,6 +7,7 @@ use super::{emit, CLI_ACTOR};
 use crate::service;
 use crate::store::pg::keys;
 
+/// `signing-key create|list|retire`.
 pub(super) async fn run(pool: &sqlx::PgPool, c: KeyCmd, json: bool) -> anyhow::Result<()> {
     match c {
         KeyCmd::Create => {

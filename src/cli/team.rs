@@ -6,6 +6,7 @@ use crate::auth::changes::AuthChanges;
 use crate::service::credential_limits;
 use crate::service::tool_grants::{self, ToolAllowlist};
 
+/// `team set-tools|set-rate-limit` (teams are created through the team REST API).
 pub(super) async fn run(pool: &sqlx::PgPool, c: TeamCmd, json: bool) -> anyhow::Result<()> {
     match c {
         TeamCmd::SetRateLimit { id, rate } => {

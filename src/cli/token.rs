@@ -15,6 +15,7 @@ fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
                        "created_at": t.created_at})
 }
 
+/// `token create|set-tools|set-rate-limit|list|revoke`.
 pub(super) async fn run(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<()> {
     match c {
         TokenCmd::Create {

@@ -5,6 +5,7 @@ use super::emit;
 /// Rows per credential kind in `mnemosyne usage`.
 const USAGE_TOP: i64 = 50;
 
+/// `usage [--days N]`: the busiest credentials of each kind, and every tool.
 pub(super) async fn run(pool: &sqlx::PgPool, days: u32, json: bool) -> anyhow::Result<()> {
     use crate::store::pg::usage;
     let tokens = usage::top_credentials(pool, "token", days, USAGE_TOP).await?;

@@ -26,6 +26,7 @@ fn user_json(u: &users::User) -> serde_json::Value {
                        "active": u.active, "created_at": u.created_at})
 }
 
+/// `user create|set-staff|disable|enable|set-password|list`.
 pub(super) async fn run(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()> {
     match c {
         UserCmd::Create {

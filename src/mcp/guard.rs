@@ -350,9 +350,9 @@ pub async fn guard(State(state): State<Arc<Guard>>, req: Request, next: Next) ->
 }
 
 /// Everything before rmcp: cheap checks first (Host, Origin, protocol header,
-/// session id, the session's existence), then the bearer, then the rates,
-/// then the session's owner; a request that fails here never reaches rmcp and
-/// consumes nothing.
+/// session id, the session's existence), then the bearer and the session's
+/// owner, then the rates; a request that fails here never reaches rmcp and
+/// consumes nothing (a per-turn jti is given back).
 async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let (req, session) = match before_auth(&state, req).await {
         Ok(r) => r,
