@@ -1,5 +1,18 @@
 //! One error table for the HTTP surface: a stable code, the status, a message
 //! for the caller. 5xx bodies are opaque; their cause is logged once here.
+//!
+//! The other error types of the HTTP surface answer through this table or
+//! beside it, never with a table of their own:
+//! - `auth::AuthError` (the bearer on `/mcp`) answers the spec's exact 401s
+//!   (`auth::failure`: OAuth `error` codes and `WWW-Authenticate`, which this
+//!   table cannot carry); its store failure is this table's
+//!   `StoreUnavailable`.
+//! - `admin::AdminError` (the console) renders HTML pages; its `Api` variant
+//!   wraps an `ApiError` and keeps its status (and `Retry-After`), showing
+//!   the message as a page instead of JSON.
+//! - `mcp::tools::ToolError` is not HTTP at all: a tool's failure is an
+//!   `isError` tool result inside a 200 JSON-RPC answer (MCP's rule), with
+//!   the same discipline (a message for the caller, the cause logged).
 
 use axum::{
     extract::{rejection::JsonRejection, FromRequest, Request},
@@ -34,6 +47,16 @@ pub enum ApiError {
     /// 503: a store did not answer; the name says which.
     #[error("{0} unavailable")]
     StoreUnavailable(&'static str),
+    /// 503 of an ingest whose graph call failed or ran out of time (or the
+    /// whole request's deadline): the wait was abandoned, not the Bolt
+    /// exchange (see `GraphStore::detached`), so a write already sent may
+    /// still commit after this answer and "nothing was written" cannot be
+    /// promised. What holds is that the item is written whole or not at all
+    /// (one transaction), and that ingest is idempotent per item uid: the
+    /// same request again converges on the same item (`unchanged` if the
+    /// first one landed). The body says so with `retry_safe: true`.
+    #[error("graph unavailable")]
+    IngestUnavailable,
     /// 500: never shows its cause to the caller.
     #[error("internal error: {0}")]
     Internal(String),
@@ -57,7 +80,7 @@ impl ApiError {
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::RateLimited { .. } => "rate_limited",
-            ApiError::StoreUnavailable(_) => "unavailable",
+            ApiError::StoreUnavailable(_) | ApiError::IngestUnavailable => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -72,7 +95,7 @@ impl ApiError {
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StoreUnavailable(_) | ApiError::IngestUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -96,6 +119,12 @@ impl IntoResponse for ApiError {
                 tracing::warn!(store, "store unavailable");
                 json!({"error": self.code(), "store": store, "message": format!("{store} is unavailable, retry later")})
             }
+            ApiError::IngestUnavailable => {
+                tracing::warn!(store = "graph", "store unavailable");
+                json!({"error": self.code(), "store": "graph", "retry_safe": true,
+                       "message": "graph is unavailable, retry later; the item may or may not have been written \
+                                   (whole either way): sending the same request again is safe"})
+            }
             other => json!({"error": other.code(), "message": other.to_string()}),
         };
         let mut resp = (status, Json(body)).into_response();
@@ -110,7 +139,7 @@ impl IntoResponse for ApiError {
                     HeaderValue::from_static("Basic realm=\"mnemosyne\""),
                 );
             }
-            ApiError::StoreUnavailable(_) => {
+            ApiError::StoreUnavailable(_) | ApiError::IngestUnavailable => {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }

@@ -118,7 +118,8 @@ id_type!(
 /// that take it and the auth layer that makes it): the knowledge reads live on a `ScopedGraph`
 /// made from a `Principal`'s scope, so none can be written without one. Only
 /// the auth layer builds a non-empty one (`from_resolver`; `src/layering.rs`
-/// checks no other module names it); tests and benches use `for_tests`.
+/// checks no other module names it); tests and benches use `for_tests`
+/// (reserved the same way: only `ids` and `auth::principal` may name it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scope(Arc<[String]>);
 

@@ -540,10 +540,15 @@ fn the_mcp_layer_cannot_name_the_admin_handle() {
 /// Names only some modules may write (issue 22), for what Rust's visibility
 /// cannot say: `Scope::from_resolver` lives beside the ids, below the auth
 /// layer that alone may call it; `AdminGraph::rows_for_tests` is public for
-/// the integration tests, and nothing in `src/` may run raw Cypher through it.
+/// the integration tests, and nothing in `src/` may run raw Cypher through it;
+/// `Scope::for_tests` and `Principal::for_tests` are public for the
+/// integration tests and benches (another crate: `cfg(test)` cannot reach
+/// them), and nothing in `src/` but their own definitions may make a scope
+/// or a principal with them.
 const RESERVED: &[(&str, &[&str])] = &[
     ("from_resolver", &["ids", "auth"]),
     ("rows_for_tests", &["store::graph::ingest"]),
+    ("for_tests", &["ids", "auth::principal"]),
 ];
 
 #[test]

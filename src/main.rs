@@ -1,9 +1,15 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
 use clap::Parser;
 use mnemosyne::cli::{Cli, Command};
 use mnemosyne::config::env_file;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// Everything that writes the process environment (`RAYON_NUM_THREADS`, the
+/// settings file) runs here, before the runtime starts its threads:
+/// `set_var` is only sound while no other thread reads the environment
+/// (it is `unsafe` from Rust 2024 on).
+fn main() -> ExitCode {
     release_large_blocks();
     one_core_per_text();
     let args: Vec<String> = std::env::args().collect();
@@ -11,16 +17,26 @@ async fn main() -> std::process::ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
     let cli = Cli::parse_from(args);
+    // What `#[tokio::main]` builds.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("Failed building the Runtime");
+    runtime.block_on(run(cli, env_file))
+}
+
+/// Logging, then the command: `serve`, or one of the operator commands.
+async fn run(cli: Cli, env_file: Option<PathBuf>) -> ExitCode {
     let _telemetry = match mnemosyne::telemetry::install(cli.settings.log_format, cli.settings.otlp_endpoint.as_deref())
     {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: tracing exporter: {e:#}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
     if let Some(p) = env_file {
@@ -34,10 +50,10 @@ async fn main() -> std::process::ExitCode {
         other => mnemosyne::cli::run_with(cli.settings, other, cli.json).await,
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
@@ -50,8 +66,7 @@ async fn main() -> std::process::ExitCode {
 /// `RAYON_NUM_THREADS`; an operator's own value wins.
 fn one_core_per_text() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        // Before any task runs (the runtime's workers are idle), as the
-        // settings file's variables are set below.
+        // Before the runtime (or any other thread) exists: see `main`.
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
 }

@@ -60,125 +60,115 @@ impl Metrics {
     /// Every series, with each of `tools`' call counters created at zero (the
     /// server passes its tool names: this module sits below `mcp`).
     pub fn for_tools(tools: &[&str]) -> Self {
-        let registry = Registry::new();
-        let http_requests = IntCounterVec::new(
-            Opts::new("http_requests_total", "HTTP requests by route, method and status"),
-            &["method", "route", "status"],
-        )
-        .expect("valid metric");
-        let http_duration = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route")
-                .buckets(BUCKETS.to_vec()),
-            &["method", "route"],
-        )
-        .expect("valid metric");
-        let auth_failures = IntCounterVec::new(
-            Opts::new("mcp_auth_failures_total", "Bearer authentication failures by reason"),
-            &["reason"],
-        )
-        .expect("valid metric");
-        let auth_resolutions = IntCounterVec::new(
-            Opts::new(
+        let m = Metrics {
+            registry: Registry::new(),
+            http_requests: counter_vec(
+                "http_requests_total",
+                "HTTP requests by route, method and status",
+                &["method", "route", "status"],
+            ),
+            http_duration: histogram_vec(
+                "http_request_duration_seconds",
+                "HTTP request latency by route",
+                &["method", "route"],
+            ),
+            auth_failures: counter_vec(
+                "mcp_auth_failures_total",
+                "Bearer authentication failures by reason",
+                &["reason"],
+            ),
+            auth_resolutions: counter_vec(
                 "mcp_auth_resolutions_total",
                 "Successful bearer resolutions by principal kind",
+                &["kind"],
             ),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let rate_limited = IntCounterVec::new(
-            Opts::new(
+            rate_limited: counter_vec(
                 "mcp_rate_limited_total",
                 "Requests refused with 429 by principal kind and tool (\"-\" = any request; \"basic\" = HTTP Basic failures)",
+                &["kind", "tool"],
             ),
-            &["kind", "tool"],
-        )
-        .expect("valid metric");
-        let tool_calls = IntCounterVec::new(
-            Opts::new("mcp_tool_calls_total", "MCP tool calls by tool and outcome"),
-            &["tool", "outcome"],
-        )
-        .expect("valid metric");
-        let tool_duration = HistogramVec::new(
-            HistogramOpts::new("mcp_tool_duration_seconds", "MCP tool call latency by tool").buckets(BUCKETS.to_vec()),
-            &["tool"],
-        )
-        .expect("valid metric");
-        let graph_query_duration = HistogramVec::new(
-            HistogramOpts::new(
+            tool_calls: counter_vec(
+                "mcp_tool_calls_total",
+                "MCP tool calls by tool and outcome",
+                &["tool", "outcome"],
+            ),
+            tool_duration: histogram_vec(
+                "mcp_tool_duration_seconds",
+                "MCP tool call latency by tool",
+                &["tool"],
+            ),
+            graph_query_duration: histogram_vec(
                 "graph_query_duration_seconds",
                 "Graph query latency by Cypher file (transactions: by their first statement)",
-            )
-            .buckets(BUCKETS.to_vec()),
-            &["query"],
-        )
-        .expect("valid metric");
-        let graph_errors = IntCounterVec::new(
-            Opts::new(
+                &["query"],
+            ),
+            graph_errors: counter_vec(
                 "graph_errors_total",
                 "Graph store errors: unavailable, conflict_retried, query",
+                &["kind"],
             ),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let pg_pool_connections = IntGaugeVec::new(
-            Opts::new(
+            pg_pool_connections: gauge_vec(
                 "pg_pool_connections",
                 "PostgreSQL pool connections by state (idle, in_use, max)",
+                &["state"],
             ),
-            &["state"],
-        )
-        .expect("valid metric");
-        let pg_acquire_seconds = prometheus::Gauge::new(
-            "pg_pool_acquire_seconds",
-            "Seconds a connection took to come out of the PostgreSQL pool (probed at scrape)",
-        )
-        .expect("valid metric");
-        let store_up = IntGaugeVec::new(
-            Opts::new(
+            pg_acquire_seconds: prometheus::Gauge::new(
+                "pg_pool_acquire_seconds",
+                "Seconds a connection took to come out of the PostgreSQL pool (probed at scrape)",
+            )
+            .expect("valid metric"),
+            store_up: gauge_vec(
                 "mnemosyne_store_up",
                 "1 when the store answered its probe at the last scrape",
+                &["store"],
             ),
-            &["store"],
-        )
-        .expect("valid metric");
-        let sessions_active =
-            IntGauge::new("mcp_sessions_active", "Open legacy MCP sessions on this replica").expect("valid metric");
-        let ingest_chunks = IntCounter::new("ingest_chunks_total", "Chunks written by ingest").expect("valid metric");
-        let ingest_duration = Histogram::with_opts(
-            HistogramOpts::new("ingest_duration_seconds", "Ingest request latency (validated requests)")
-                .buckets(BUCKETS.to_vec()),
-        )
-        .expect("valid metric");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
+            sessions_active: IntGauge::new("mcp_sessions_active", "Open legacy MCP sessions on this replica")
+                .expect("valid metric"),
+            ingest_chunks: IntCounter::new("ingest_chunks_total", "Chunks written by ingest").expect("valid metric"),
+            ingest_duration: Histogram::with_opts(
+                HistogramOpts::new("ingest_duration_seconds", "Ingest request latency (validated requests)")
+                    .buckets(BUCKETS.to_vec()),
+            )
+            .expect("valid metric"),
+            build_info: gauge_vec(
                 "mnemosyne_build_info",
                 "Always 1: the version and graph flavor of this replica",
+                &["version", "flavor"],
             ),
-            &["version", "flavor"],
-        )
-        .expect("valid metric");
+            usage: Default::default(),
+        };
+        m.register_own();
+        m.create_zero_series(tools);
+        m
+    }
+
+    /// Registers this struct's own series in its registry.
+    fn register_own(&self) {
         for c in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(tool_calls.clone()),
-            Box::new(tool_duration.clone()),
-            Box::new(graph_query_duration.clone()),
-            Box::new(graph_errors.clone()),
-            Box::new(pg_pool_connections.clone()),
-            Box::new(pg_acquire_seconds.clone()),
-            Box::new(store_up.clone()),
-            Box::new(sessions_active.clone()),
-            Box::new(ingest_chunks.clone()),
-            Box::new(ingest_duration.clone()),
-            Box::new(build_info.clone()),
-            Box::new(http_duration.clone()),
-            Box::new(auth_failures.clone()),
-            Box::new(auth_resolutions.clone()),
-            Box::new(rate_limited.clone()),
+            Box::new(self.http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(self.tool_calls.clone()),
+            Box::new(self.tool_duration.clone()),
+            Box::new(self.graph_query_duration.clone()),
+            Box::new(self.graph_errors.clone()),
+            Box::new(self.pg_pool_connections.clone()),
+            Box::new(self.pg_acquire_seconds.clone()),
+            Box::new(self.store_up.clone()),
+            Box::new(self.sessions_active.clone()),
+            Box::new(self.ingest_chunks.clone()),
+            Box::new(self.ingest_duration.clone()),
+            Box::new(self.build_info.clone()),
+            Box::new(self.http_duration.clone()),
+            Box::new(self.auth_failures.clone()),
+            Box::new(self.auth_resolutions.clone()),
+            Box::new(self.rate_limited.clone()),
         ] {
-            registry.register(c).expect("metric registered once");
+            self.registry.register(c).expect("metric registered once");
         }
-        // Series that exist from the start, so dashboards and alerts see zeros
-        // rather than nothing.
+    }
+
+    /// Series that exist from the start, so dashboards and alerts see zeros
+    /// rather than nothing.
+    fn create_zero_series(&self, tools: &[&str]) {
         for reason in [
             "missing",
             "invalid_token",
@@ -192,38 +182,18 @@ impl Metrics {
             "replay",
             "store_unavailable",
         ] {
-            auth_failures.with_label_values(&[reason]);
+            self.auth_failures.with_label_values(&[reason]);
         }
         for kind in ["unavailable", "conflict_retried", "query"] {
-            graph_errors.with_label_values(&[kind]);
+            self.graph_errors.with_label_values(&[kind]);
         }
         for &tool in tools {
             for outcome in ["ok", "tool_error", "refused"] {
-                tool_calls.with_label_values(&[tool, outcome]);
+                self.tool_calls.with_label_values(&[tool, outcome]);
             }
         }
         for kind in ["token", "per_turn", "team", "basic"] {
-            rate_limited.with_label_values(&[kind, "-"]);
-        }
-        Metrics {
-            registry,
-            http_requests,
-            http_duration,
-            auth_failures,
-            auth_resolutions,
-            rate_limited,
-            tool_calls,
-            tool_duration,
-            graph_query_duration,
-            graph_errors,
-            pg_pool_connections,
-            pg_acquire_seconds,
-            store_up,
-            sessions_active,
-            ingest_chunks,
-            ingest_duration,
-            build_info,
-            usage: Default::default(),
+            self.rate_limited.with_label_values(&[kind, "-"]);
         }
     }
 
@@ -242,14 +212,25 @@ impl Metrics {
     }
 }
 
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+/// A latency histogram over `BUCKETS`.
+fn histogram_vec(name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    HistogramVec::new(HistogramOpts::new(name, help).buckets(BUCKETS.to_vec()), labels).expect("valid metric")
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
 }
 
-/// Axum middleware: counts every request by its route template (never the raw
-/// path, so uids do not explode the label set) and observes its latency.
 /// A bounded label for a request method: the standard methods by name, any
 /// other (a caller can send any token) as `other`.
 fn method_label(m: &http::Method) -> &'static str {
@@ -268,6 +249,8 @@ fn method_label(m: &http::Method) -> &'static str {
     }
 }
 
+/// Axum middleware: counts every request by its route template (never the raw
+/// path, so uids do not explode the label set) and observes its latency.
 pub async fn track(State(metrics): State<Metrics>, req: Request<Body>, next: Next) -> Response {
     let start = Instant::now();
     let method = method_label(req.method());

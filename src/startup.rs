@@ -43,76 +43,17 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then drains in-flight requests.
+    /// Serves until `shutdown` resolves, then drains in-flight requests. The
+    /// background tasks run beside it and are stopped together when it
+    /// returns; the counts they keep in memory are flushed last.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let listen = tokio::spawn(crate::auth::cache::listen(
-            self.state.pg.clone(),
-            self.state.auth.caches.clone(),
-        ));
-        let heartbeat = tokio::spawn(crate::auth::cache::heartbeat(
-            self.state.pg.clone(),
-            self.state.auth.caches.clone(),
-        ));
-        let housekeeping = tokio::spawn(self.state.auth.clone().housekeeping(Duration::from_secs(15)));
-        let console = tokio::spawn(crate::admin::housekeeping(self.state.clone()));
-        let usage = tokio::spawn(crate::usage::flush_every(
-            self.state.pg.clone(),
-            self.state.metrics.usage.clone(),
-            Duration::from_secs(self.state.settings.usage_flush_secs),
-        ));
-        let forget_changed = tokio::spawn(crate::store::graph::admin::forget_changed_libraries(
-            self.state.admin.clone(),
-            self.state.auth.caches.subscribe(),
-        ));
-        let audit_retention = tokio::spawn(crate::service::audit::retention_loop(
-            self.state.pg.clone(),
-            self.state.settings.audit_retention_days,
-            Duration::from_secs(3600),
-        ));
-        let index_changes = tokio::spawn(crate::store::graph::indexing::sweep_loop(
-            self.state.pg.clone(),
-            Duration::from_secs(3600),
-        ));
-        let shrink = {
-            let (limits, basic) = (self.state.mcp.limits.clone(), self.state.basic.clone());
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(60));
-                loop {
-                    tick.tick().await;
-                    limits.shrink();
-                    basic.shrink();
-                }
-            })
-        };
-        let embedding = self.state.knowledge.semantic().map(|s| {
-            tokio::spawn(crate::embed::worker::run(
-                self.state.admin.clone(),
-                self.state.pg.clone(),
-                s.embedder().clone(),
-                s.status().clone(),
-                crate::embed::worker::WorkerConfig {
-                    batch: self.state.settings.embed_batch,
-                    prefix: self.state.settings.embed_scope_prefix.clone(),
-                },
-            ))
-        });
+        let mut background = background_tasks(&self.state);
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
         let res = serve(self.listener, self.router, &self.state.settings, shutdown).await;
-        if let Some(e) = embedding {
-            e.abort();
-        }
-        shrink.abort();
-        listen.abort();
-        heartbeat.abort();
-        housekeeping.abort();
-        console.abort();
-        usage.abort();
-        audit_retention.abort();
-        index_changes.abort();
-        forget_changed.abort();
+        background.abort_all();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
         res
@@ -122,6 +63,62 @@ impl Application {
     pub async fn run(self) -> anyhow::Result<()> {
         self.run_until(shutdown_signal()).await
     }
+}
+
+/// The replica's background work, in one set so it stops as one: the auth
+/// channel and heartbeat, the auth and console housekeeping, the usage
+/// flush, forgetting deleted libraries, audit retention, the search index's
+/// change sweep, shrinking the rate
+/// buckets, and (with a model) the embedding worker.
+fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(crate::auth::cache::listen(state.pg.clone(), state.auth.caches.clone()));
+    tasks.spawn(crate::auth::cache::heartbeat(
+        state.pg.clone(),
+        state.auth.caches.clone(),
+    ));
+    tasks.spawn(state.auth.clone().housekeeping(Duration::from_secs(15)));
+    tasks.spawn(crate::admin::housekeeping(state.clone()));
+    tasks.spawn(crate::usage::flush_every(
+        state.pg.clone(),
+        state.metrics.usage.clone(),
+        Duration::from_secs(state.settings.usage_flush_secs),
+    ));
+    tasks.spawn(crate::store::graph::admin::forget_changed_libraries(
+        state.admin.clone(),
+        state.auth.caches.subscribe(),
+    ));
+    tasks.spawn(crate::service::audit::retention_loop(
+        state.pg.clone(),
+        state.settings.audit_retention_days,
+        Duration::from_secs(3600),
+    ));
+    let (limits, basic) = (state.mcp.limits.clone(), state.basic.clone());
+    tasks.spawn(crate::store::graph::indexing::sweep_loop(
+        state.pg.clone(),
+        Duration::from_secs(3600),
+    ));
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            limits.shrink();
+            basic.shrink();
+        }
+    });
+    if let Some(s) = state.knowledge.semantic() {
+        tasks.spawn(crate::embed::worker::run(
+            state.admin.clone(),
+            state.pg.clone(),
+            s.embedder().clone(),
+            s.status().clone(),
+            crate::embed::worker::WorkerConfig {
+                batch: state.settings.embed_batch,
+                prefix: state.settings.embed_scope_prefix.clone(),
+            },
+        ));
+    }
+    tasks
 }
 
 /// Refuses to serve a reachable database that lacks migrations this binary
@@ -263,6 +260,10 @@ fn routes(state: AppState) -> Router {
         .merge(crate::api::library::routes())
         .merge(crate::admin::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline))
+        .merge(
+            crate::api::library::ingest_routes()
+                .route_layer(middleware::from_fn_with_state(state.clone(), ingest_deadline)),
+        )
         .layer(middleware::map_response(never_cached));
     Router::new()
         .merge(crate::api::health::routes())
@@ -303,19 +304,41 @@ async fn request_deadline(
     req: axum::extract::Request,
     next: middleware::Next,
 ) -> axum::response::Response {
+    within_deadline(
+        &state,
+        req,
+        next,
+        crate::error::ApiError::StoreUnavailable("request deadline"),
+    )
+    .await
+}
+
+/// The ingest route's whole-request timeout: an ingest cut off here may
+/// still commit (whole), as after a store timeout, so it gets that 503,
+/// which says sending it again is safe.
+async fn ingest_deadline(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    within_deadline(&state, req, next, crate::error::ApiError::IngestUnavailable).await
+}
+
+/// Runs the request within `MNEMOSYNE_REQUEST_TIMEOUT_SECS`, else answers
+/// `timed_out`.
+async fn within_deadline(
+    state: &AppState,
+    req: axum::extract::Request,
+    next: middleware::Next,
+    timed_out: crate::error::ApiError,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
     let limit = Duration::from_secs(state.settings.request_timeout_secs.max(1));
-    // An ingest cut off here may still commit (whole), as after a store
-    // timeout: it gets that 503, which says sending it again is safe.
-    let ingest = req.method() == http::Method::POST && req.uri().path().starts_with("/library/api/ingest");
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => {
             tracing::warn!(secs = limit.as_secs(), "request timed out");
-            if ingest {
-                return crate::api::library::ingest_unavailable();
-            }
-            crate::error::ApiError::StoreUnavailable("request deadline").into_response()
+            timed_out.into_response()
         }
     }
 }

@@ -311,10 +311,11 @@ fn login_page(
     resp
 }
 
-/// POST /admin/login.
 /// Largest sign-in form read (a username, a password and two tokens).
 const SIGN_IN_BODY_LIMIT: usize = 16 * 1024;
 
+/// POST /admin/login: the address's sign-in rate, the form (small, read
+/// promptly), its CSRF token, then the password through the Basic lanes.
 pub async fn login(State(state): State<AppState>, req: Request) -> Result<Response, AdminError> {
     let (parts, body) = req.into_parts();
     let address = client_address(&parts);
@@ -327,22 +328,9 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         return Ok(crate::auth::failure::closing(resp));
     }
-    // Read before anyone is authenticated: small, and promptly or not at all
-    // (a body trickling in one byte at a time must not hold a connection).
-    let deadline = std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1));
-    let body = match tokio::time::timeout(deadline, axum::body::to_bytes(body, SIGN_IN_BODY_LIMIT)).await {
-        Ok(Ok(bytes)) => axum::body::Body::from(bytes),
-        Ok(Err(_)) => return Ok(crate::auth::failure::closing(ApiError::PayloadTooLarge.into_response())),
-        Err(_) => {
-            return Ok(crate::auth::failure::closing(
-                (
-                    StatusCode::REQUEST_TIMEOUT,
-                    axum::Json(serde_json::json!({"error": "request_timeout",
-                        "message": "the sign-in form did not arrive in time"})),
-                )
-                    .into_response(),
-            ))
-        }
+    let body = match read_sign_in_body(&state, body).await {
+        Ok(body) => body,
+        Err(refused) => return Ok(refused),
     };
     let form = FormData::from_request(Request::from_parts(parts, body), &state).await?;
     let names = Cookies::of(&state);
@@ -364,38 +352,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     // People only: a service account's right password answers like a wrong one.
     let basic = <BasicContext as axum::extract::FromRef<AppState>>::from_ref(&state);
     match verify_password(&basic, username.clone(), password, address, Accept::Person).await {
-        Ok(user) => {
-            // A new id on every sign-in (no fixation); the browser's previous
-            // session, if any, ends here.
-            if let Some(old) = cookie(&headers, names.session) {
-                store::delete_session(&state.pg, &hash_id(old)).await?;
-            }
-            let id = random_token();
-            let csrf = random_token();
-            store::create_session(
-                &state.pg,
-                &hash_id(&id),
-                user.id,
-                &csrf,
-                state.settings.admin_session_absolute_secs.max(1) as i64,
-            )
-            .await?;
-            tracing::info!(user = ?user.username, staff = user.is_staff, "admin console: signed in");
-            let by = super::actor(&user.username);
-            crate::service::audit::after_commit(
-                &state.pg,
-                &by,
-                "console_signed_in",
-                &user.username,
-                serde_json::json!({}),
-            )
-            .await;
-            let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
-            let h = resp.headers_mut();
-            h.append(header::SET_COOKIE, names.set(names.session, &id, None));
-            h.append(header::SET_COOKIE, names.set(names.login, "", Some(0)));
-            Ok(resp)
-        }
+        Ok(user) => signed_in(&state, &headers, &user).await,
         Err(ApiError::BasicUnauthorized) => {
             tracing::info!("admin console: sign-in refused");
             audit_refused_sign_in(&state, &username).await;
@@ -416,6 +373,64 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The sign-in form's body, read before anyone is authenticated: small, and
+/// promptly or not at all (a body trickling in one byte at a time must not
+/// hold a connection). Otherwise the answer that refuses it.
+async fn read_sign_in_body(state: &AppState, body: axum::body::Body) -> Result<axum::body::Body, Response> {
+    let deadline = std::time::Duration::from_secs(state.settings.header_timeout_secs.max(1));
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, SIGN_IN_BODY_LIMIT)).await {
+        Ok(Ok(bytes)) => Ok(axum::body::Body::from(bytes)),
+        Ok(Err(_)) => Err(crate::auth::failure::closing(ApiError::PayloadTooLarge.into_response())),
+        Err(_) => Err(crate::auth::failure::closing(
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                axum::Json(serde_json::json!({"error": "request_timeout",
+                    "message": "the sign-in form did not arrive in time"})),
+            )
+                .into_response(),
+        )),
+    }
+}
+
+/// A right password: a new session (a new id on every sign-in, so no
+/// fixation; the browser's previous session, if any, ends here), audited,
+/// and home with the session cookie set and the sign-in cookie cleared.
+async fn signed_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: &crate::store::pg::users::User,
+) -> Result<Response, AdminError> {
+    let names = Cookies::of(state);
+    if let Some(old) = cookie(headers, names.session) {
+        store::delete_session(&state.pg, &hash_id(old)).await?;
+    }
+    let id = random_token();
+    let csrf = random_token();
+    store::create_session(
+        &state.pg,
+        &hash_id(&id),
+        user.id,
+        &csrf,
+        state.settings.admin_session_absolute_secs.max(1) as i64,
+    )
+    .await?;
+    tracing::info!(user = ?user.username, staff = user.is_staff, "admin console: signed in");
+    let by = super::actor(&user.username);
+    crate::service::audit::after_commit(
+        &state.pg,
+        &by,
+        "console_signed_in",
+        &user.username,
+        serde_json::json!({}),
+    )
+    .await;
+    let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
+    let h = resp.headers_mut();
+    h.append(header::SET_COOKIE, names.set(names.session, &id, None));
+    h.append(header::SET_COOKIE, names.set(names.login, "", Some(0)));
+    Ok(resp)
 }
 
 /// Audits a refused sign-in as an attempt on the account named, when there is

@@ -164,17 +164,22 @@ pub async fn token_set(
         None,
     )
     .await
-    .map_err(|e| match e {
-        TokenError::NotFound(_) => AdminError::NotFound,
-        TokenError::Store(e) => e.into(),
-        other => ApiError::Internal(other.to_string()).into(),
-    })?;
+    .map_err(token_error)?;
     tracing::info!(token = id, by = ?s.username(), "admin console: token tool permissions set");
     Ok(super::see_other(&view::done(
         "/admin/tokens",
         "token-tools",
         &propagation_notice(&p),
     )))
+}
+
+/// A token write's failure as the console shows it.
+fn token_error(e: TokenError) -> AdminError {
+    match e {
+        TokenError::NotFound(_) => AdminError::NotFound,
+        TokenError::Store(e) => e.into(),
+        other => ApiError::Internal(other.to_string()).into(),
+    }
 }
 
 /// The team page's section: its allowlist and rate, with their forms.
@@ -203,11 +208,7 @@ pub async fn token_rate(
     };
     let p = credential_limits::set_token_rate_limit(&state.pg, &state.changes, &actor(s.username()), id, rate)
         .await
-        .map_err(|e| match e {
-            TokenError::NotFound(_) => AdminError::NotFound,
-            TokenError::Store(e) => e.into(),
-            other => ApiError::Internal(other.to_string()).into(),
-        })?;
+        .map_err(token_error)?;
     Ok(super::see_other(&view::done(
         "/admin/tokens",
         "token-rate",
@@ -221,19 +222,10 @@ pub async fn team_rate(
     Path(id): Path<String>,
     StaffForm(s, form): StaffForm,
 ) -> Result<Response, AdminError> {
-    let id = crate::service::teams::parse_id("id", &id).map_err(|_| AdminError::NotFound)?;
+    let id = team_id(&id)?;
     let rate = parse_rate(&form).map_err(|e| AdminError::Api(ApiError::bad_field("per_minute", e.message)))?;
-    let p = credential_limits::set_team_rate_limit(&state.pg, &state.changes, &actor(s.username()), id, rate)
-        .await
-        .map_err(|e| match e {
-            TeamError::NotFound => AdminError::NotFound,
-            other => ApiError::from(other).into(),
-        })?;
-    Ok(super::see_other(&view::done(
-        &format!("/admin/teams/{id}"),
-        "team-rate",
-        &propagation_notice(&p),
-    )))
+    let p = credential_limits::set_team_rate_limit(&state.pg, &state.changes, &actor(s.username()), id, rate).await;
+    team_done(id, "team-rate", p)
 }
 
 /// POST /admin/teams/{id}/tools.
@@ -242,17 +234,31 @@ pub async fn team_set(
     Path(id): Path<String>,
     StaffForm(s, form): StaffForm,
 ) -> Result<Response, AdminError> {
-    let id = crate::service::teams::parse_id("id", &id).map_err(|_| AdminError::NotFound)?;
+    let id = team_id(&id)?;
     let list = parse(&form).map_err(|e| AdminError::Api(ApiError::bad_field("tool", e.message)))?;
-    let p = tool_grants::set_team_tools(&state.pg, &state.changes, &actor(s.username()), id, list.as_ref())
-        .await
-        .map_err(|e| match e {
-            TeamError::NotFound => AdminError::NotFound,
-            other => ApiError::from(other).into(),
-        })?;
+    let p = tool_grants::set_team_tools(&state.pg, &state.changes, &actor(s.username()), id, list.as_ref()).await;
+    team_done(id, "team-tools", p)
+}
+
+/// A team id in a console path: anything else is no page.
+fn team_id(raw: &str) -> Result<uuid::Uuid, AdminError> {
+    crate::service::teams::parse_id("id", raw).map_err(|_| AdminError::NotFound)
+}
+
+/// After a team write: back to its page with the `done` notice `what`, or
+/// the failure as the console shows it.
+fn team_done(
+    id: uuid::Uuid,
+    what: &str,
+    written: Result<crate::service::Propagation, TeamError>,
+) -> Result<Response, AdminError> {
+    let p = written.map_err(|e| match e {
+        TeamError::NotFound => AdminError::NotFound,
+        other => ApiError::from(other).into(),
+    })?;
     Ok(super::see_other(&view::done(
         &format!("/admin/teams/{id}"),
-        "team-tools",
+        what,
         &propagation_notice(&p),
     )))
 }

@@ -22,9 +22,9 @@ use crate::service::libraries::{self, Authority, LibraryError, NewLibrary};
 use crate::service::BadField;
 use crate::state::AppState;
 
+/// Every route of the library API but ingest (see [`ingest_routes`]).
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/library/api/ingest", post(ingest))
         .route("/library/api/items/{uid}", delete(delete_item))
         .route("/library/api/workspaces/{ws}", get(workspace).delete(delete_workspace))
         .route("/library/api/libraries", post(create_library))
@@ -32,6 +32,13 @@ pub fn routes() -> Router<AppState> {
             "/library/api/libraries/{uid}",
             get(library_detail).patch(rename_library).delete(delete_library),
         )
+}
+
+/// `POST /library/api/ingest`, a router of its own so the application can
+/// give it its own whole-request deadline: one cut off answers the
+/// retry-safe 503 (`ApiError::IngestUnavailable`).
+pub fn ingest_routes() -> Router<AppState> {
+    Router::new().route("/library/api/ingest", post(ingest))
 }
 
 fn bad(e: impl Into<BadField>) -> ApiError {
@@ -98,7 +105,7 @@ async fn ingest(
         Ok(out) => out,
         Err(IngestError::Graph(crate::store::graph::GraphError::Unavailable(cause))) => {
             tracing::warn!(store = "graph", ?cause, "ingest: graph unavailable (retry-safe 503)");
-            return Ok(ingest_unavailable());
+            return Err(ApiError::IngestUnavailable);
         }
         Err(e) => return Err(e.into()),
     };
@@ -122,24 +129,6 @@ async fn ingest(
         ),
     )
         .into_response())
-}
-
-/// The 503 of an ingest whose graph call failed or ran out of time. The wait
-/// was abandoned, not the Bolt exchange (see `GraphStore::detached`): a write
-/// already sent may still commit after this answer, and its COMMIT may be in
-/// flight, so "nothing was written" cannot be promised. What holds is that
-/// the item is written whole or not at all (one transaction), and that
-/// ingest is idempotent per item uid: the same request again converges on
-/// the same item (`unchanged` if the first one landed).
-pub(crate) fn ingest_unavailable() -> Response {
-    let mut resp = ApiError::StoreUnavailable("graph").into_response();
-    *resp.body_mut() = axum::body::Body::from(
-        json!({"error": "unavailable", "store": "graph", "retry_safe": true,
-               "message": "graph is unavailable, retry later; the item may or may not have been written \
-                           (whole either way): sending the same request again is safe"})
-        .to_string(),
-    );
-    resp
 }
 
 async fn delete_item(

@@ -55,13 +55,62 @@ fn random_password() -> String {
     hex::encode(b)
 }
 
+/// What a demo run made, printed once.
+struct Demo {
+    research: String,
+    ops: String,
+    console: String,
+    admin_password: String,
+    service_password: String,
+    opaque: String,
+    team_jwt: String,
+    per_turn: String,
+    url: String,
+}
+
 /// Loads the demo and prints its credentials once: as text, or with `json`
 /// as one JSON document (for scripts).
 pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json: bool) -> anyhow::Result<()> {
-    let graph = AdminGraph::connect(settings).await?;
     let changes = AuthChanges::new(pool.clone(), None);
+    let (research, ops) = load_libraries(settings, pool, &changes).await?;
+    let service_password = service_account(pool).await?;
+    let admin_password = staff_user(pool).await?;
+    let public_url = args
+        .url
+        .as_deref()
+        .unwrap_or(&settings.public_url)
+        .trim_end_matches('/');
+    let opaque = opaque_token(pool, &research).await?;
+    let (team_jwt, per_turn) = team_and_turn(pool, &changes, &ops).await?;
+    let demo = Demo {
+        console: format!("{public_url}/admin/"),
+        url: format!("{public_url}/mcp/"),
+        research,
+        ops,
+        admin_password,
+        service_password,
+        opaque,
+        team_jwt,
+        per_turn,
+    };
+    if json {
+        print_json(&demo);
+    } else {
+        print_text(&demo);
+    }
+    Ok(())
+}
+
+/// The two workspace libraries (by ingesting their documents) and the
+/// user-managed handbook; returns the research and ops library uids.
+async fn load_libraries(
+    settings: &Settings,
+    pool: &sqlx::PgPool,
+    changes: &AuthChanges,
+) -> anyhow::Result<(String, String)> {
+    let graph = AdminGraph::connect(settings).await?;
     let load = |doc: DocumentIn| {
-        let (graph, changes) = (&graph, &changes);
+        let graph = &graph;
         async move {
             let title = doc.title.clone();
             let doc = Document::parse(doc).map_err(|e| anyhow::anyhow!("{title}: {e}"))?;
@@ -105,10 +154,11 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
         ..Default::default()
     })
     .await?;
-    let research = libs[WS_RESEARCH].clone();
-    let ops = libs[WS_OPS].clone();
+    Ok((libs[WS_RESEARCH].clone(), libs[WS_OPS].clone()))
+}
 
-    // Service account (password refreshed on every run, printed once).
+/// The service account; its password is refreshed on every run.
+async fn service_account(pool: &sqlx::PgPool) -> anyhow::Result<String> {
     let service_password = random_password();
     let hash = hash_password(&service_password).map_err(|e| anyhow::anyhow!("{e}"))?;
     if users::create(pool, "daedalus-service", Some(&hash), true)
@@ -117,8 +167,11 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
     {
         users::set_password(pool, "daedalus-service", &hash).await?;
     }
-    // A staff user for the admin console (password refreshed on every run,
-    // printed once).
+    Ok(service_password)
+}
+
+/// A staff user for the admin console; its password is refreshed on every run.
+async fn staff_user(pool: &sqlx::PgPool) -> anyhow::Result<String> {
     let admin_password = random_password();
     match users::by_username(pool, "demo-admin").await? {
         None => {
@@ -130,38 +183,37 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
             crate::service::accounts::set_staff(pool, "demo", "demo-admin", true).await?;
         }
     }
-    let console = format!(
-        "{}/admin/",
-        args.url
-            .as_deref()
-            .unwrap_or(&settings.public_url)
-            .trim_end_matches('/')
-    );
+    Ok(admin_password)
+}
 
-    // A person with an opaque token over the handbook and the research library.
+/// A person with an opaque token over the handbook and the research library.
+async fn opaque_token(pool: &sqlx::PgPool, research: &str) -> anyhow::Result<String> {
     if users::by_username(pool, "demo-user").await?.is_none() {
         users::create(pool, "demo-user", None, false).await?;
     }
     users::grant(pool, "demo-user", HANDBOOK, users::Role::Owner).await?;
-    users::grant(pool, "demo-user", &research, users::Role::Manager).await?;
-    let opaque = tokens::mint(
+    users::grant(pool, "demo-user", research, users::Role::Manager).await?;
+    Ok(tokens::mint(
         pool,
         "demo-user",
         "demo",
-        &[HANDBOOK.to_owned(), research.clone()],
+        &[HANDBOOK.to_owned(), research.to_owned()],
         None,
     )
     .await?
-    .plaintext;
+    .plaintext)
+}
 
-    // A team attached to the research workspace only.
+/// A team attached to the research workspace only, and a per-turn JWT over
+/// the ops library; returns both JWTs.
+async fn team_and_turn(pool: &sqlx::PgPool, changes: &AuthChanges, ops: &str) -> anyhow::Result<(String, String)> {
     let key = keys::newest_active(pool)
         .await?
         .context("no active signing key: run `mnemosyne migrate` first")?;
     let secret = hex::decode(&key.secret_hex)?;
     let team_id = Uuid::parse_str(TEAM_ID)?;
-    let (team_jwt, _) = teams::ensure_active(pool, &changes, "demo", team_id, "Demo research team").await?;
-    let _ = teams::set_workspaces(pool, &changes, "demo", team_id, vec![WS_RESEARCH.to_owned()]).await?;
+    let (team_jwt, _) = teams::ensure_active(pool, changes, "demo", team_id, "Demo research team").await?;
+    let _ = teams::set_workspaces(pool, changes, "demo", team_id, vec![WS_RESEARCH.to_owned()]).await?;
     let now = Utc::now().timestamp();
     let per_turn = jwt::sign_hs256(
         &json!({"iss": "daedalus", "aud": "mnemosyne", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
@@ -169,31 +221,51 @@ pub async fn run(settings: &Settings, pool: &sqlx::PgPool, args: DemoArgs, json:
         &key.kid,
         &secret,
     )?;
-    let url = format!(
-        "{}/mcp/",
-        args.url
-            .as_deref()
-            .unwrap_or(&settings.public_url)
-            .trim_end_matches('/')
-    );
+    Ok((team_jwt, per_turn))
+}
 
-    if json {
-        let doc = json!({
-            "libraries": [
-                {"uid": research, "workspace_id": WS_RESEARCH},
-                {"uid": ops, "workspace_id": WS_OPS},
-                {"uid": HANDBOOK, "workspace_id": null},
-            ],
-            "admin_console": {"url": console, "username": "demo-admin", "password": admin_password},
-            "service_account": {"username": "daedalus-service", "password": service_password},
-            "opaque_token": {"user": "demo-user", "libraries": [HANDBOOK, research], "token": opaque},
-            "team": {"id": TEAM_ID, "workspace_ids": [WS_RESEARCH], "jwt": team_jwt},
-            "per_turn_jwt": {"libraries": [ops], "jwt": per_turn},
-            "mcp_url": url,
-        });
-        println!("{doc:#}");
-        return Ok(());
-    }
+/// The demo as one JSON document (for scripts).
+fn print_json(d: &Demo) {
+    let Demo {
+        research,
+        ops,
+        console,
+        admin_password,
+        service_password,
+        opaque,
+        team_jwt,
+        per_turn,
+        url,
+    } = d;
+    let doc = json!({
+        "libraries": [
+            {"uid": research, "workspace_id": WS_RESEARCH},
+            {"uid": ops, "workspace_id": WS_OPS},
+            {"uid": HANDBOOK, "workspace_id": null},
+        ],
+        "admin_console": {"url": console, "username": "demo-admin", "password": admin_password},
+        "service_account": {"username": "daedalus-service", "password": service_password},
+        "opaque_token": {"user": "demo-user", "libraries": [HANDBOOK, research], "token": opaque},
+        "team": {"id": TEAM_ID, "workspace_ids": [WS_RESEARCH], "jwt": team_jwt},
+        "per_turn_jwt": {"libraries": [ops], "jwt": per_turn},
+        "mcp_url": url,
+    });
+    println!("{doc:#}");
+}
+
+/// The demo for a person: credentials and ready-to-paste client configs.
+fn print_text(d: &Demo) {
+    let Demo {
+        research,
+        ops,
+        console,
+        admin_password,
+        service_password,
+        opaque,
+        team_jwt,
+        per_turn,
+        url,
+    } = d;
     println!(
         r#"
 == Mnemosyne demo data ==
@@ -250,5 +322,4 @@ curl -s {url} -H 'Authorization: Bearer {opaque}' -H 'Content-Type: application/
   -d '{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"search","arguments":{{"query":"tidal turbines"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}'
 "#
     );
-    Ok(())
 }

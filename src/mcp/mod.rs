@@ -2,6 +2,7 @@
 //! session-based revisions and the stateless 2026-07-28 on one endpoint; the
 //! auth layer in front resolves every request's bearer.
 
+pub mod calls;
 pub mod guard;
 pub mod server;
 pub mod sessions;

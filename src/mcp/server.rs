@@ -19,6 +19,7 @@ use rmcp::{
 };
 use tracing::Instrument;
 
+use super::calls::{record_call, tool_label, Outcome};
 use super::tools::{into_result, Reply, ToolError};
 use crate::auth::{Principal, ToolGrant};
 use crate::metrics::Metrics;
@@ -103,7 +104,7 @@ impl KnowledgeServer {
         &self,
         ctx: &RequestContext<RoleServer>,
         parts: &Parts,
-        tool: &str,
+        tool: &'static str,
         work: impl std::future::Future<Output = Result<Reply, ToolError>>,
     ) -> CallToolResult {
         let started = std::time::Instant::now();
@@ -116,19 +117,17 @@ impl KnowledgeServer {
             .await
             .unwrap_or(Err(ToolError::TimedOut(deadline)));
         Self::progress(ctx, tool, if out.is_err() { "failed" } else { "completed" }).await;
-        let outcome = if out.is_err() { "tool_error" } else { "ok" };
-        span.record("outcome", outcome);
+        let outcome = if out.is_err() { Outcome::ToolError } else { Outcome::Ok };
+        span.record("outcome", outcome.as_str());
         let elapsed = started.elapsed();
-        let m = &self.state.metrics;
-        m.tool_calls.with_label_values(&[tool, outcome]).inc();
-        m.tool_duration
+        let principal = parts.extensions.get::<Principal>();
+        record_call(&self.state.metrics, principal, tool, outcome);
+        self.state
+            .metrics
+            .tool_duration
             .with_label_values(&[tool])
             .observe(elapsed.as_secs_f64());
-        let principal = parts.extensions.get::<Principal>();
-        if let (Some(p), Some(t)) = (principal, crate::mcp::TOOLS.iter().find(|t| **t == tool)) {
-            m.usage
-                .record(p.kind().as_str(), p.subject(), p.libraries().len(), t, outcome);
-        }
+        let outcome = outcome.as_str();
         let request_id = parts.extensions.get::<crate::telemetry::RequestId>();
         tracing::info!(
             request_id = request_id.map_or("-", |r| &*r.0),
@@ -196,25 +195,12 @@ impl ServerHandler for KnowledgeServer {
     ) -> Result<CallToolResponse, ErrorData> {
         if !grant_of(&context).allows(&request.name) {
             // Only our tool names become labels; anything else is `other`.
-            let tool = crate::mcp::TOOLS
-                .iter()
-                .find(|t| **t == request.name)
-                .copied()
-                .unwrap_or("other");
-            self.state
-                .metrics
-                .tool_calls
-                .with_label_values(&[tool, "refused"])
-                .inc();
+            let tool = tool_label(&request.name);
             let principal = context
                 .extensions
                 .get::<Parts>()
                 .and_then(|p| p.extensions.get::<Principal>());
-            if let Some(p) = principal {
-                let m = &self.state.metrics;
-                m.usage
-                    .record(p.kind().as_str(), p.subject(), p.libraries().len(), tool, "refused");
-            }
+            record_call(&self.state.metrics, principal, tool, Outcome::Refused);
             tracing::info!(
                 tool,
                 principal = principal.map_or("none", |p| p.kind().as_str()),

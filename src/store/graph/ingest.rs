@@ -175,6 +175,13 @@ fn opt(s: Option<&str>) -> BoltType {
 /// Ingest, workspace lifecycle and operator reads, unscoped: for the
 /// Basic-authenticated APIs, the admin console and the CLI — never for a
 /// bearer's request.
+///
+/// Its methods live beside the statements they run: here, ingest and the
+/// workspace and library lifecycle (connect, find/create/delete, items);
+/// `admin.rs`, the operator reads (library pages, names, lists, details,
+/// rename) and `forget_changed`; `reindex.rs`, re-indexing chunks of an
+/// older keyword analysis; `vectors.rs`, the embedding worker's reads and
+/// writes.
 #[derive(Clone)]
 pub struct AdminGraph(pub(super) GraphStore);
 

@@ -168,25 +168,16 @@ pub async fn replace_workspaces(
 /// Replaces a team's tool allowlist (`None` = every tool) with its audit
 /// event; the row trigger announces it. False when the team does not exist.
 pub async fn set_tools(pool: &PgPool, actor: &str, id: Uuid, tools: Option<&[String]>) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let n = sqlx::query("UPDATE teams SET allowed_tools = $2, updated_at = now() WHERE id = $1")
-        .bind(id)
-        .bind(tools)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    if n == 1 {
-        audit(
-            &mut tx,
-            actor,
-            "team_tools_set",
-            &id.to_string(),
-            json!({"tools": tools}),
-        )
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(n == 1)
+    set_audited(
+        pool,
+        "UPDATE teams SET allowed_tools = $2, updated_at = now() WHERE id = $1",
+        id,
+        tools,
+        actor,
+        "team_tools_set",
+        json!({"tools": tools}),
+    )
+    .await
 }
 
 /// Sets a team's own request rate (`None` = the configured one) with its
@@ -197,22 +188,41 @@ pub async fn set_rate_limit(
     id: Uuid,
     per_minute: Option<i32>,
 ) -> Result<bool, sqlx::Error> {
+    set_audited(
+        pool,
+        "UPDATE teams SET rate_limit_per_minute = $2, updated_at = now() WHERE id = $1",
+        id,
+        per_minute,
+        actor,
+        "team_rate_limit_set",
+        json!({"per_minute": per_minute}),
+    )
+    .await
+}
+
+/// One team column set (`update`: `$1` the id, `$2` the value) and, when the
+/// team exists, its audit event in the same transaction. False when the team does not exist.
+async fn set_audited<'v, T>(
+    pool: &PgPool,
+    update: &'static str,
+    id: Uuid,
+    value: T,
+    actor: &str,
+    action: &str,
+    detail: serde_json::Value,
+) -> Result<bool, sqlx::Error>
+where
+    T: 'v + sqlx::Encode<'v, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
     let mut tx = pool.begin().await?;
-    let n = sqlx::query("UPDATE teams SET rate_limit_per_minute = $2, updated_at = now() WHERE id = $1")
+    let n = sqlx::query(update)
         .bind(id)
-        .bind(per_minute)
+        .bind(value)
         .execute(&mut *tx)
         .await?
         .rows_affected();
     if n == 1 {
-        audit(
-            &mut tx,
-            actor,
-            "team_rate_limit_set",
-            &id.to_string(),
-            json!({"per_minute": per_minute}),
-        )
-        .await?;
+        audit(&mut tx, actor, action, &id.to_string(), detail).await?;
     }
     tx.commit().await?;
     Ok(n == 1)

@@ -13,8 +13,10 @@ use serde_json::json;
 use crate::helpers::{TestApp, SERVICE_PASSWORD, SERVICE_USER};
 use crate::mcp::seed;
 
+mod cheap_pages;
 mod forms;
 mod libraries;
+mod limits;
 mod pages;
 mod people;
 mod sign_in;

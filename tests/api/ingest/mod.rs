@@ -9,6 +9,7 @@ use crate::helpers::{base_settings, send, TestApp};
 
 mod concurrency;
 mod items;
+mod timeouts;
 mod tokens;
 mod workspaces;
 
