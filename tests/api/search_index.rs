@@ -258,7 +258,7 @@ async fn one_token_flooding_broad_searches_is_held_to_its_slots_and_others_are_s
     // enough that 64 at once outlast the queue.
     let app = TestApp::spawn_with(|s| {
         s.index_dir = None;
-        s.search_concurrency = 4;
+        s.search_concurrency = 1;
         s.tool_rate_limit_per_minute = 0;
         s.rate_limit_per_minute = 0;
     })
@@ -317,7 +317,7 @@ async fn one_token_flooding_broad_searches_is_held_to_its_slots_and_others_are_s
             }
         }
     }
-    assert!(ok >= 4, "the flooder's own slots were served ({ok})");
+    assert!(ok >= 1, "the flooder's own slot was served ({ok})");
     assert!(
         limited > 0,
         "beyond its slots the flooder was refused with 429 ({ok} served)"
