@@ -131,6 +131,13 @@ pub struct Settings {
     )]
     pub allowed_origins: Vec<String>,
 
+    /// Reverse proxies (address blocks, comma-separated, e.g.
+    /// `10.0.0.0/8,fd00::/8`) whose `Forwarded` / `X-Forwarded-For` name the
+    /// client: per-address throttles then count the client's address, not the
+    /// proxy's. None by default: the TCP peer is the client.
+    #[arg(long, env = "MNEMOSYNE_TRUSTED_PROXIES", value_delimiter = ',', global = true)]
+    pub trusted_proxies: Vec<crate::proxies::Cidr>,
+
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
@@ -280,6 +287,11 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_AUDIT_RETENTION_DAYS", default_value_t = 400, global = true)]
     pub audit_retention_days: u32,
 
+    /// Hourly usage counts (`usage_hourly`) older than this many days are
+    /// deleted, swept with the audit events; 0 keeps them for ever.
+    #[arg(long, env = "MNEMOSYNE_USAGE_RETENTION_DAYS", default_value_t = 400, global = true)]
+    pub usage_retention_days: u32,
+
     /// Directory of the embedding model (config.json, tokenizer.json,
     /// model.safetensors; `scripts/dev` unpacks one into
     /// .dev/models/all-minilm-l6-v2). Unset: keyword search only.
@@ -370,6 +382,7 @@ impl fmt::Debug for Settings {
             listen,
             public_url,
             allowed_origins,
+            trusted_proxies,
             log_format,
             cache_max_staleness_secs,
             body_limit_bytes,
@@ -395,6 +408,7 @@ impl fmt::Debug for Settings {
             admin_session_idle_secs,
             admin_session_absolute_secs,
             audit_retention_days,
+            usage_retention_days,
             embed_model,
             embed_batch,
             vector_cache_chunks,
@@ -411,6 +425,7 @@ impl fmt::Debug for Settings {
             .field("listen", listen)
             .field("public_url", public_url)
             .field("allowed_origins", allowed_origins)
+            .field("trusted_proxies", trusted_proxies)
             .field("log_format", log_format)
             .field("cache_max_staleness_secs", cache_max_staleness_secs)
             .field("body_limit_bytes", body_limit_bytes)
@@ -436,6 +451,7 @@ impl fmt::Debug for Settings {
             .field("admin_session_idle_secs", admin_session_idle_secs)
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .field("audit_retention_days", audit_retention_days)
+            .field("usage_retention_days", usage_retention_days)
             .field("embed_model", embed_model)
             .field("embed_batch", embed_batch)
             .field("vector_cache_chunks", vector_cache_chunks)

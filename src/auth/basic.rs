@@ -22,6 +22,7 @@ use tokio::sync::{OnceCell, Semaphore};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::proxies::{rate_key, ClientAddress};
 use crate::store::pg::users;
 
 /// What verifying a service account needs (the application state provides it).
@@ -60,8 +61,10 @@ const MAX_USERNAME: usize = 150;
 /// - a credential that verified before (a salted fingerprint, remembered for a
 ///   day) takes a lane of its own, so the service account is verified promptly
 ///   even while wrong passwords queue in the other lane;
-/// - failed attempts are counted per username and per client address; past
-///   the limit, further unknown credentials get 429 before any lookup or hash.
+/// - failed attempts are counted per username from an address and per client
+///   address (`client_address`: behind a trusted proxy, the forwarded one);
+///   past the limit, further unknown credentials from that address get 429
+///   before any lookup or hash. Only an address's own failures refuse it.
 pub struct BasicGuard {
     normal: Arc<Semaphore>,
     normal_permits: usize,
@@ -185,13 +188,37 @@ impl BasicGuard {
     }
 
     fn record_failure(&self, keys: Vec<String>) {
-        let Some(f) = &self.failures else { return };
         for key in keys {
-            if let Err(not_until) = f.check_key(&key) {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                self.throttled
-                    .insert(key, Instant::now() + wait.max(Duration::from_secs(1)));
-            }
+            self.count_failure(key);
+        }
+    }
+
+    /// Counts one failure of `key`; when that puts it over the limit, it is
+    /// throttled until the counter allows another: the time it ends then.
+    fn count_failure(&self, key: String) -> Option<Instant> {
+        let f = self.failures.as_ref()?;
+        let not_until = f.check_key(&key).err()?;
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        let until = Instant::now() + wait.max(Duration::from_secs(1));
+        self.throttled.insert(key, until);
+        Some(until)
+    }
+
+    /// A failed sign-in of `username` from `address`, counted for the
+    /// account from every address. Over that count the account is under a
+    /// spread-out guess: each address that fails on it from then on is
+    /// throttled for it at once (on its first failure, not after its own
+    /// limit), until the account's count allows again. An address that has
+    /// not failed is never refused for it, so a flood from elsewhere cannot
+    /// lock the person out of their right password (issue 32).
+    fn record_account_failure(&self, username: &str, address_key: &str) {
+        let account = format!("acct:{username}");
+        let until = self
+            .count_failure(account.clone())
+            .or_else(|| self.throttled.get(&account).filter(|t| *t > Instant::now()));
+        if let Some(until) = until {
+            let own = self.throttled.get(address_key).unwrap_or(until);
+            self.throttled.insert(address_key.to_owned(), own.max(until));
         }
     }
 
@@ -222,13 +249,15 @@ fn parse_basic(parts: &Parts) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
-/// The client's IP address (the accept loop records the peer), for throttles.
+/// The key of the client's address for per-address throttles: the address
+/// the accept loop resolved (the peer, or what a trusted proxy forwarded,
+/// see `proxies`), IPv6 grouped by /64.
 pub fn client_address(parts: &Parts) -> String {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".to_owned())
+    let ip = match parts.extensions.get::<ClientAddress>() {
+        Some(c) => Some(c.0),
+        None => parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()),
+    };
+    ip.map(rate_key).unwrap_or_else(|| "unknown".to_owned())
 }
 
 impl<S> FromRequestParts<S> for ServiceAccount
@@ -269,9 +298,10 @@ pub enum Accept {
     /// (argon2's permits already bound the cost).
     ServiceAccount,
     /// Console sign-in: active people. Failures also count per account from
-    /// every address, so guessing a staff password from many addresses is
-    /// throttled too (a right password seen before on this replica still
-    /// passes: it takes the known-good lane).
+    /// every address: past that count, each address that fails on the
+    /// account is throttled for it on its first failure, so guessing a staff
+    /// password from many addresses is slowed too, while an address that has
+    /// not failed keeps signing in with the right password.
     Person,
 }
 
@@ -288,10 +318,13 @@ pub async fn verify_password(
     let guard = &state.guard;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
-    let mut throttle_keys = vec![format!("u:{username}|a:{address}"), format!("a:{address}")];
-    if accept == Accept::Person {
-        throttle_keys.push(format!("acct:{username}"));
-    }
+    // Only keys of this address refuse it: another address's failures never
+    // lock it out of a right password (see `record_account_failure`).
+    let address_key = format!("u:{username}|a:{address}");
+    let throttle_keys = vec![address_key.clone(), format!("a:{address}")];
+    // People's failures also count per account (HTTP Basic's service
+    // accounts: per address only, argon2's permits bound the cost).
+    let account = (accept == Accept::Person).then(|| username.clone());
     if !known {
         if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
             state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
@@ -315,6 +348,9 @@ pub async fn verify_password(
         }
         None => {
             guard.record_failure(throttle_keys);
+            if let Some(account) = &account {
+                guard.record_account_failure(account, &address_key);
+            }
             Err(ApiError::BasicUnauthorized)
         }
     }

@@ -12,6 +12,7 @@ mod auth;
 mod dos;
 mod foundation;
 mod hardening3;
+mod hardening4;
 mod ingest;
 mod libraries;
 mod mcp;
