@@ -177,6 +177,11 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_SESSIONS_PER_CREDENTIAL", default_value_t = 64, global = true)]
     pub sessions_per_credential: usize,
 
+    /// Live (active, unexpired) opaque tokens one user may hold; minting
+    /// another is refused until one is revoked or expires.
+    #[arg(long, env = "MNEMOSYNE_USER_MAX_TOKENS", default_value_t = 25, global = true)]
+    pub user_max_tokens: u32,
+
     /// Open legacy MCP sessions on one replica (over it: 429).
     #[arg(long, env = "MNEMOSYNE_SESSIONS_MAX", default_value_t = 10_000, global = true)]
     pub sessions_max: usize,
@@ -391,6 +396,7 @@ impl fmt::Debug for Settings {
             chunk_max_chars,
             session_idle_secs,
             sessions_per_credential,
+            user_max_tokens,
             sessions_max,
             rate_limit_per_minute,
             tool_rate_limit_per_minute,
@@ -434,6 +440,7 @@ impl fmt::Debug for Settings {
             .field("chunk_max_chars", chunk_max_chars)
             .field("session_idle_secs", session_idle_secs)
             .field("sessions_per_credential", sessions_per_credential)
+            .field("user_max_tokens", user_max_tokens)
             .field("sessions_max", sessions_max)
             .field("rate_limit_per_minute", rate_limit_per_minute)
             .field("tool_rate_limit_per_minute", tool_rate_limit_per_minute)

@@ -144,6 +144,26 @@ pub enum UserCmd {
     Enable { username: String },
     /// Set a user's password from standard input.
     SetPassword { username: String },
+    /// Set the tools every token of a user may use at most (a token's own
+    /// allowlist only narrows it); applies on the next request.
+    SetTools {
+        username: String,
+        #[command(flatten)]
+        tools: CeilingToolsArg,
+    },
+    /// Set the requests a minute all of a user's tokens share at most (over
+    /// the whole deployment), or with --none no ceiling; applies on the next
+    /// request.
+    SetRate {
+        username: String,
+        /// Requests a minute (at least 1).
+        #[arg(required_unless_present = "none", conflicts_with = "none",
+              value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+        per_minute: Option<u32>,
+        /// No rate ceiling.
+        #[arg(long)]
+        none: bool,
+    },
     /// List users.
     List,
 }
@@ -213,6 +233,18 @@ pub enum TokenCmd {
     },
     /// Revoke a token by id; it stops working on the next request.
     Revoke { id: i64 },
+}
+
+/// A user's tool ceiling on the command line: `--tool` (repeat) or `--all-tools`.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct CeilingToolsArg {
+    /// A tool the user's tokens may use (repeat); the others are hidden and refused.
+    #[arg(long = "tool")]
+    tools: Vec<String>,
+    /// No ceiling: each token's own allowlist decides.
+    #[arg(long)]
+    all_tools: bool,
 }
 
 /// A tool allowlist on the command line: `--tool` (repeat), `--every` or `--none`.
@@ -396,7 +428,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         }
         Command::User(c) => user(&pool, c, json).await?,
         Command::Membership(c) => membership(&pool, c, json).await?,
-        Command::Token(c) => token(&pool, c, json).await?,
+        Command::Token(c) => token(&pool, c, json, settings.user_max_tokens).await?,
         Command::SigningKey(c) => signing_key(&pool, c, json).await?,
         Command::Team(TeamCmd::SetRateLimit { id, rate }) => {
             let id = crate::service::teams::parse_id("id", &id)?;
@@ -601,6 +633,36 @@ async fn user(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::Result<()>
                 )
             });
         }
+        UserCmd::SetTools { username, tools } => {
+            let list = if tools.all_tools {
+                None
+            } else {
+                Some(ToolAllowlist::parse("--tool", &tools.tools, &crate::mcp::TOOLS)?)
+            };
+            let names = list.as_ref().map(ToolAllowlist::names);
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = accounts::set_max_tools(pool, &changes, CLI_ACTOR, &username, list.as_ref()).await?;
+            emit(
+                json,
+                serde_json::json!({"username": username, "max_tools": tools_json(names)}),
+                || println!("{username}'s tokens may use at most: {}", tools_human(names)),
+            );
+        }
+        UserCmd::SetRate {
+            username, per_minute, ..
+        } => {
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = accounts::set_max_rate(pool, &changes, CLI_ACTOR, &username, per_minute).await?;
+            emit(
+                json,
+                serde_json::json!({"username": username, "max_rate_per_minute": per_minute}),
+                || match per_minute {
+                    Some(n) => println!("{username}'s tokens share at most {n} requests a minute"),
+                    None => println!("{username}'s tokens have no rate ceiling"),
+                },
+            );
+        }
         UserCmd::Disable { username } => set_active(pool, &username, false, json).await?,
         UserCmd::Enable { username } => set_active(pool, &username, true, json).await?,
         UserCmd::SetStaff { username, off } => {
@@ -699,7 +761,7 @@ fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
                        "created_at": t.created_at})
 }
 
-async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<()> {
+async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool, max_live: u32) -> anyhow::Result<()> {
     match c {
         TokenCmd::Create {
             user,
@@ -722,6 +784,7 @@ async fn token(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<(
                 &libraries,
                 allowlist.as_ref(),
                 expires_at,
+                max_live,
             )
             .await
             .map_err(|e| match e {

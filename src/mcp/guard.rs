@@ -422,10 +422,17 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         }
         resp
     };
-    if let Err(l) = state
+    // A token whose user has a rate ceiling also counts against the user's
+    // bucket, shared by all the user's tokens (issue 32: minting more tokens
+    // adds no rate).
+    let limited = state
         .limits
         .request(principal.subject(), principal.rate_limit_per_minute())
-    {
+        .and_then(|()| match principal.user_rate() {
+            Some((user, rate)) => state.limits.request(user, Some(rate)),
+            None => Ok(()),
+        });
+    if let Err(l) = limited {
         state
             .metrics
             .rate_limited

@@ -356,3 +356,213 @@ async fn a_limited_console_request_does_not_touch_its_session() {
             .unwrap();
     assert!(untouched, "the limited request touched the session");
 }
+
+// ---- a user's ceiling ----
+
+/// The tool names a `tools/list` shows, sorted.
+async fn tool_names(mcp: &mut crate::helpers::McpClient) -> Vec<String> {
+    let ex = mcp.list_tools().await;
+    assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+    let mut n: Vec<String> = ex.response()["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", ex.response()))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    n.sort();
+    n
+}
+
+/// A person who owns a fresh library; (name, library).
+async fn owner(app: &TestApp, name: &str) -> (String, String) {
+    person(app, name).await;
+    let lib = app.library(&format!("{name}-lib")).await;
+    mnemosyne::store::pg::users::grant(&app.pg, name, &lib, mnemosyne::store::pg::users::Role::Owner)
+        .await
+        .unwrap();
+    (name.to_owned(), lib)
+}
+
+/// Staff restrict a person's tools with `user set-tools`: every token of
+/// theirs — one minted before, one with its own narrower allowlist, one
+/// they mint themselves afterwards at `/admin/me/tokens` — shows and calls
+/// only what both allow, on every replica from the next request; with
+/// `--all-tools` each token's own allowlist decides again (before: a freshly
+/// minted token had every tool).
+#[tokio::test]
+async fn a_users_tool_ceiling_narrows_every_token_they_hold_or_mint() {
+    let app = TestApp::spawn().await;
+    let replica = app.second_instance().await;
+    let (pat, lib) = owner(&app, "pat").await;
+    let before = mnemosyne::service::tokens::mint(&app.pg, &pat, "before", &[lib.clone()], None)
+        .await
+        .unwrap()
+        .plaintext;
+    let own = app.cli_ok(&[
+        "token",
+        "create",
+        "--user",
+        &pat,
+        "--library",
+        &lib,
+        "--tool",
+        "get_chunk",
+        "--tool",
+        "search",
+    ]);
+    let own = own
+        .split_whitespace()
+        .find(|w| w.starts_with("mnm_"))
+        .unwrap()
+        .to_owned();
+    let mut on_replica = replica.mcp(&before).connect().await;
+    let every: Vec<String> = {
+        let mut t: Vec<String> = mnemosyne::mcp::TOOLS.iter().map(|t| t.to_string()).collect();
+        t.sort();
+        t
+    };
+    assert_eq!(tool_names(&mut on_replica).await, every, "no ceiling yet");
+
+    app.cli_ok(&[
+        "user",
+        "set-tools",
+        &pat,
+        "--tool",
+        "search",
+        "--tool",
+        "list_libraries",
+    ]);
+    assert_eq!(tool_names(&mut on_replica).await, ["list_libraries", "search"]);
+    let ex = on_replica.call_raw("get_chunk", json!({"chunk_uid": "x"}), None).await;
+    let e = &ex.response()["error"];
+    assert_eq!(e["code"], -32602, "{e}");
+    assert_eq!(e["message"], "Tool get_chunk is not available to this credential.");
+    assert_eq!(tool_names(&mut app.mcp(&own).connect().await).await, ["search"]);
+    // Minted by the person afterwards, with no allowlist of its own.
+    let mut c = Console::signed_in(&app, &pat, STAFF_PASSWORD).await;
+    let r = c.post("/admin/me/tokens", &[("name", "mine"), ("library", &lib)]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let minted = crate::admin::plaintext_in(&r.body).unwrap();
+    assert_eq!(
+        tool_names(&mut replica.mcp(&minted).connect().await).await,
+        ["list_libraries", "search"]
+    );
+
+    app.cli_ok(&["user", "set-tools", &pat, "--all-tools"]);
+    assert_eq!(tool_names(&mut on_replica).await, every);
+    assert_eq!(
+        tool_names(&mut app.mcp(&own).connect().await).await,
+        ["get_chunk", "search"]
+    );
+    let (ok, _, err) = app.cli(&["user", "set-tools", &pat, "--tool", "delete_all"]);
+    assert!(!ok && err.contains("unknown tool \"delete_all\""), "{err}");
+}
+
+/// Staff cap a person's rate with `user set-rate`: all their tokens share
+/// it (minting more adds none), a token's own higher rate does not lift
+/// it, it applies to tokens already in use from their next request, and
+/// `--none` lifts it. Another person's tokens are not affected.
+#[tokio::test]
+async fn a_users_rate_ceiling_is_shared_by_all_their_tokens() {
+    let app = TestApp::spawn().await;
+    let (pat, lib) = owner(&app, "pat").await;
+    let mint = |name: &'static str| {
+        let (pg, pat, lib) = (app.pg.clone(), pat.clone(), lib.clone());
+        async move {
+            mnemosyne::service::tokens::mint(&pg, &pat, name, &[lib], None)
+                .await
+                .unwrap()
+                .plaintext
+        }
+    };
+    let (first, second) = (mint("first").await, mint("second").await);
+    let id = |name: &'static str| {
+        let pg = app.pg.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT id FROM mcp_tokens WHERE name = $1")
+                .bind(name)
+                .fetch_one(&pg)
+                .await
+                .unwrap()
+        }
+    };
+    app.cli_ok(&[
+        "token",
+        "set-rate-limit",
+        &id("second").await.to_string(),
+        "--per-minute",
+        "6000",
+    ]);
+    let other = app.opaque_token(&[lib.clone()]).await;
+    let list = |token: &str| {
+        let mut c = app.mcp(token).stateless();
+        async move { c.list_tools().await.status }
+    };
+    for _ in 0..3 {
+        assert_eq!(list(&first).await, StatusCode::OK, "no ceiling yet");
+    }
+
+    // 6 a minute: a burst of 1 for all of pat's tokens together.
+    app.cli_ok(&["user", "set-rate", &pat, "6"]);
+    assert_eq!(list(&first).await, StatusCode::OK);
+    assert_eq!(list(&first).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        list(&second).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "shared, own rate or not"
+    );
+    assert_eq!(list(&other).await, StatusCode::OK, "another user's token");
+
+    app.cli_ok(&["user", "set-rate", &pat, "--none"]);
+    assert_eq!(list(&first).await, StatusCode::OK);
+    assert_eq!(list(&second).await, StatusCode::OK);
+    let (ok, _, err) = app.cli(&["user", "set-rate", &pat, "0"]);
+    assert!(!ok, "{err}");
+}
+
+/// A person holds at most `MNEMOSYNE_USER_MAX_TOKENS` live tokens: past it,
+/// minting in the console or the CLI is refused with a clear message until
+/// one is revoked (before: unbounded, each adding sessions and rate).
+#[tokio::test]
+async fn a_user_holds_at_most_the_cap_of_live_tokens() {
+    let app = TestApp::spawn_with(|s| s.user_max_tokens = 2).await;
+    let (pat, lib) = owner(&app, "pat").await;
+    let mut c = Console::signed_in(&app, &pat, STAFF_PASSWORD).await;
+    for name in ["one", "two"] {
+        let r = c.post("/admin/me/tokens", &[("name", name), ("library", &lib)]).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+    let r = c
+        .post("/admin/me/tokens", &[("name", "three"), ("library", &lib)])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("already holds 2 live tokens"), "{}", r.body);
+    let (ok, _, err) = app.cli(&[
+        "--user-max-tokens",
+        "2",
+        "token",
+        "create",
+        "--user",
+        &pat,
+        "--library",
+        &lib,
+    ]);
+    assert!(!ok && err.contains("pat already holds 2 live tokens"), "{err}");
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM mcp_tokens WHERE active")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(live, 2);
+    let one = mnemosyne::store::pg::tokens::list(&app.pg, Some(&pat)).await.unwrap()[0].id;
+    app.cli_ok(&["token", "revoke", &one.to_string()]);
+    app.cli_ok(&[
+        "--user-max-tokens",
+        "2",
+        "token",
+        "create",
+        "--user",
+        &pat,
+        "--library",
+        &lib,
+    ]);
+}

@@ -184,7 +184,7 @@ pub async fn person(app: &TestApp, name: &str) -> String {
 }
 
 /// The `mnm_…` plaintext on a page, if any.
-fn plaintext_in(html: &str) -> Option<String> {
+pub fn plaintext_in(html: &str) -> Option<String> {
     let at = html.find("mnm_")?;
     Some(
         html[at..]
