@@ -51,10 +51,11 @@ pub struct Principal {
     /// Its own deployment-wide request rate a minute, instead of the
     /// configured one (0 = no limit); `None` = the configured one.
     pub(in crate::auth) rate_limit_per_minute: Option<u32>,
-    /// The bucket its user's ceiling rate is shared in (`user:<id>`, and
-    /// that rate a minute), for an opaque token whose user has one: every
-    /// token of the user counts against it (issue 32).
-    pub(in crate::auth) user_rate: Option<(Arc<str>, u32)>,
+    /// `user:<id>` of an opaque token's user: all the user's tokens share
+    /// its session cap and its rate ceiling (issue 32).
+    pub(in crate::auth) user: Option<Arc<str>>,
+    /// The user's rate ceiling a minute, if it has one.
+    pub(in crate::auth) user_max_rate: Option<u32>,
 }
 
 impl Principal {
@@ -87,10 +88,16 @@ impl Principal {
         self.rate_limit_per_minute
     }
 
+    /// `user:<id>` of an opaque token's user (what its sessions also count
+    /// against).
+    pub fn user(&self) -> Option<&Arc<str>> {
+        self.user.as_ref()
+    }
+
     /// The user-wide bucket key and rate a minute its requests also count
     /// against, if its user has a rate ceiling.
     pub fn user_rate(&self) -> Option<(&str, u32)> {
-        self.user_rate.as_ref().map(|(k, r)| (&**k, *r))
+        Some((self.user.as_deref()?, self.user_max_rate?))
     }
 
     /// An opaque-token principal reading `libraries`, for tests and benches
@@ -104,7 +111,8 @@ impl Principal {
             libraries: Scope::for_tests(libraries),
             tools: ToolGrant::Every,
             rate_limit_per_minute: None,
-            user_rate: None,
+            user: None,
+            user_max_rate: None,
         }
     }
 }

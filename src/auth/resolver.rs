@@ -194,7 +194,8 @@ impl Authenticator {
                     // A per-turn JWT has no stored credential to restrict.
                     tools: ToolGrant::Every,
                     rate_limit_per_minute: None,
-                    user_rate: None,
+                    user: None,
+                    user_max_rate: None,
                 };
                 Ok((p, pending))
             }
@@ -307,9 +308,8 @@ impl Authenticator {
             tools: ToolGrant::from_stored(row.allowed_tools.as_deref())
                 .within(&ToolGrant::from_stored(row.user_max_tools.as_deref())),
             rate_limit_per_minute: row.rate_limit_per_minute.map(|r| r.max(0) as u32),
-            user_rate: row
-                .user_max_rate_per_minute
-                .map(|r| (Arc::from(format!("user:{}", row.user_id)), r.max(1) as u32)),
+            user: Some(Arc::from(format!("user:{}", row.user_id))),
+            user_max_rate: row.user_max_rate_per_minute.map(|r| r.max(1) as u32),
         })
     }
 
@@ -387,7 +387,8 @@ impl Authenticator {
             libraries,
             tools: ToolGrant::from_stored(team.allowed_tools.as_deref()),
             rate_limit_per_minute: team.rate_limit_per_minute.map(|r| r.max(0) as u32),
-            user_rate: None,
+            user: None,
+            user_max_rate: None,
         })
     }
 

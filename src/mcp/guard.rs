@@ -220,6 +220,9 @@ fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
 fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
     let message = match refusal {
         Refusal::CredentialCap => "This credential has too many open MCP sessions; close one (DELETE) or wait.",
+        Refusal::UserCap => {
+            "This credential's user has too many open MCP sessions over all their tokens; close one (DELETE) or wait."
+        }
         Refusal::GlobalCap => "This server has too many open MCP sessions; try again later.",
     };
     ApiError::RateLimited {
@@ -492,6 +495,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     }
     let is_delete = req.method() == http::Method::DELETE;
     let credential = principal.credential().clone();
+    let user = principal.user().cloned();
     req.extensions_mut().insert::<Principal>(principal);
     if session.is_some() {
         let mut resp = next.run(req).await;
@@ -502,7 +506,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         return resp;
     }
     // No session yet: this request may open one, owned by this credential.
-    let opener = Opener::new(credential);
+    let opener = Opener::new(credential, user);
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
     if let Some(refusal) = opener.refusal() {
         if let Some(p) = &pending {

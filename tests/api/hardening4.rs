@@ -1,5 +1,7 @@
 //! Hardening round 4 (issue 32): each test is named after what it shows.
 
+use mnemosyne::service::accounts;
+use mnemosyne::service::tool_grants::ToolAllowlist;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -423,15 +425,16 @@ async fn a_users_tool_ceiling_narrows_every_token_they_hold_or_mint() {
     };
     assert_eq!(tool_names(&mut on_replica).await, every, "no ceiling yet");
 
-    app.cli_ok(&[
-        "user",
-        "set-tools",
-        &pat,
-        "--tool",
-        "search",
-        "--tool",
-        "list_libraries",
-    ]);
+    // Through the workflow the console and the CLI share, which waits
+    // until every replica has seen the change: its next request follows.
+    let ceiling = ToolAllowlist::parse(
+        "tools",
+        &["search".into(), "list_libraries".into()],
+        &mnemosyne::mcp::TOOLS,
+    )
+    .unwrap();
+    let fenced = accounts::set_max_tools(&app.pg, &app.state.changes, "test", &pat, Some(&ceiling)).await;
+    assert!(fenced.unwrap().is_ok(), "both replicas confirmed");
     assert_eq!(tool_names(&mut on_replica).await, ["list_libraries", "search"]);
     let ex = on_replica.call_raw("get_chunk", json!({"chunk_uid": "x"}), None).await;
     let e = &ex.response()["error"];
@@ -448,8 +451,19 @@ async fn a_users_tool_ceiling_narrows_every_token_they_hold_or_mint() {
         ["list_libraries", "search"]
     );
 
+    // The CLI has no caches to fence with: its NOTIFY reaches every
+    // replica shortly after it returns (a bounded wait, not a timing
+    // assertion).
     app.cli_ok(&["user", "set-tools", &pat, "--all-tools"]);
-    assert_eq!(tool_names(&mut on_replica).await, every);
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = tool_names(&mut on_replica).await;
+        if seen == every {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, every);
     assert_eq!(
         tool_names(&mut app.mcp(&own).connect().await).await,
         ["get_chunk", "search"]
@@ -502,8 +516,10 @@ async fn a_users_rate_ceiling_is_shared_by_all_their_tokens() {
         assert_eq!(list(&first).await, StatusCode::OK, "no ceiling yet");
     }
 
-    // 6 a minute: a burst of 1 for all of pat's tokens together.
-    app.cli_ok(&["user", "set-rate", &pat, "6"]);
+    // 6 a minute: a burst of 1 for all of pat's tokens together (set
+    // through the workflow, which waits until the replica has seen it).
+    let fenced = accounts::set_max_rate(&app.pg, &app.state.changes, "test", &pat, Some(6)).await;
+    assert!(fenced.unwrap().is_ok());
     assert_eq!(list(&first).await, StatusCode::OK);
     assert_eq!(list(&first).await, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
@@ -513,9 +529,29 @@ async fn a_users_rate_ceiling_is_shared_by_all_their_tokens() {
     );
     assert_eq!(list(&other).await, StatusCode::OK, "another user's token");
 
+    // Lifted through the CLI (no fence: a bounded wait for its NOTIFY).
     app.cli_ok(&["user", "set-rate", &pat, "--none"]);
-    assert_eq!(list(&first).await, StatusCode::OK);
+    let mut lifted = false;
+    for _ in 0..100 {
+        if list(&first).await == StatusCode::OK {
+            lifted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(lifted, "the ceiling was lifted");
     assert_eq!(list(&second).await, StatusCode::OK);
+    let max: Option<i32> = sqlx::query_scalar("SELECT max_rate_per_minute FROM users WHERE username = 'pat'")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(max, None);
+    app.cli_ok(&["user", "set-rate", &pat, "30"]);
+    let max: Option<i32> = sqlx::query_scalar("SELECT max_rate_per_minute FROM users WHERE username = 'pat'")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(max, Some(30));
     let (ok, _, err) = app.cli(&["user", "set-rate", &pat, "0"]);
     assert!(!ok, "{err}");
 }
@@ -565,4 +601,41 @@ async fn a_user_holds_at_most_the_cap_of_live_tokens() {
         "--library",
         &lib,
     ]);
+}
+
+/// Sessions count per user as well as per token: all of a person's tokens
+/// together hold at most `MNEMOSYNE_SESSIONS_PER_CREDENTIAL` sessions on a
+/// replica (before: each token its own, so minting more gave more).
+#[tokio::test]
+async fn a_users_tokens_share_one_session_cap() {
+    let app = TestApp::spawn_with(|s| s.sessions_per_credential = 2).await;
+    let (pat, lib) = owner(&app, "pat").await;
+    let mut tokens = Vec::new();
+    for name in ["one", "two"] {
+        let minted = mnemosyne::service::tokens::mint(&app.pg, &pat, name, &[lib.clone()], None)
+            .await
+            .unwrap();
+        tokens.push(minted.plaintext);
+    }
+    let first = app.mcp(&tokens[0]).connect().await;
+    let _second = app.mcp(&tokens[1]).connect().await;
+    let ex = app.mcp(&tokens[1]).initialize().await;
+    assert_eq!(ex.status, StatusCode::TOO_MANY_REQUESTS, "{ex:?}");
+    assert!(
+        ex.json()["message"].as_str().unwrap().contains("over all their tokens"),
+        "{ex:?}"
+    );
+    let other = app.opaque_token(&[lib.clone()]).await;
+    assert_eq!(app.mcp(&other).initialize().await.status, StatusCode::OK);
+    let closed = app
+        .http
+        .delete(app.url("/mcp/"))
+        .bearer_auth(&tokens[0])
+        .header("Mcp-Session-Id", first.session.as_deref().unwrap())
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.mcp(&tokens[1]).initialize().await.status, StatusCode::OK);
 }
