@@ -639,3 +639,58 @@ async fn a_users_tokens_share_one_session_cap() {
     assert_eq!(closed.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.mcp(&tokens[1]).initialize().await.status, StatusCode::OK);
 }
+
+/// Staff set a person's ceiling on the console's user page (linked from
+/// the users list): tools and rate, audited, applied to the person's tokens
+/// from their next request; a rate below 1 is refused naming the field.
+#[tokio::test]
+async fn staff_set_a_users_ceiling_on_the_console() {
+    let app = TestApp::spawn().await;
+    let (pat, lib) = owner(&app, "pat").await;
+    let token = mnemosyne::service::tokens::mint(&app.pg, &pat, "t", &[lib.clone()], None)
+        .await
+        .unwrap()
+        .plaintext;
+    let mut mcp = app.mcp(&token).connect().await;
+    assert_eq!(tool_names(&mut mcp).await.len(), mnemosyne::mcp::TOOLS.len());
+    let boss = staff(&app, "boss").await;
+    let mut c = Console::signed_in(&app, &boss, STAFF_PASSWORD).await;
+    let users = c.get("/admin/users").await;
+    assert!(
+        users.body.contains("href=\"/admin/user?username=pat\""),
+        "{}",
+        users.body
+    );
+    let page = c.get("/admin/user?username=pat").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body.contains("every tool") && page.body.contains("no rate ceiling"),
+        "{}",
+        page.body
+    );
+
+    let r = c
+        .post(
+            "/admin/user/tools?username=pat",
+            &[("mode", "only"), ("tool", "search")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/admin/user?username=pat&ok=user-ceiling");
+    assert_eq!(tool_names(&mut mcp).await, ["search"]);
+    let r = c.post("/admin/user/rate?username=pat", &[("per_minute", "0")]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("per_minute must be 1 to"), "{}", r.body);
+    let r = c.post("/admin/user/rate?username=pat", &[("per_minute", "600")]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let page = c.get("/admin/user?username=pat").await;
+    assert!(page.body.contains("<b>600</b> requests a minute"), "{}", page.body);
+    let actions: Vec<String> = sqlx::query_scalar(
+        "SELECT action::text FROM audit_events WHERE target = 'pat' AND action LIKE 'user_max%' ORDER BY id",
+    )
+    .fetch_all(&app.pg)
+    .await
+    .unwrap();
+    assert_eq!(actions, ["user_max_tools_set", "user_max_rate_set"]);
+    assert_eq!(c.get("/admin/user?username=nobody").await.status, StatusCode::NOT_FOUND);
+}

@@ -147,6 +147,15 @@ pub async fn set_max_rate<'e>(
     Ok(done.rows_affected() == 1)
 }
 
+/// A user's ceiling: (tools, rate a minute); `None` when no such user.
+#[allow(clippy::type_complexity)]
+pub async fn ceiling(pool: &PgPool, username: &str) -> Result<Option<(Option<Vec<String>>, Option<i32>)>, sqlx::Error> {
+    sqlx::query_as("SELECT max_tools, max_rate_per_minute FROM users WHERE username = $1")
+        .bind(username)
+        .fetch_optional(pool)
+        .await
+}
+
 /// Locks a user's row for the rest of the transaction (mints of one user
 /// then count its live tokens one at a time) and returns how many live
 /// tokens it holds: active and not expired.
