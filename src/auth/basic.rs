@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::rand_core::RngCore;
@@ -71,7 +71,15 @@ pub struct BasicGuard {
     priority: Arc<Semaphore>,
     pepper: [u8; 32],
     known_good: moka::sync::Cache<[u8; 32], ()>,
-    failures: Option<DefaultKeyedRateLimiter<String>>,
+    /// Failures a minute allowed per key over the whole deployment (0: no
+    /// throttle); each replica counts its share (`replicas`).
+    failures_per_minute: u32,
+    /// Live replicas (`AuthCaches::live_replicas`); 1 until set.
+    replicas: Arc<AtomicUsize>,
+    /// The failure counters of the replica count they were built for
+    /// (rebuilt, with full bursts, when it changes; the throttles already
+    /// set in `throttled` stay).
+    failures: RwLock<Option<FailureCounters>>,
     throttled: moka::sync::Cache<String, Instant>,
     /// argon2 hashes running now, and the most ever at once.
     hashing: Arc<AtomicUsize>,
@@ -83,6 +91,9 @@ pub struct BasicGuard {
     /// right after a cache flush costs one argon2, not one per request).
     flights: Mutex<HashMap<Flight, Arc<OnceCell<Verdict>>>>,
 }
+
+/// Failure counters per key, and the replica count they were built for.
+type FailureCounters = (usize, DefaultKeyedRateLimiter<String>);
 
 /// One credential checked for one kind of account.
 type Flight = ([u8; 32], Accept);
@@ -115,7 +126,8 @@ type Verdict = Result<Option<users::User>, ApiError>;
 
 impl BasicGuard {
     /// `permits` argon2 verifications at once in the normal lane (one more
-    /// in the known-good lane); `failures_per_minute` per username and address.
+    /// in the known-good lane); `failures_per_minute` per username and
+    /// address, for the whole deployment (see `with_replicas`).
     pub fn new(permits: usize, failures_per_minute: u32) -> Self {
         let mut pepper = [0u8; 32];
         OsRng.fill_bytes(&mut pepper);
@@ -128,11 +140,9 @@ impl BasicGuard {
                 .max_capacity(10_000)
                 .time_to_idle(Duration::from_secs(24 * 3600))
                 .build(),
-            failures: NonZeroU32::new(failures_per_minute).map(|n| {
-                RateLimiter::dashmap(
-                    Quota::per_minute(n).allow_burst(NonZeroU32::new((n.get() / 6).max(3)).unwrap_or(n)),
-                )
-            }),
+            failures_per_minute,
+            replicas: Arc::new(AtomicUsize::new(1)),
+            failures: RwLock::new(None),
             throttled: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(Duration::from_secs(120))
@@ -142,6 +152,35 @@ impl BasicGuard {
             hashed: Arc::new(AtomicUsize::new(0)),
             flights: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts failures deployment-wide: each replica allows its share of
+    /// the configured rate, divided by `replicas` (the live replicas, as the
+    /// MCP rate limits do), so N replicas do not allow N× the guesses.
+    pub fn with_replicas(mut self, replicas: Arc<AtomicUsize>) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The failure counters for the current replica count.
+    fn failure_counters(&self) -> Option<std::sync::RwLockReadGuard<'_, Option<FailureCounters>>> {
+        let per_minute = NonZeroU32::new(self.failures_per_minute)?;
+        let n = self.replicas.load(Ordering::SeqCst).max(1);
+        {
+            let current = self.failures.read().unwrap_or_else(|e| e.into_inner());
+            if current.as_ref().is_some_and(|(built, _)| *built == n) {
+                return Some(current);
+            }
+        }
+        {
+            let mut w = self.failures.write().unwrap_or_else(|e| e.into_inner());
+            if w.as_ref().is_none_or(|(built, _)| *built != n) {
+                let share = NonZeroU32::new(per_minute.get().div_ceil(n as u32)).unwrap_or(per_minute);
+                let burst = NonZeroU32::new((share.get() / 6).max(3)).unwrap_or(share);
+                *w = Some((n, RateLimiter::dashmap(Quota::per_minute(share).allow_burst(burst))));
+            }
+        }
+        Some(self.failures.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Joins the verification of `key` in flight, or starts one.
@@ -196,7 +235,8 @@ impl BasicGuard {
     /// Counts one failure of `key`; when that puts it over the limit, it is
     /// throttled until the counter allows another: the time it ends then.
     fn count_failure(&self, key: String) -> Option<Instant> {
-        let f = self.failures.as_ref()?;
+        let counters = self.failure_counters()?;
+        let (_, f) = counters.as_ref()?;
         let not_until = f.check_key(&key).err()?;
         let wait = not_until.wait_time_from(DefaultClock::default().now());
         let until = Instant::now() + wait.max(Duration::from_secs(1));
@@ -224,7 +264,8 @@ impl BasicGuard {
 
     /// Forgets idle failure counters (bounded memory after a flood).
     pub fn shrink(&self) {
-        if let Some(f) = &self.failures {
+        let counters = self.failures.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, f)) = counters.as_ref() {
             f.retain_recent();
             f.shrink_to_fit();
         }

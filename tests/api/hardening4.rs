@@ -694,3 +694,47 @@ async fn staff_set_a_users_ceiling_on_the_console() {
     assert_eq!(actions, ["user_max_tools_set", "user_max_rate_set"]);
     assert_eq!(c.get("/admin/user?username=nobody").await.status, StatusCode::NOT_FOUND);
 }
+
+/// Basic failure counts hold for the deployment, as the rate limits do:
+/// with two live replicas each allows its half of the configured failures
+/// a minute, so two replicas do not allow twice the guesses (before: each
+/// replica allowed the full rate).
+#[tokio::test]
+async fn basic_failure_counts_are_shared_by_the_live_replicas() {
+    // 120 a minute: a burst of 20 on a replica alone, of 10 on each of two.
+    let app = TestApp::spawn_with(|s| s.basic_failures_per_minute = 120).await;
+    let replica = app.second_instance().await;
+    let live = |a: &TestApp| {
+        a.state
+            .auth
+            .caches
+            .live_replicas()
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    for _ in 0..200 {
+        if live(&app) == 2 && live(&replica) == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!((live(&app), live(&replica)), (2, 2), "both replicas count each other");
+    let mut failures = 0;
+    for _ in 0..40 {
+        let s = app
+            .http
+            .get(app.url(&format!("/mcp_server/api/teams/{}/", uuid::Uuid::new_v4())))
+            .basic_auth(SERVICE_USER, Some("wrong"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if s == StatusCode::TOO_MANY_REQUESTS {
+            break;
+        }
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        failures += 1;
+    }
+    // 10, and one more for each second the hashes took (the share refills
+    // at 1/s); a replica counting the full rate allows 20 or more.
+    assert!(failures < 15, "{failures} failures before 429");
+}
