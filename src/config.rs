@@ -135,8 +135,8 @@ pub struct Settings {
     /// `10.0.0.0/8,fd00::/8`) whose `Forwarded` / `X-Forwarded-For` name the
     /// client: per-address throttles then count the client's address, not the
     /// proxy's. None by default: the TCP peer is the client.
-    #[arg(long, env = "MNEMOSYNE_TRUSTED_PROXIES", value_delimiter = ',', global = true)]
-    pub trusted_proxies: Vec<crate::proxies::Cidr>,
+    #[arg(long, env = "MNEMOSYNE_TRUSTED_PROXIES", default_value = "", global = true)]
+    pub trusted_proxies: crate::proxies::TrustedProxies,
 
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,

@@ -58,6 +58,23 @@ impl Cidr {
     }
 }
 
+/// `MNEMOSYNE_TRUSTED_PROXIES`: address blocks, comma-separated; empty
+/// entries (and an empty value) are no block.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(pub Vec<Cidr>);
+
+impl FromStr for TrustedProxies {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        raw.split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(Cidr::from_str)
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
 /// `::ffff:a.b.c.d` as the IPv4 address it is (dual-stack listeners see it).
 pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -248,6 +265,14 @@ mod tests {
         for bad in ["", "10.0.0.0/33", "::/129", "10.0.0/8", "example.com", "10.0.0.0/x"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_setting_is_a_list_and_empty_is_none() {
+        assert_eq!("".parse::<TrustedProxies>().unwrap(), TrustedProxies::default());
+        let l: TrustedProxies = " 10.0.0.0/8, ,fd00::/8 ".parse().unwrap();
+        assert_eq!(l.0, cidrs(&["10.0.0.0/8", "fd00::/8"]));
+        assert!("10.0.0.0/8,nope".parse::<TrustedProxies>().is_err());
     }
 
     #[test]

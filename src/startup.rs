@@ -174,7 +174,7 @@ async fn serve(
     use tower::ServiceExt;
 
     let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
-    let trusted: Arc<[crate::proxies::Cidr]> = settings.trusted_proxies.clone().into();
+    let trusted: Arc<[crate::proxies::Cidr]> = settings.trusted_proxies.0.clone().into();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(settings.header_timeout_secs.max(1)))

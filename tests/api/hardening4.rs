@@ -13,7 +13,7 @@ use crate::helpers::{send, TestApp, SERVICE_PASSWORD, SERVICE_USER};
 /// The test client connects from loopback: with it trusted, the app sits
 /// "behind a proxy" whose forwarding headers the test writes.
 fn behind_a_proxy(s: &mut mnemosyne::config::Settings) {
-    s.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    s.trusted_proxies = "127.0.0.1/32".parse().unwrap();
 }
 
 /// A sign-in from a console carrying `header: value` (its answer's status).
