@@ -10,7 +10,11 @@
 //!
 //! Sizes: LOAD_TENANT_CHUNKS (200), LOAD_OTHER_CHUNKS (2000), LOAD_GROWTH ("10,100"),
 //! LOAD_REQUESTS (300 per measurement at concurrency 1), LOAD_SECONDS (8 at 32; 0 skips it),
-//! LOAD_WARMUP (20 untimed requests before each concurrency-1 measurement).
+//! LOAD_WARMUP (20 untimed requests before each concurrency-1 measurement),
+//! LOAD_QUERY ("quasar tidal", broad: `tidal` is in most chunks; "magnetar" is
+//! in one chunk in a thousand). "raw Lucene" is the anchor: the scoped
+//! full-text query alone over Bolt, best 10; "graph path" is the search
+//! without the index (what every search did before it).
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
 //!
 //! With an embedding model configured (`MNEMOSYNE_EMBED_MODEL`, as `.dev/env`
@@ -181,6 +185,9 @@ struct Target {
     /// The anchor: the scoped full-text query alone, over Bolt (index,
     /// query), best 10 by Lucene's score.
     lucene: (AdminGraph, &'static str, String),
+    /// The query of the concurrency-1 and -32 runs (LOAD_QUERY, default
+    /// "quasar tidal": `tidal` is in most chunks, a broad query).
+    query: String,
     /// The tenant's view of the graph (the same reads the tool makes).
     graph: ScopedGraph,
 }
@@ -189,7 +196,7 @@ impl Target {
     /// One `search` call: on a session (legacy revisions) when `session` is
     /// given, else a stateless 2026-07-28 request.
     async fn mcp_search(&self, session: Option<&str>) {
-        self.mcp_search_as(session, None, "quasar tidal").await
+        self.mcp_search_as(session, None, &self.query).await
     }
 
     /// `search` with `mode` (the server's default when `None`).
@@ -263,6 +270,25 @@ impl Target {
         sid
     }
 
+    /// One stateless `search`, its answer not checked (waiting for the index).
+    async fn mcp_search_quiet(&self) {
+        let params = json!({"name": "search", "arguments": {"query": self.query, "limit": 10},
+                            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                      "io.modelcontextprotocol/clientCapabilities": {}}});
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let _ = self
+            .http
+            .post(&self.url)
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "tools/call")
+            .header("Mcp-Name", "search")
+            .json(&body)
+            .send()
+            .await;
+    }
+
     async fn raw_lucene(&self) {
         let (admin, index, lucene) = &self.lucene;
         let q = neo4rs::query(
@@ -278,7 +304,7 @@ impl Target {
     async fn raw_search(&self) {
         let hits = self
             .graph
-            .search(&mnemosyne::store::graph::knowledge::Search::keyword("quasar tidal", 10))
+            .search(&mnemosyne::store::graph::knowledge::Search::keyword(&self.query, 10))
             .await
             .unwrap();
         assert!(!hits.is_empty());
@@ -347,10 +373,13 @@ async fn throughput(t: Arc<Target>, conc: usize, secs: u64, mode: Mode) -> (f64,
     (rps, stats(all))
 }
 
-/// Searches until the server answered one from its index alone (its
-/// `mnemosyne_index_graph_fallbacks_total` did not move), at most 10 min.
-async fn wait_indexed(t: &Target, base: &str) {
-    let fallbacks = || async {
+/// Waits until the server's index of the tenant is built (its first search
+/// starts the build; a broad query on a large library may time out on the
+/// graph path meanwhile), then until a search is answered from the index
+/// alone (`mnemosyne_index_graph_fallbacks_total` did not move); at most
+/// 10 min.
+async fn wait_indexed(t: Arc<Target>, base: &str) {
+    let metric = |name: &'static str| async move {
         let text = reqwest::get(format!("{base}/metrics"))
             .await
             .unwrap()
@@ -358,14 +387,29 @@ async fn wait_indexed(t: &Target, base: &str) {
             .await
             .unwrap();
         text.lines()
-            .find_map(|l| l.strip_prefix("mnemosyne_index_graph_fallbacks_total "))
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(0.0)
     };
+    // The first search starts the build (its answer, from the graph, is
+    // not waited on).
+    let first = {
+        let t = t.clone();
+        tokio::spawn(async move { t.mcp_search_quiet().await })
+    };
     for _ in 0..6000 {
-        let before = fallbacks().await;
-        t.mcp_search(None).await;
-        if fallbacks().await == before {
+        if metric("mnemosyne_index_rebuilds_total").await >= 1.0
+            && metric("mnemosyne_index_building_libraries").await == 0.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = first.await;
+    for _ in 0..600 {
+        let before = metric("mnemosyne_index_graph_fallbacks_total").await;
+        t.mcp_search_quiet().await;
+        if metric("mnemosyne_index_graph_fallbacks_total").await == before {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -448,7 +492,9 @@ async fn run() {
     // runs as its own process (as deployed), the load generator here.
     let (base, server) = common::start_server("LOAD_SERVER_BIN", &settings).await;
     let url = format!("{base}/mcp/");
-    let words = mnemosyne::store::graph::scoped::query_words(Language::English, "quasar tidal");
+    let query = std::env::var("LOAD_QUERY").unwrap_or_else(|_| "quasar tidal".into());
+    println!("query: {query:?}");
+    let words = mnemosyne::store::graph::scoped::query_words(Language::English, &query);
     let (_, lucene) = mnemosyne::store::graph::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
     let flavor_index = GraphStore::connect(&settings).await.unwrap().flavor.fulltext_index();
     let target = Arc::new(Target {
@@ -456,13 +502,14 @@ async fn run() {
         url,
         token,
         lucene: (AdminGraph::connect(&settings).await.unwrap(), flavor_index, lucene),
+        query,
         graph: graph.knowledge.scoped(&Principal::for_tests([tenant.clone()])),
     });
     // The server's index of the tenant is built (from the graph) on its
     // first search; measure once it answers.
     if settings.index_dir.is_some() {
         let t0 = Instant::now();
-        wait_indexed(&target, &base).await;
+        wait_indexed(target.clone(), &base).await;
         println!(
             "index: the tenant's index answered after {:.1} s",
             t0.elapsed().as_secs_f64()

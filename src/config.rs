@@ -131,6 +131,13 @@ pub struct Settings {
     )]
     pub allowed_origins: Vec<String>,
 
+    /// Reverse proxies (address blocks, comma-separated, e.g.
+    /// `10.0.0.0/8,fd00::/8`) whose `Forwarded` / `X-Forwarded-For` name the
+    /// client: per-address throttles then count the client's address, not the
+    /// proxy's. None by default: the TCP peer is the client.
+    #[arg(long, env = "MNEMOSYNE_TRUSTED_PROXIES", default_value = "", global = true)]
+    pub trusted_proxies: crate::proxies::TrustedProxies,
+
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
@@ -169,6 +176,11 @@ pub struct Settings {
     /// Open legacy MCP sessions one credential may hold (over it: 429).
     #[arg(long, env = "MNEMOSYNE_SESSIONS_PER_CREDENTIAL", default_value_t = 64, global = true)]
     pub sessions_per_credential: usize,
+
+    /// Live (active, unexpired) opaque tokens one user may hold; minting
+    /// another is refused until one is revoked or expires.
+    #[arg(long, env = "MNEMOSYNE_USER_MAX_TOKENS", default_value_t = 25, global = true)]
+    pub user_max_tokens: u32,
 
     /// Open legacy MCP sessions on one replica (over it: 429).
     #[arg(long, env = "MNEMOSYNE_SESSIONS_MAX", default_value_t = 10_000, global = true)]
@@ -280,6 +292,11 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_AUDIT_RETENTION_DAYS", default_value_t = 400, global = true)]
     pub audit_retention_days: u32,
 
+    /// Hourly usage counts (`usage_hourly`) older than this many days are
+    /// deleted, swept with the audit events; 0 keeps them for ever.
+    #[arg(long, env = "MNEMOSYNE_USAGE_RETENTION_DAYS", default_value_t = 400, global = true)]
+    pub usage_retention_days: u32,
+
     /// Directory of the embedding model (config.json, tokenizer.json,
     /// model.safetensors; `scripts/dev` unpacks one into
     /// .dev/models/all-minilm-l6-v2). Unset: keyword search only.
@@ -388,6 +405,7 @@ impl fmt::Debug for Settings {
             listen,
             public_url,
             allowed_origins,
+            trusted_proxies,
             log_format,
             cache_max_staleness_secs,
             body_limit_bytes,
@@ -396,6 +414,7 @@ impl fmt::Debug for Settings {
             chunk_max_chars,
             session_idle_secs,
             sessions_per_credential,
+            user_max_tokens,
             sessions_max,
             rate_limit_per_minute,
             tool_rate_limit_per_minute,
@@ -413,6 +432,7 @@ impl fmt::Debug for Settings {
             admin_session_idle_secs,
             admin_session_absolute_secs,
             audit_retention_days,
+            usage_retention_days,
             embed_model,
             embed_batch,
             vector_cache_chunks,
@@ -432,6 +452,7 @@ impl fmt::Debug for Settings {
             .field("listen", listen)
             .field("public_url", public_url)
             .field("allowed_origins", allowed_origins)
+            .field("trusted_proxies", trusted_proxies)
             .field("log_format", log_format)
             .field("cache_max_staleness_secs", cache_max_staleness_secs)
             .field("body_limit_bytes", body_limit_bytes)
@@ -440,6 +461,7 @@ impl fmt::Debug for Settings {
             .field("chunk_max_chars", chunk_max_chars)
             .field("session_idle_secs", session_idle_secs)
             .field("sessions_per_credential", sessions_per_credential)
+            .field("user_max_tokens", user_max_tokens)
             .field("sessions_max", sessions_max)
             .field("rate_limit_per_minute", rate_limit_per_minute)
             .field("tool_rate_limit_per_minute", tool_rate_limit_per_minute)
@@ -457,6 +479,7 @@ impl fmt::Debug for Settings {
             .field("admin_session_idle_secs", admin_session_idle_secs)
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .field("audit_retention_days", audit_retention_days)
+            .field("usage_retention_days", usage_retention_days)
             .field("embed_model", embed_model)
             .field("embed_batch", embed_batch)
             .field("vector_cache_chunks", vector_cache_chunks)

@@ -12,11 +12,13 @@ pub mod ids;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;
+pub mod proxies;
 pub mod service;
 pub mod startup;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod usage;
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
     tasks.spawn(crate::service::audit::retention_loop(
         state.pg.clone(),
         state.settings.audit_retention_days,
+        state.settings.usage_retention_days,
         Duration::from_secs(3600),
     ));
     let (limits, basic) = (state.mcp.limits.clone(), state.basic.clone());
@@ -163,7 +164,8 @@ async fn check_migrations(pool: &sqlx::PgPool) -> anyhow::Result<()> {
 /// The accept loop: at most `max_connections` connections at once (further
 /// ones are closed straight away), a header-read timeout on every request
 /// (it also bounds how long an idle keep-alive connection waits), TCP_NODELAY,
-/// the peer address for the handlers, and a graceful drain on shutdown.
+/// the peer and the client's address (`proxies`) for the handlers, and a
+/// graceful drain on shutdown.
 async fn serve(
     listener: TcpListener,
     router: Router,
@@ -174,6 +176,7 @@ async fn serve(
     use tower::ServiceExt;
 
     let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
+    let trusted: Arc<[crate::proxies::Cidr]> = settings.trusted_proxies.0.clone().into();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(settings.header_timeout_secs.max(1)))
@@ -205,8 +208,11 @@ async fn serve(
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
         let router = router.clone();
+        let trusted = trusted.clone();
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            let client = crate::proxies::client_ip(peer.ip(), req.headers(), &trusted);
             req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            req.extensions_mut().insert(crate::proxies::ClientAddress(client));
             router.clone().oneshot(req.map(axum::body::Body::new))
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));

@@ -102,10 +102,13 @@ impl AppState {
             )
             .with_cold_lookups(settings.cold_lookups),
         );
-        let basic = Arc::new(BasicGuard::new(
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
-            settings.basic_failures_per_minute,
-        ));
+        let basic = Arc::new(
+            BasicGuard::new(
+                std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+                settings.basic_failures_per_minute,
+            )
+            .with_replicas(caches.live_replicas()),
+        );
         let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
         let console = Arc::new(crate::limits::console::ConsoleLimits::new(
             settings.admin_rate_limit_per_minute,

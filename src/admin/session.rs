@@ -179,7 +179,11 @@ impl Session {
     }
 }
 
-async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session>, ApiError> {
+/// The session of a request's cookie. The console's limits run before the
+/// session's `touch` UPDATE (issue 32): the session id's own bucket, and the
+/// address's throttle for cookies that matched no session, so a flood of
+/// made-up or replayed cookies writes nothing and is refused with 429.
+async fn current(headers: &HeaderMap, address: &str, state: &AppState) -> Result<Option<Session>, ApiError> {
     let Some(id) = cookie(headers, Cookies::of(state).session) else {
         return Ok(None);
     };
@@ -187,6 +191,7 @@ async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session
         return Ok(None);
     }
     let id_hash = hash_id(id);
+    state.console.before_lookup(&id_hash, address)?;
     let s = &state.settings;
     let user = store::touch_session(
         &state.pg,
@@ -195,7 +200,10 @@ async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session
         s.admin_session_absolute_secs.max(1) as i64,
     )
     .await?;
-    let Some(user) = user else { return Ok(None) };
+    let Some(user) = user else {
+        state.console.unknown_session(address);
+        return Ok(None);
+    };
     // Every request of a signed-in user counts against their console rate.
     state.console.user(user.user_id)?;
     Ok(Some(Session { user, id_hash }))
@@ -211,7 +219,7 @@ impl FromRequestParts<AppState> for Person {
     type Rejection = AdminError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        current(&parts.headers, state)
+        current(&parts.headers, &client_address(parts), state)
             .await?
             .map(Person)
             .ok_or(AdminError::SignIn)
@@ -284,11 +292,13 @@ fn home(s: &SessionUser) -> &'static str {
 }
 
 /// GET /admin/login: the form (or home when already signed in).
-pub async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, AdminError> {
-    if let Some(s) = current(&headers, &state).await? {
+pub async fn login_form(State(state): State<AppState>, req: Request) -> Result<Response, AdminError> {
+    let (parts, _) = req.into_parts();
+    let headers = &parts.headers;
+    if let Some(s) = current(headers, &client_address(&parts), &state).await? {
         return Ok(Redirect::to(home(&s.user)).into_response());
     }
-    Ok(login_page(&state, &headers, StatusCode::OK, "", None))
+    Ok(login_page(&state, headers, StatusCode::OK, "", None))
 }
 
 /// The sign-in form; its CSRF token is the browser's current sign-in cookie

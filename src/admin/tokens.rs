@@ -171,6 +171,7 @@ async fn mint(state: &AppState, by: &str, username: &str, form: &super::FormData
         form.get("name").trim(),
         &libraries,
         expires_at,
+        state.settings.user_max_tokens,
     )
     .await
     .map(|m| (m.id, m.plaintext))

@@ -94,7 +94,7 @@ fn parse_rate(form: &FormData) -> Result<Option<u32>, FieldError> {
 }
 
 /// The allowlist a form asks for (`None` = every tool).
-fn parse(form: &FormData) -> Result<Option<ToolAllowlist>, FieldError> {
+pub(super) fn parse(form: &FormData) -> Result<Option<ToolAllowlist>, FieldError> {
     match form.get("mode") {
         "every" => Ok(None),
         "only" => ToolAllowlist::parse("tool", &form.all("tool"), &crate::mcp::TOOLS)

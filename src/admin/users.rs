@@ -1,6 +1,8 @@
-//! Users: create, disable/enable, reset password, staff flag — through the
-//! same service functions as the CLI (each audited; disabling ends the user's
-//! tokens and console sessions on the next request everywhere).
+//! Users: create, disable/enable, reset password, staff flag, and a
+//! person's ceiling (the tools and rate every token of theirs has at most,
+//! issue 32) — through the same service functions as the CLI (each audited;
+//! disabling ends the user's tokens and console sessions, a ceiling applies
+//! to their tokens, on the next request everywhere).
 
 use std::collections::HashMap;
 
@@ -33,7 +35,9 @@ async fn page(
             tbody { @for u in &list {
                 @let me = u.username == s.username();
                 tr {
-                    td { (u.username) }
+                    td { @if u.is_service { (u.username) } @else {
+                        a href={ "/admin/user?username=" (view::urlencode(&u.username)) } { (u.username) }
+                    } }
                     td { @if u.is_service { "service account" } @else { "person" } }
                     td { (view::badge(u.active, "active", "disabled")) }
                     td { @if u.is_staff { "staff" } }
@@ -214,4 +218,115 @@ pub async fn set_password(
             page(&state, &s, &form, &err, None, StatusCode::BAD_REQUEST).await
         }
     }
+}
+
+/// A person's ceiling page: what every token of theirs may use at most,
+/// with its two forms.
+async fn ceiling_page(
+    state: &AppState,
+    s: &Session,
+    username: &str,
+    err: &FieldError,
+    notice: Option<String>,
+    status: StatusCode,
+) -> Result<Response, AdminError> {
+    let (tools, rate) = users::ceiling(&state.pg, username).await?.ok_or(AdminError::NotFound)?;
+    let q = view::urlencode(username);
+    let body = html! {
+        section.card {
+            p { "Every opaque token of " b { (username) } " may use at most: " (super::tools::summary(tools.as_deref())) }
+            p { "All of its tokens together: "
+                @match rate { None => "no rate ceiling", Some(n) => { b { (n) } " requests a minute" } } }
+            p.muted { "A token's own tool permissions and rate only narrow this; tokens minted later follow it too." }
+        }
+        h2 { "Tools" }
+        (super::tools::form(s, &format!("/admin/user/tools?username={q}"), tools.as_deref(), err))
+        h2 { "Rate" }
+        form.card.stack method="post" action={ "/admin/user/rate?username=" (q) } {
+            (view::csrf(s))
+            label { "Requests a minute all the tokens share, over every replica (empty: no ceiling)"
+                input type="number" name="per_minute" min="1" value=(rate.map(|n| n.to_string()).unwrap_or_default());
+            }
+            (view::field_error(err, "per_minute"))
+            button type="submit" { "Save rate ceiling" }
+        }
+    };
+    let title = format!("{username}: ceiling");
+    Ok((status, view::page(s, "/admin/users", &title, notice.as_deref(), body)).into_response())
+}
+
+fn username_of(q: &HashMap<String, String>) -> &str {
+    q.get("username").map(String::as_str).unwrap_or("")
+}
+
+/// GET /admin/user?username=NAME.
+pub async fn ceiling(
+    State(state): State<AppState>,
+    Staff(s): Staff,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, AdminError> {
+    let notice = view::notice_of(&q);
+    ceiling_page(&state, &s, username_of(&q), &FieldError::none(), notice, StatusCode::OK).await
+}
+
+/// After a ceiling write: back to the page, or the refusal on it.
+async fn ceiling_saved(
+    state: &AppState,
+    s: &Session,
+    username: &str,
+    out: Result<crate::service::Propagation, AccountError>,
+) -> Result<Response, AdminError> {
+    match out {
+        Ok(p) => {
+            let back = format!("/admin/user?username={}", view::urlencode(username));
+            Ok(super::see_other(&view::done(
+                &back,
+                "user-ceiling",
+                &super::propagation_notice(&p),
+            )))
+        }
+        Err(AccountError::NoSuchUser(_)) => Err(AdminError::NotFound),
+        Err(e) => {
+            let err = refused(e)?;
+            ceiling_page(state, s, username, &err, None, StatusCode::BAD_REQUEST).await
+        }
+    }
+}
+
+/// POST /admin/user/tools?username=NAME (mode=every|only, tool=…).
+pub async fn set_ceiling_tools(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let username = username_of(&q);
+    let list = match super::tools::parse(&form) {
+        Ok(l) => l,
+        Err(err) => return ceiling_page(&state, &s, username, &err, None, StatusCode::BAD_REQUEST).await,
+    };
+    let out = accounts::set_max_tools(&state.pg, &state.changes, &actor(s.username()), username, list.as_ref()).await;
+    ceiling_saved(&state, &s, username, out).await
+}
+
+/// POST /admin/user/rate?username=NAME (per_minute, empty = none).
+pub async fn set_ceiling_rate(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let username = username_of(&q);
+    let raw = form.get("per_minute").trim();
+    let rate = if raw.is_empty() {
+        None
+    } else {
+        match raw.parse::<u32>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                let err = FieldError::new("per_minute", AccountError::BadRate.to_string());
+                return ceiling_page(&state, &s, username, &err, None, StatusCode::BAD_REQUEST).await;
+            }
+        }
+    };
+    let out = accounts::set_max_rate(&state.pg, &state.changes, &actor(s.username()), username, rate).await;
+    ceiling_saved(&state, &s, username, out).await
 }

@@ -175,6 +175,7 @@ pub fn notice(key: &str) -> Option<&'static str> {
         "user-enabled" => "User enabled.",
         "user-disabled" => "User disabled: their tokens and console sessions stop from the next request on.",
         "user-staff" => "Staff flag saved.",
+        "user-ceiling" => "Ceiling saved: every token of the user follows it from its next request.",
         "user-password" => "Password set; the user's console sessions were ended.",
         "granted" => "Role granted.",
         "revoked" => "Role revoked.",

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::rand_core::RngCore;
@@ -22,6 +22,7 @@ use tokio::sync::{OnceCell, Semaphore};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::proxies::{rate_key, ClientAddress};
 use crate::store::pg::users;
 
 /// What verifying a service account needs (the application state provides it).
@@ -60,15 +61,25 @@ const MAX_USERNAME: usize = 150;
 /// - a credential that verified before (a salted fingerprint, remembered for a
 ///   day) takes a lane of its own, so the service account is verified promptly
 ///   even while wrong passwords queue in the other lane;
-/// - failed attempts are counted per username and per client address; past
-///   the limit, further unknown credentials get 429 before any lookup or hash.
+/// - failed attempts are counted per username from an address and per client
+///   address (`client_address`: behind a trusted proxy, the forwarded one);
+///   past the limit, further unknown credentials from that address get 429
+///   before any lookup or hash. Only an address's own failures refuse it.
 pub struct BasicGuard {
     normal: Arc<Semaphore>,
     normal_permits: usize,
     priority: Arc<Semaphore>,
     pepper: [u8; 32],
     known_good: moka::sync::Cache<[u8; 32], ()>,
-    failures: Option<DefaultKeyedRateLimiter<String>>,
+    /// Failures a minute allowed per key over the whole deployment (0: no
+    /// throttle); each replica counts its share (`replicas`).
+    failures_per_minute: u32,
+    /// Live replicas (`AuthCaches::live_replicas`); 1 until set.
+    replicas: Arc<AtomicUsize>,
+    /// The failure counters of the replica count they were built for
+    /// (rebuilt, with full bursts, when it changes; the throttles already
+    /// set in `throttled` stay).
+    failures: RwLock<Option<FailureCounters>>,
     throttled: moka::sync::Cache<String, Instant>,
     /// argon2 hashes running now, and the most ever at once.
     hashing: Arc<AtomicUsize>,
@@ -80,6 +91,9 @@ pub struct BasicGuard {
     /// right after a cache flush costs one argon2, not one per request).
     flights: Mutex<HashMap<Flight, Arc<OnceCell<Verdict>>>>,
 }
+
+/// Failure counters per key, and the replica count they were built for.
+type FailureCounters = (usize, DefaultKeyedRateLimiter<String>);
 
 /// One credential checked for one kind of account.
 type Flight = ([u8; 32], Accept);
@@ -112,7 +126,8 @@ type Verdict = Result<Option<users::User>, ApiError>;
 
 impl BasicGuard {
     /// `permits` argon2 verifications at once in the normal lane (one more
-    /// in the known-good lane); `failures_per_minute` per username and address.
+    /// in the known-good lane); `failures_per_minute` per username and
+    /// address, for the whole deployment (see `with_replicas`).
     pub fn new(permits: usize, failures_per_minute: u32) -> Self {
         let mut pepper = [0u8; 32];
         OsRng.fill_bytes(&mut pepper);
@@ -125,11 +140,9 @@ impl BasicGuard {
                 .max_capacity(10_000)
                 .time_to_idle(Duration::from_secs(24 * 3600))
                 .build(),
-            failures: NonZeroU32::new(failures_per_minute).map(|n| {
-                RateLimiter::dashmap(
-                    Quota::per_minute(n).allow_burst(NonZeroU32::new((n.get() / 6).max(3)).unwrap_or(n)),
-                )
-            }),
+            failures_per_minute,
+            replicas: Arc::new(AtomicUsize::new(1)),
+            failures: RwLock::new(None),
             throttled: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(Duration::from_secs(120))
@@ -139,6 +152,35 @@ impl BasicGuard {
             hashed: Arc::new(AtomicUsize::new(0)),
             flights: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts failures deployment-wide: each replica allows its share of
+    /// the configured rate, divided by `replicas` (the live replicas, as the
+    /// MCP rate limits do), so N replicas do not allow N× the guesses.
+    pub fn with_replicas(mut self, replicas: Arc<AtomicUsize>) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The failure counters for the current replica count.
+    fn failure_counters(&self) -> Option<std::sync::RwLockReadGuard<'_, Option<FailureCounters>>> {
+        let per_minute = NonZeroU32::new(self.failures_per_minute)?;
+        let n = self.replicas.load(Ordering::SeqCst).max(1);
+        {
+            let current = self.failures.read().unwrap_or_else(|e| e.into_inner());
+            if current.as_ref().is_some_and(|(built, _)| *built == n) {
+                return Some(current);
+            }
+        }
+        {
+            let mut w = self.failures.write().unwrap_or_else(|e| e.into_inner());
+            if w.as_ref().is_none_or(|(built, _)| *built != n) {
+                let share = NonZeroU32::new(per_minute.get().div_ceil(n as u32)).unwrap_or(per_minute);
+                let burst = NonZeroU32::new((share.get() / 6).max(3)).unwrap_or(share);
+                *w = Some((n, RateLimiter::dashmap(Quota::per_minute(share).allow_burst(burst))));
+            }
+        }
+        Some(self.failures.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Joins the verification of `key` in flight, or starts one.
@@ -185,19 +227,45 @@ impl BasicGuard {
     }
 
     fn record_failure(&self, keys: Vec<String>) {
-        let Some(f) = &self.failures else { return };
         for key in keys {
-            if let Err(not_until) = f.check_key(&key) {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                self.throttled
-                    .insert(key, Instant::now() + wait.max(Duration::from_secs(1)));
-            }
+            self.count_failure(key);
+        }
+    }
+
+    /// Counts one failure of `key`; when that puts it over the limit, it is
+    /// throttled until the counter allows another: the time it ends then.
+    fn count_failure(&self, key: String) -> Option<Instant> {
+        let counters = self.failure_counters()?;
+        let (_, f) = counters.as_ref()?;
+        let not_until = f.check_key(&key).err()?;
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        let until = Instant::now() + wait.max(Duration::from_secs(1));
+        self.throttled.insert(key, until);
+        Some(until)
+    }
+
+    /// A failed sign-in of `username` from `address`, counted for the
+    /// account from every address. Over that count the account is under a
+    /// spread-out guess: each address that fails on it from then on is
+    /// throttled for it at once (on its first failure, not after its own
+    /// limit), until the account's count allows again. An address that has
+    /// not failed is never refused for it, so a flood from elsewhere cannot
+    /// lock the person out of their right password (issue 32).
+    fn record_account_failure(&self, username: &str, address_key: &str) {
+        let account = format!("acct:{username}");
+        let until = self
+            .count_failure(account.clone())
+            .or_else(|| self.throttled.get(&account).filter(|t| *t > Instant::now()));
+        if let Some(until) = until {
+            let own = self.throttled.get(address_key).unwrap_or(until);
+            self.throttled.insert(address_key.to_owned(), own.max(until));
         }
     }
 
     /// Forgets idle failure counters (bounded memory after a flood).
     pub fn shrink(&self) {
-        if let Some(f) = &self.failures {
+        let counters = self.failures.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, f)) = counters.as_ref() {
             f.retain_recent();
             f.shrink_to_fit();
         }
@@ -222,13 +290,15 @@ fn parse_basic(parts: &Parts) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
-/// The client's IP address (the accept loop records the peer), for throttles.
+/// The key of the client's address for per-address throttles: the address
+/// the accept loop resolved (the peer, or what a trusted proxy forwarded,
+/// see `proxies`), IPv6 grouped by /64.
 pub fn client_address(parts: &Parts) -> String {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".to_owned())
+    let ip = match parts.extensions.get::<ClientAddress>() {
+        Some(c) => Some(c.0),
+        None => parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()),
+    };
+    ip.map(rate_key).unwrap_or_else(|| "unknown".to_owned())
 }
 
 impl<S> FromRequestParts<S> for ServiceAccount
@@ -269,9 +339,10 @@ pub enum Accept {
     /// (argon2's permits already bound the cost).
     ServiceAccount,
     /// Console sign-in: active people. Failures also count per account from
-    /// every address, so guessing a staff password from many addresses is
-    /// throttled too (a right password seen before on this replica still
-    /// passes: it takes the known-good lane).
+    /// every address: past that count, each address that fails on the
+    /// account is throttled for it on its first failure, so guessing a staff
+    /// password from many addresses is slowed too, while an address that has
+    /// not failed keeps signing in with the right password.
     Person,
 }
 
@@ -288,10 +359,13 @@ pub async fn verify_password(
     let guard = &state.guard;
     let fingerprint = guard.fingerprint(&username, &password);
     let known = guard.known_good.contains_key(&fingerprint);
-    let mut throttle_keys = vec![format!("u:{username}|a:{address}"), format!("a:{address}")];
-    if accept == Accept::Person {
-        throttle_keys.push(format!("acct:{username}"));
-    }
+    // Only keys of this address refuse it: another address's failures never
+    // lock it out of a right password (see `record_account_failure`).
+    let address_key = format!("u:{username}|a:{address}");
+    let throttle_keys = vec![address_key.clone(), format!("a:{address}")];
+    // People's failures also count per account (HTTP Basic's service
+    // accounts: per address only, argon2's permits bound the cost).
+    let account = (accept == Accept::Person).then(|| username.clone());
     if !known {
         if let Some(secs) = throttle_keys.iter().filter_map(|k| guard.throttled_for(k)).max() {
             state.metrics.rate_limited.with_label_values(&["basic", "-"]).inc();
@@ -315,6 +389,9 @@ pub async fn verify_password(
         }
         None => {
             guard.record_failure(throttle_keys);
+            if let Some(account) = &account {
+                guard.record_account_failure(account, &address_key);
+            }
             Err(ApiError::BasicUnauthorized)
         }
     }

@@ -51,6 +51,11 @@ pub struct Principal {
     /// Its own deployment-wide request rate a minute, instead of the
     /// configured one (0 = no limit); `None` = the configured one.
     pub(in crate::auth) rate_limit_per_minute: Option<u32>,
+    /// `user:<id>` of an opaque token's user: all the user's tokens share
+    /// its session cap and its rate ceiling (issue 32).
+    pub(in crate::auth) user: Option<Arc<str>>,
+    /// The user's rate ceiling a minute, if it has one.
+    pub(in crate::auth) user_max_rate: Option<u32>,
 }
 
 impl Principal {
@@ -83,6 +88,18 @@ impl Principal {
         self.rate_limit_per_minute
     }
 
+    /// `user:<id>` of an opaque token's user (what its sessions also count
+    /// against).
+    pub fn user(&self) -> Option<&Arc<str>> {
+        self.user.as_ref()
+    }
+
+    /// The user-wide bucket key and rate a minute its requests also count
+    /// against, if its user has a rate ceiling.
+    pub fn user_rate(&self) -> Option<(&str, u32)> {
+        Some((self.user.as_deref()?, self.user_max_rate?))
+    }
+
     /// An opaque-token principal reading `libraries`, for tests and benches
     /// only: production principals come from the auth layer.
     #[doc(hidden)]
@@ -94,6 +111,8 @@ impl Principal {
             libraries: Scope::for_tests(libraries),
             tools: ToolGrant::Every,
             rate_limit_per_minute: None,
+            user: None,
+            user_max_rate: None,
         }
     }
 }
@@ -135,6 +154,16 @@ impl ToolGrant {
     pub fn is_every(&self) -> bool {
         matches!(self, ToolGrant::Every)
     }
+
+    /// What both grants allow (a token's allowlist under its user's
+    /// ceiling), in this grant's order.
+    pub fn within(self, ceiling: &ToolGrant) -> ToolGrant {
+        match (self, ceiling) {
+            (own, ToolGrant::Every) => own,
+            (ToolGrant::Every, c) => c.clone(),
+            (ToolGrant::Only(own), c) => ToolGrant::Only(own.iter().filter(|t| c.allows(t)).cloned().collect()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +179,20 @@ mod tests {
         assert!(!only.allows("Search"));
         assert!(!ToolGrant::from_stored(Some(&[])).allows("search"));
         assert_eq!(ToolGrant::from_stored(None), ToolGrant::Every);
+    }
+
+    #[test]
+    fn a_ceiling_only_narrows_a_grant() {
+        let only =
+            |names: &[&str]| ToolGrant::from_stored(Some(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>()));
+        let ceiling = only(&["search", "get_chunk"]);
+        assert_eq!(ToolGrant::Every.within(&ceiling), ceiling);
+        assert_eq!(
+            only(&["get_health", "get_chunk", "search"]).within(&ceiling),
+            only(&["get_chunk", "search"])
+        );
+        assert_eq!(only(&["get_health"]).within(&ceiling), only(&[]));
+        assert_eq!(only(&["get_health"]).within(&ToolGrant::Every), only(&["get_health"]));
+        assert_eq!(ToolGrant::Every.within(&ToolGrant::Every), ToolGrant::Every);
     }
 }

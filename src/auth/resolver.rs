@@ -194,6 +194,8 @@ impl Authenticator {
                     // A per-turn JWT has no stored credential to restrict.
                     tools: ToolGrant::Every,
                     rate_limit_per_minute: None,
+                    user: None,
+                    user_max_rate: None,
                 };
                 Ok((p, pending))
             }
@@ -301,8 +303,13 @@ impl Authenticator {
             credential: subject.as_str().into(),
             subject,
             libraries: Scope::from_resolver(libraries),
-            tools: ToolGrant::from_stored(row.allowed_tools.as_deref()),
+            // The user's ceiling (issue 32): the token's own allowlist only
+            // narrows it, and every token of the user shares its rate.
+            tools: ToolGrant::from_stored(row.allowed_tools.as_deref())
+                .within(&ToolGrant::from_stored(row.user_max_tools.as_deref())),
             rate_limit_per_minute: row.rate_limit_per_minute.map(|r| r.max(0) as u32),
+            user: Some(Arc::from(format!("user:{}", row.user_id))),
+            user_max_rate: row.user_max_rate_per_minute.map(|r| r.max(1) as u32),
         })
     }
 
@@ -380,6 +387,8 @@ impl Authenticator {
             libraries,
             tools: ToolGrant::from_stored(team.allowed_tools.as_deref()),
             rate_limit_per_minute: team.rate_limit_per_minute.map(|r| r.max(0) as u32),
+            user: None,
+            user_max_rate: None,
         })
     }
 

@@ -72,6 +72,26 @@ pub enum UserCmd {
     Enable { username: String },
     /// Set a user's password from standard input.
     SetPassword { username: String },
+    /// Set the tools every token of a user may use at most (a token's own
+    /// allowlist only narrows it); applies on the next request.
+    SetTools {
+        username: String,
+        #[command(flatten)]
+        tools: CeilingToolsArg,
+    },
+    /// Set the requests a minute all of a user's tokens share at most (over
+    /// the whole deployment), or with --none no ceiling; applies on the next
+    /// request.
+    SetRate {
+        username: String,
+        /// Requests a minute (at least 1).
+        #[arg(required_unless_present = "none", conflicts_with = "none",
+              value_parser = clap::value_parser!(u32).range(1..=i32::MAX as i64))]
+        per_minute: Option<u32>,
+        /// No rate ceiling.
+        #[arg(long)]
+        none: bool,
+    },
     /// List users.
     List,
 }
@@ -141,6 +161,18 @@ pub enum TokenCmd {
     },
     /// Revoke a token by id; it stops working on the next request.
     Revoke { id: i64 },
+}
+
+/// A user's tool ceiling on the command line: `--tool` (repeat) or `--all-tools`.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct CeilingToolsArg {
+    /// A tool the user's tokens may use (repeat); the others are hidden and refused.
+    #[arg(long = "tool")]
+    pub tools: Vec<String>,
+    /// No ceiling: each token's own allowlist decides.
+    #[arg(long)]
+    pub all_tools: bool,
 }
 
 /// A tool allowlist on the command line: `--tool` (repeat), `--every` or `--none`.

@@ -115,7 +115,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         Command::Migrate => migrate::run(&settings, &pool).await?,
         Command::User(c) => user::run(&pool, c, json).await?,
         Command::Membership(c) => membership::run(&pool, c, json).await?,
-        Command::Token(c) => token::run(&pool, c, json).await?,
+        Command::Token(c) => token::run(&pool, c, json, settings.user_max_tokens).await?,
         Command::SigningKey(c) => signing_key::run(&pool, c, json).await?,
         Command::Team(c) => team::run(&pool, c, json).await?,
         Command::Library(c) => library::run(&settings, &pool, c, json).await?,

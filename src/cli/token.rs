@@ -16,7 +16,7 @@ fn token_json(t: &tokens::TokenInfo) -> serde_json::Value {
 }
 
 /// `token create|set-tools|set-rate-limit|list|revoke`.
-pub(super) async fn run(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow::Result<()> {
+pub(super) async fn run(pool: &sqlx::PgPool, c: TokenCmd, json: bool, max_live: u32) -> anyhow::Result<()> {
     match c {
         TokenCmd::Create {
             user,
@@ -39,6 +39,7 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: TokenCmd, json: bool) -> anyhow:
                 &libraries,
                 allowlist.as_ref(),
                 expires_at,
+                max_live,
             )
             .await
             .map_err(|e| match e {

@@ -4,9 +4,11 @@ use std::io::Read;
 
 use anyhow::{bail, Context};
 
-use super::args::UserCmd;
+use super::args::{tools_human, tools_json, UserCmd};
 use super::{emit, CLI_ACTOR};
+use crate::auth::changes::AuthChanges;
 use crate::service::accounts;
+use crate::service::tool_grants::ToolAllowlist;
 use crate::store::pg::users;
 
 fn read_password_stdin() -> anyhow::Result<String> {
@@ -57,6 +59,36 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: UserCmd, json: bool) -> anyhow::
                     if staff { ", staff" } else { "" }
                 )
             });
+        }
+        UserCmd::SetTools { username, tools } => {
+            let list = if tools.all_tools {
+                None
+            } else {
+                Some(ToolAllowlist::parse("--tool", &tools.tools, &crate::mcp::TOOLS)?)
+            };
+            let names = list.as_ref().map(ToolAllowlist::names);
+            // The CLI has no caches to fence: the NOTIFY is what applies.
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = accounts::set_max_tools(pool, &changes, CLI_ACTOR, &username, list.as_ref()).await?;
+            emit(
+                json,
+                serde_json::json!({"username": username, "max_tools": tools_json(names)}),
+                || println!("{username}'s tokens may use at most: {}", tools_human(names)),
+            );
+        }
+        UserCmd::SetRate {
+            username, per_minute, ..
+        } => {
+            let changes = AuthChanges::new(pool.clone(), None);
+            let _ = accounts::set_max_rate(pool, &changes, CLI_ACTOR, &username, per_minute).await?;
+            emit(
+                json,
+                serde_json::json!({"username": username, "max_rate_per_minute": per_minute}),
+                || match per_minute {
+                    Some(n) => println!("{username}'s tokens share at most {n} requests a minute"),
+                    None => println!("{username}'s tokens have no rate ceiling"),
+                },
+            );
         }
         UserCmd::Disable { username } => set_active(pool, &username, false, json).await?,
         UserCmd::Enable { username } => set_active(pool, &username, true, json).await?,

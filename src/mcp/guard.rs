@@ -224,6 +224,9 @@ fn request_id_of(body: &[u8]) -> Option<serde_json::Value> {
 fn too_many_sessions(refusal: Refusal, retry_after_secs: u64) -> Response {
     let message = match refusal {
         Refusal::CredentialCap => "This credential has too many open MCP sessions; close one (DELETE) or wait.",
+        Refusal::UserCap => {
+            "This credential's user has too many open MCP sessions over all their tokens; close one (DELETE) or wait."
+        }
         Refusal::GlobalCap => "This server has too many open MCP sessions; try again later.",
     };
     ApiError::RateLimited {
@@ -372,6 +375,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     };
     let is_delete = req.method() == http::Method::DELETE;
     let credential = principal.credential().clone();
+    let user = principal.user().cloned();
     let mut req = req;
     req.extensions_mut().insert::<Principal>(principal);
     if session.is_some() {
@@ -382,7 +386,7 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         }
         return holding(resp, slot);
     }
-    holding(open_session(&state, req, credential, pending, next).await, slot)
+    holding(open_session(&state, req, (credential, user), pending, next).await, slot)
 }
 
 /// The response, holding a search slot (if any) until its body (a JSON
@@ -499,10 +503,17 @@ async fn within_rates(
     principal: &Principal,
     req: Request,
 ) -> Result<(Request, Option<tokio::sync::OwnedSemaphorePermit>), Response> {
-    if let Err(l) = state
+    // A token whose user has a rate ceiling also counts against the user's
+    // bucket, shared by all the user's tokens (issue 32: minting more tokens
+    // adds no rate).
+    let limited = state
         .limits
         .request(principal.subject(), principal.rate_limit_per_minute())
-    {
+        .and_then(|()| match principal.user_rate() {
+            Some((user, rate)) => state.limits.request(user, Some(rate)),
+            None => Ok(()),
+        });
+    if let Err(l) = limited {
         state
             .metrics
             .rate_limited
@@ -598,11 +609,11 @@ fn over_tool_rate(state: &Guard, principal: &Principal, id: serde_json::Value, t
 async fn open_session(
     state: &Guard,
     req: Request,
-    credential: Arc<str>,
+    (credential, user): (Arc<str>, Option<Arc<str>>),
     pending: Option<PendingJti>,
     next: Next,
 ) -> Response {
-    let opener = Opener::new(credential);
+    let opener = Opener::new(credential, user);
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
     if let Some(refusal) = opener.refusal() {
         // Nothing was served: the turn may retry with the same token.

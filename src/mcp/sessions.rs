@@ -3,8 +3,9 @@
 //! rmcp's `LocalSessionManager` keeps the sessions; this wrapper adds what it
 //! lacks: the owner of each session (a per-turn JWT's `jti`, a team JWT's team
 //! and `jti`, an opaque token's id — never a shared subject such as
-//! `daedalus-chat`), caps on how many sessions a credential and the whole
-//! replica may hold, and the guarantee that the owner lives exactly as long as
+//! `daedalus-chat`), caps on how many sessions a credential, the user whose
+//! tokens they are (the same cap over all the user's tokens, issue 32) and
+//! the whole replica may hold, and the guarantee that the owner lives exactly as long as
 //! the session: it is written when rmcp creates the session and removed when
 //! rmcp closes it (DELETE, idle timeout, or the worker ending), so a session
 //! whose owner is unknown does not exist.
@@ -29,7 +30,8 @@ use rmcp::{
 /// Session limits (`MNEMOSYNE_SESSION_*`).
 #[derive(Clone, Copy, Debug)]
 pub struct SessionLimits {
-    /// Open sessions one credential may hold.
+    /// Open sessions one credential may hold, and all of one user's tokens
+    /// together.
     pub per_credential: usize,
     /// Open sessions on this replica.
     pub global: usize,
@@ -53,20 +55,32 @@ impl SessionLimits {
 pub enum Refusal {
     /// The credential holds `per_credential` sessions already.
     CredentialCap,
+    /// The user's tokens hold `per_credential` sessions already.
+    UserCap,
     /// The replica holds `global` sessions already.
     GlobalCap,
 }
 
 /// What the auth layer hands `create_session` for one request.
 pub struct Opener {
-    credential: Arc<str>,
+    holder: Holder,
     refused: Mutex<Option<Refusal>>,
 }
 
+/// Who a session counts against: its credential (its owner), and for an
+/// opaque token the user (`user:<id>`).
+#[derive(Clone, Debug)]
+struct Holder {
+    credential: Arc<str>,
+    user: Option<Arc<str>>,
+}
+
 impl Opener {
-    pub fn new(credential: Arc<str>) -> Arc<Self> {
+    /// The opener of a session owned by `credential`, counted against `user`
+    /// too when given.
+    pub fn new(credential: Arc<str>, user: Option<Arc<str>>) -> Arc<Self> {
         Arc::new(Opener {
-            credential,
+            holder: Holder { credential, user },
             refused: Mutex::new(None),
         })
     }
@@ -94,42 +108,60 @@ pub enum SessionsError {
 
 #[derive(Default)]
 struct Owners {
-    by_session: HashMap<SessionId, Arc<str>>,
-    /// Places held per credential: open sessions and reservations in flight.
+    by_session: HashMap<SessionId, Holder>,
+    /// Places held per credential and per user (`user:<id>`; no credential
+    /// is named so): open sessions and reservations in flight.
     per_credential: HashMap<Arc<str>, usize>,
-    /// The sum of `per_credential` (the global cap's count).
+    /// Places held in all (the global cap's count).
     held: usize,
 }
 
 impl Owners {
-    /// Takes a place for `credential` under both caps.
-    fn reserve(&mut self, credential: &Arc<str>, limits: &SessionLimits) -> Result<(), Refusal> {
+    fn count(&self, key: &Arc<str>) -> usize {
+        self.per_credential.get(key).copied().unwrap_or(0)
+    }
+
+    /// Takes a place for `holder` under every cap.
+    fn reserve(&mut self, holder: &Holder, limits: &SessionLimits) -> Result<(), Refusal> {
         if self.held >= limits.global {
             return Err(Refusal::GlobalCap);
         }
-        let n = self.per_credential.get(credential).copied().unwrap_or(0);
-        if n >= limits.per_credential {
+        if self.count(&holder.credential) >= limits.per_credential {
             return Err(Refusal::CredentialCap);
         }
-        self.per_credential.insert(credential.clone(), n + 1);
+        if holder
+            .user
+            .as_ref()
+            .is_some_and(|u| self.count(u) >= limits.per_credential)
+        {
+            return Err(Refusal::UserCap);
+        }
+        for key in std::iter::once(&holder.credential).chain(&holder.user) {
+            *self.per_credential.entry(key.clone()).or_insert(0) += 1;
+        }
         self.held += 1;
         Ok(())
     }
 
-    /// Gives a place of `credential` back.
-    fn release(&mut self, credential: &Arc<str>) {
-        if let Some(n) = self.per_credential.get_mut(credential) {
-            *n -= 1;
-            self.held -= 1;
-            if *n == 0 {
-                self.per_credential.remove(credential);
+    /// Gives a place of `holder` back.
+    fn release(&mut self, holder: &Holder) {
+        if !self.per_credential.contains_key(&holder.credential) {
+            return;
+        }
+        for key in std::iter::once(&holder.credential).chain(&holder.user) {
+            if let Some(n) = self.per_credential.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_credential.remove(key);
+                }
             }
         }
+        self.held -= 1;
     }
 
     fn remove(&mut self, id: &SessionId) {
-        if let Some(cred) = self.by_session.remove(id) {
-            self.release(&cred);
+        if let Some(holder) = self.by_session.remove(id) {
+            self.release(&holder);
         }
         // Give the memory of a burst of sessions back once it is over.
         if self.by_session.capacity() > 64 && self.by_session.len() < self.by_session.capacity() / 4 {
@@ -183,7 +215,7 @@ impl OwnedSessions {
     /// The credential that owns `id`, if the session exists.
     pub fn owner(&self, id: &str) -> Option<Arc<str>> {
         let owners = self.owners.lock().ok()?;
-        owners.by_session.get(id).cloned()
+        owners.by_session.get(id).map(|h| h.credential.clone())
     }
 
     /// Open sessions on this replica.
@@ -191,18 +223,18 @@ impl OwnedSessions {
         self.owners.lock().map(|o| o.by_session.len()).unwrap_or(0)
     }
 
-    /// Reserves a place for a new session of `credential`, or says which cap
+    /// Reserves a place for a new session of `holder`, or says which cap
     /// refuses it.
-    fn reserve(&self, credential: &Arc<str>) -> Result<(), Refusal> {
+    fn reserve(&self, holder: &Holder) -> Result<(), Refusal> {
         match self.owners.lock() {
-            Ok(mut owners) => owners.reserve(credential, &self.limits),
+            Ok(mut owners) => owners.reserve(holder, &self.limits),
             Err(_) => Err(Refusal::GlobalCap),
         }
     }
 
-    fn release(&self, credential: &Arc<str>) {
+    fn release(&self, holder: &Holder) {
         if let Ok(mut owners) = self.owners.lock() {
-            owners.release(credential);
+            owners.release(holder);
         }
     }
 }
@@ -211,14 +243,14 @@ impl OwnedSessions {
 /// registered.
 struct Reservation<'a> {
     sessions: &'a OwnedSessions,
-    credential: Arc<str>,
+    holder: Holder,
     kept: bool,
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if !self.kept {
-            self.sessions.release(&self.credential);
+            self.sessions.release(&self.holder);
         }
     }
 }
@@ -229,7 +261,7 @@ impl SessionManager for OwnedSessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let opener = OPENER.try_with(Arc::clone).map_err(|_| SessionsError::NoOwner)?;
-        if let Err(refusal) = self.reserve(&opener.credential) {
+        if let Err(refusal) = self.reserve(&opener.holder) {
             if let Ok(mut r) = opener.refused.lock() {
                 *r = Some(refusal);
             }
@@ -239,13 +271,13 @@ impl SessionManager for OwnedSessions {
         // including this future being dropped (a client gone mid-initialize).
         let mut reservation = Reservation {
             sessions: self,
-            credential: opener.credential.clone(),
+            holder: opener.holder.clone(),
             kept: false,
         };
         let (id, transport) = self.inner.create_session().await?;
         match self.owners.lock() {
             Ok(mut owners) => {
-                owners.by_session.insert(id.clone(), opener.credential.clone());
+                owners.by_session.insert(id.clone(), opener.holder.clone());
             }
             Err(_) => return Err(SessionsError::NoOwner),
         }
@@ -297,5 +329,40 @@ impl SessionManager for OwnedSessions {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         Ok(self.inner.resume(id, last_event_id).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(credential: &str, user: Option<&str>) -> Holder {
+        Holder {
+            credential: credential.into(),
+            user: user.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_users_tokens_share_the_per_credential_cap() {
+        let limits = SessionLimits {
+            per_credential: 2,
+            global: 10,
+            idle: Duration::from_secs(60),
+        };
+        let mut o = Owners::default();
+        let (a, b) = (holder("token:1", Some("user:7")), holder("token:2", Some("user:7")));
+        assert_eq!(o.reserve(&a, &limits), Ok(()));
+        assert_eq!(o.reserve(&b, &limits), Ok(()));
+        assert_eq!(o.reserve(&a, &limits), Err(Refusal::UserCap));
+        assert_eq!(o.reserve(&holder("token:3", Some("user:8")), &limits), Ok(()));
+        assert_eq!(o.reserve(&holder("team:x:j", None), &limits), Ok(()));
+        o.release(&b);
+        assert_eq!(o.reserve(&a, &limits), Ok(()));
+        assert_eq!(o.reserve(&a, &limits), Err(Refusal::CredentialCap));
+        for h in [&a, &a, &holder("token:3", Some("user:8")), &holder("team:x:j", None)] {
+            o.release(h);
+        }
+        assert_eq!((o.held, o.per_credential.len()), (0, 0), "every place given back");
     }
 }

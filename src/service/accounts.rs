@@ -5,6 +5,9 @@
 
 use sqlx::PgPool;
 
+use super::tool_grants::ToolAllowlist;
+use super::Propagation;
+use crate::auth::changes::AuthChanges;
 use crate::store::pg::{self, users};
 
 /// Why a user write was refused; `field()` names the form field.
@@ -24,6 +27,8 @@ pub enum AccountError {
     ServiceStaff,
     #[error("hashing the password failed")]
     Hash,
+    #[error("per_minute must be 1 to {}", i32::MAX)]
+    BadRate,
     #[error(transparent)]
     Store(#[from] sqlx::Error),
 }
@@ -34,6 +39,7 @@ impl AccountError {
             AccountError::BadUsername | AccountError::Exists(_) | AccountError::NoSuchUser(_) => "username",
             AccountError::ShortPassword | AccountError::StaffWithoutPassword | AccountError::Hash => "password",
             AccountError::ServiceStaff => "staff",
+            AccountError::BadRate => "per_minute",
             AccountError::Store(_) => "",
         }
     }
@@ -148,4 +154,60 @@ pub async fn set_staff(pool: &PgPool, actor: &str, username: &str, staff: bool) 
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Sets a user's tool ceiling (issue 32): every token of the user may use
+/// at most these tools, whatever its own allowlist says (`None` = no
+/// ceiling). Audited; every replica applies it from its next request.
+pub async fn set_max_tools(
+    pool: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    username: &str,
+    tools: Option<&ToolAllowlist>,
+) -> Result<Propagation, AccountError> {
+    let names = tools.map(ToolAllowlist::names);
+    let mut tx = pool.begin().await?;
+    if !users::set_max_tools(&mut *tx, username, names).await? {
+        return Err(AccountError::NoSuchUser(username.to_owned()));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "user_max_tools_set",
+        username,
+        serde_json::json!({"tools": names}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(changes.fence().await)
+}
+
+/// Sets a user's rate ceiling (issue 32): the requests a minute all the
+/// user's tokens share, over the whole deployment (`None` = none; a token's
+/// own rate only narrows it). Audited; applied from the next request.
+pub async fn set_max_rate(
+    pool: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    username: &str,
+    per_minute: Option<u32>,
+) -> Result<Propagation, AccountError> {
+    let value = per_minute
+        .map(|r| i32::try_from(r).ok().filter(|r| *r >= 1).ok_or(AccountError::BadRate))
+        .transpose()?;
+    let mut tx = pool.begin().await?;
+    if !users::set_max_rate(&mut *tx, username, value).await? {
+        return Err(AccountError::NoSuchUser(username.to_owned()));
+    }
+    pg::audit(
+        &mut tx,
+        actor,
+        "user_max_rate_set",
+        username,
+        serde_json::json!({"per_minute": value}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(changes.fence().await)
 }

@@ -72,19 +72,34 @@ pub async fn sweep(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
     pg::audit::sweep(pool, days, 10_000, 100).await
 }
 
-/// Sweeps expired audit events now and then every `every`, for ever (a
-/// server task; every replica may run it, a sweep is idempotent).
-pub async fn retention_loop(pool: PgPool, days: u32, every: std::time::Duration) {
+/// Deletes hourly usage counts older than `days` days (0: keep forever);
+/// how many. Bounded per call like [`sweep`].
+pub async fn sweep_usage(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
     if days == 0 {
+        return Ok(0);
+    }
+    pg::usage::sweep(pool, days, 10_000, 100).await
+}
+
+/// Sweeps expired audit events (`audit_days`) and usage counts
+/// (`usage_days`) now and then every `every`, for ever (a server task;
+/// every replica may run it, a sweep is idempotent).
+pub async fn retention_loop(pool: PgPool, audit_days: u32, usage_days: u32, every: std::time::Duration) {
+    if audit_days == 0 && usage_days == 0 {
         return;
     }
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        match sweep(&pool, days).await {
+        match sweep(&pool, audit_days).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, days, "audit events past retention deleted"),
+            Ok(n) => tracing::info!(deleted = n, days = audit_days, "audit events past retention deleted"),
             Err(e) => tracing::warn!(error = %e, "audit retention sweep failed; retried on the next tick"),
+        }
+        match sweep_usage(&pool, usage_days).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, days = usage_days, "usage counts past retention deleted"),
+            Err(e) => tracing::warn!(error = %e, "usage retention sweep failed; retried on the next tick"),
         }
     }
 }

@@ -6,7 +6,7 @@
 use sha2::{Digest, Sha256};
 use text_splitter::{ChunkConfig, MarkdownSplitter};
 
-use super::{bad, check_len, BadField};
+use super::{bad, check_text, BadField};
 use crate::auth::changes::AuthChanges;
 use crate::ids::{LibraryUid, Uid, WorkspaceId};
 use crate::store::graph::ingest::{derived_uid, AdminGraph, ItemOutcome, ItemWrite};
@@ -57,14 +57,14 @@ impl Document {
             (None, Some(l)) => Target::Library(LibraryUid::parse("library_uid", l)?),
         };
         let collection = d.collection.unwrap_or_else(|| "Files".to_owned());
-        check_len("collection", &collection, 1, 200)?;
-        check_len("item.title", &d.title, 1, 500)?;
+        check_text("collection", &collection, 1, 200)?;
+        check_text("item.title", &d.title, 1, 500)?;
         let item_uid = d.item_uid.map(|u| Uid::parse("item.uid", u)).transpose()?;
         if let Some(s) = &d.source_uri {
-            check_len("item.source_uri", s, 0, 2000)?;
+            check_text("item.source_uri", s, 0, 2000)?;
         }
         if let Some(m) = &d.mime_type {
-            check_len("item.mime_type", m, 0, 200)?;
+            check_text("item.mime_type", m, 0, 200)?;
         }
         Ok(Document {
             target,

@@ -10,7 +10,7 @@
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::{audit, check_len, BadField, Propagation};
+use super::{audit, check_text, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::ids::{LibraryUid, WorkspaceId};
 use crate::store::graph::admin::LibraryDetail;
@@ -249,9 +249,9 @@ pub const MAX_DESCRIPTION_CHARS: usize = 2000;
 /// order (name, description, language, uid) before any store call; a taken
 /// uid is `LibraryError::Exists`.
 pub async fn create(graph: &AdminGraph, pg: &PgPool, actor: &str, new: NewLibrary) -> Result<Created, LibraryError> {
-    check_len("name", &new.name, 1, MAX_NAME_CHARS)?;
+    check_text("name", &new.name, 1, MAX_NAME_CHARS)?;
     let description = new.description.unwrap_or_default();
-    check_len("description", &description, 0, MAX_DESCRIPTION_CHARS)?;
+    check_text("description", &description, 0, MAX_DESCRIPTION_CHARS)?;
     let language = match new.language.as_deref() {
         None => Language::English,
         Some(code) => Language::from_code(code).ok_or_else(|| {
@@ -306,9 +306,9 @@ pub async fn rename(
 ) -> Result<Renamed, LibraryError> {
     let uid = parse_uid(uid)?;
     let name = name.trim();
-    check_len("name", name, 1, MAX_NAME_CHARS)?;
+    check_text("name", name, 1, MAX_NAME_CHARS)?;
     if let Some(d) = description {
-        check_len("description", d, 0, MAX_DESCRIPTION_CHARS)?;
+        check_text("description", d, 0, MAX_DESCRIPTION_CHARS)?;
     }
     check_authority(pg, who, &uid).await?;
     let Some(lib) = user_managed(graph, &uid).await? else {

@@ -61,6 +61,19 @@ pub fn check_len(field: &str, v: &str, min: usize, max: usize) -> Result<(), Bad
     Ok(())
 }
 
+/// [`check_len`], and none of the characters `text::is_forbidden` names:
+/// for strings that reach the MCP tools' text output (issue 32).
+pub fn check_text(field: &str, v: &str, min: usize, max: usize) -> Result<(), BadField> {
+    check_len(field, v, min, max)?;
+    if crate::text::has_forbidden(v) {
+        return Err(bad(
+            field,
+            format!("{field} must not contain control characters (line breaks, tabs, bidirectional overrides)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether every live replica confirmed a committed change in time (see
 /// `AuthChanges::fence`). The change is committed either way.
 pub type Propagation = Result<(), Unconfirmed>;

@@ -34,6 +34,11 @@ pub enum TokenError {
     ExpiryInPast,
     #[error("no active token with id {0}")]
     NotFound(i64),
+    /// The user holds the most live tokens a user may (issue 32).
+    #[error(
+        "{user} already holds {cap} live tokens, the most a user may (MNEMOSYNE_USER_MAX_TOKENS): revoke one first"
+    )]
+    TooMany { user: String, cap: u32 },
     #[error(transparent)]
     Store(#[from] sqlx::Error),
 }
@@ -48,6 +53,7 @@ impl TokenError {
             TokenError::NotOwnerOrManager { .. } => "libraries",
             TokenError::ExpiryInPast => "expires_at",
             TokenError::NotFound(_) => "id",
+            TokenError::TooMany { .. } => "name",
             TokenError::Store(_) => "",
         }
     }
@@ -80,7 +86,12 @@ pub fn new_token_plaintext() -> String {
 /// The audit actor of `mint` and `revoke` (the CLI, tests, benchmarks).
 const CLI_ACTOR: &str = "cli";
 
-/// `mint_by` as the CLI.
+/// The most live (active, unexpired) tokens one user may hold by default
+/// (`MNEMOSYNE_USER_MAX_TOKENS`): every token adds sessions and, without a
+/// ceiling, rate.
+pub const DEFAULT_MAX_LIVE_TOKENS: u32 = 25;
+
+/// `mint_by` as the CLI, under the default cap of live tokens.
 pub async fn mint(
     pg: &PgPool,
     username: &str,
@@ -88,12 +99,22 @@ pub async fn mint(
     libraries: &[String],
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Minted, TokenError> {
-    mint_by(pg, CLI_ACTOR, username, name, libraries, expires_at).await
+    mint_by(
+        pg,
+        CLI_ACTOR,
+        username,
+        name,
+        libraries,
+        expires_at,
+        DEFAULT_MAX_LIVE_TOKENS,
+    )
+    .await
 }
 
 /// Mints a token for `username` over `libraries` (de-duplicated, order kept;
 /// none is legitimate and reads nothing — spec §14.1) on behalf of `actor`:
-/// the membership check, the row and its audit event in one transaction.
+/// the membership check, the cap of `max_live` live tokens per user, the
+/// row and its audit event in one transaction.
 pub async fn mint_by(
     pg: &PgPool,
     actor: &str,
@@ -101,11 +122,13 @@ pub async fn mint_by(
     name: &str,
     libraries: &[String],
     expires_at: Option<DateTime<Utc>>,
+    max_live: u32,
 ) -> Result<Minted, TokenError> {
-    mint_with_tools(pg, actor, username, name, libraries, None, expires_at).await
+    mint_with_tools(pg, actor, username, name, libraries, None, expires_at, max_live).await
 }
 
 /// `mint_by`, with a tool allowlist (`None` = every tool; issue 24).
+#[allow(clippy::too_many_arguments)]
 pub async fn mint_with_tools(
     pg: &PgPool,
     actor: &str,
@@ -114,6 +137,7 @@ pub async fn mint_with_tools(
     libraries: &[String],
     tools: Option<&ToolAllowlist>,
     expires_at: Option<DateTime<Utc>>,
+    max_live: u32,
 ) -> Result<Minted, TokenError> {
     check_len("name", name, 0, 200)?;
     if libraries.len() > MAX_TOKEN_LIBRARIES {
@@ -138,6 +162,13 @@ pub async fn mint_with_tools(
     let user = users::by_username(&mut *tx, username)
         .await?
         .ok_or_else(|| TokenError::NoSuchUser(username.to_owned()))?;
+    // Counted under the user's row lock: concurrent mints cannot both pass.
+    if users::lock_and_count_live_tokens(&mut tx, user.id).await? >= i64::from(max_live) {
+        return Err(TokenError::TooMany {
+            user: username.to_owned(),
+            cap: max_live,
+        });
+    }
     let refused = users::unscopable_libraries(&mut *tx, user.id, &libs).await?;
     if !refused.is_empty() {
         return Err(TokenError::NotOwnerOrManager {

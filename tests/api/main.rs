@@ -9,6 +9,7 @@ mod helpers;
 mod admin;
 mod audit;
 mod auth;
+mod ceilings_proxies_and_text;
 mod dos;
 mod foundation;
 mod ingest;

@@ -14,6 +14,7 @@ use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UI
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{ChunkView, Citation, ScopedGraph};
+use crate::text::inline;
 
 const CONTEXT: Range = Range {
     min: 0,
@@ -78,22 +79,22 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     let source = graph.citation(&chunk.item_uid, &chunk.library_uid).await?;
     let text = format!(
         "{} — chunk {} #{} (item {}; collection {}; library {} \"{}\"{}{})\n\n{}{}",
-        chunk.item_title,
+        inline(&chunk.item_title),
         chunk.uid,
         chunk.ordinal,
         chunk.item_uid,
         chunk.collection_uid,
         chunk.library_uid,
-        source.library_name,
+        inline(&source.library_name),
         source
             .source_uri
             .as_deref()
-            .map(|u| format!("; source {u}"))
+            .map(|u| format!("; source {}", inline(u)))
             .unwrap_or_default(),
         source
             .updated_at
             .as_deref()
-            .map(|u| format!("; updated {u}"))
+            .map(|u| format!("; updated {}", inline(u)))
             .unwrap_or_default(),
         chunk.text,
         if neighbors.is_empty() {

@@ -15,6 +15,7 @@ use super::cursor::{decode_cursor, page_cursor};
 use super::{input_schema, one_library, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{CollectionView, ScopedGraph};
+use crate::text::inline;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -86,7 +87,10 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     for c in &page {
         text.push_str(&format!(
             "\n- {} ({}) in library {}: {} item(s)",
-            c.name, c.uid, c.library_uid, c.item_count
+            inline(&c.name),
+            c.uid,
+            c.library_uid,
+            c.item_count
         ));
     }
     if next_cursor.is_some() {

@@ -15,6 +15,7 @@ use super::cursor::{decode_cursor, items_filter, page_cursor};
 use super::{input_schema, one_library, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{ItemView, ScopedGraph};
+use crate::text::inline;
 
 /// One of `collection_uid` and `library_uid` is required: serde cannot say
 /// it, so the schema says it here and `check` enforces it.
@@ -107,7 +108,12 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     let next_cursor = page_cursor(&mut page, limit, |i| &i.uid, "items", &filter);
     let mut text = format!("{} item(s)", page.len());
     for i in &page {
-        text.push_str(&format!("\n- {} ({}): {} chunk(s)", i.title, i.uid, i.chunk_count));
+        text.push_str(&format!(
+            "\n- {} ({}): {} chunk(s)",
+            inline(&i.title),
+            i.uid,
+            i.chunk_count
+        ));
     }
     if next_cursor.is_some() {
         text.push_str("\n(more: pass next_cursor as cursor)");

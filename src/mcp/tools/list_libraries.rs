@@ -14,6 +14,7 @@ use super::args::{parse, NoArgs};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{LibraryView, ScopedGraph};
+use crate::text::inline;
 
 #[derive(Serialize, JsonSchema)]
 pub struct LibrariesOut {
@@ -50,14 +51,14 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     for l in &libraries {
         text.push_str(&format!(
             "\n- {} ({}): {} collection(s), {} item(s){}",
-            l.name,
+            inline(&l.name),
             l.uid,
             l.collection_count,
             l.item_count,
             if l.description.is_empty() {
                 String::new()
             } else {
-                format!(" — {}", l.description)
+                format!(" — {}", inline(&l.description))
             }
         ));
     }

@@ -20,17 +20,24 @@ pub struct TokenAuthRow {
     pub allowed_tools: Option<Vec<String>>,
     /// Its own request rate a minute; `None` = the configured one.
     pub rate_limit_per_minute: Option<i32>,
+    pub user_id: i64,
+    /// The user's ceiling (issue 32): tools every token of the user has at
+    /// most (`None` = every tool) ...
+    pub user_max_tools: Option<Vec<String>>,
+    /// ... and the rate a minute all its tokens share (`None` = none).
+    pub user_max_rate_per_minute: Option<i32>,
 }
 
-/// The opaque token with this hash, whether its user is active, and the
-/// libraries its user may scope a token to now (owner or manager) — one
-/// round trip.
+/// The opaque token with this hash, whether its user is active, the
+/// libraries its user may scope a token to now (owner or manager) and the
+/// user's ceiling — one round trip.
 pub async fn token_by_hash(pool: &PgPool, hash: &str) -> Result<Option<TokenAuthRow>, sqlx::Error> {
     sqlx::query_as::<_, TokenAuthRow>(
         "SELECT t.id, t.active, t.expires_at, t.allowed_libraries, u.active AS user_active,
                 ARRAY(SELECT DISTINCT m.library_uid::text FROM library_memberships m
                        WHERE m.user_id = t.user_id AND m.role IN ('owner', 'manager')) AS member_libraries,
-                t.allowed_tools, t.rate_limit_per_minute
+                t.allowed_tools, t.rate_limit_per_minute, t.user_id,
+                u.max_tools AS user_max_tools, u.max_rate_per_minute AS user_max_rate_per_minute
            FROM mcp_tokens t JOIN users u ON u.id = t.user_id
           WHERE t.token_hash = $1",
     )

@@ -117,6 +117,62 @@ pub async fn set_staff<'e>(ex: impl PgExecutor<'e>, username: &str, staff: bool)
     )
 }
 
+/// Sets a user's tool ceiling (`None` = every tool; issue 32); false when
+/// no such user.
+pub async fn set_max_tools<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    tools: Option<&[String]>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("UPDATE users SET max_tools = $2 WHERE username = $1")
+        .bind(username)
+        .bind(tools)
+        .execute(ex)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Sets a user's rate ceiling a minute (`None` = none); false when no such
+/// user.
+pub async fn set_max_rate<'e>(
+    ex: impl PgExecutor<'e>,
+    username: &str,
+    per_minute: Option<i32>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("UPDATE users SET max_rate_per_minute = $2 WHERE username = $1")
+        .bind(username)
+        .bind(per_minute)
+        .execute(ex)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A user's ceiling: (tools, rate a minute); `None` when no such user.
+#[allow(clippy::type_complexity)]
+pub async fn ceiling(pool: &PgPool, username: &str) -> Result<Option<(Option<Vec<String>>, Option<i32>)>, sqlx::Error> {
+    sqlx::query_as("SELECT max_tools, max_rate_per_minute FROM users WHERE username = $1")
+        .bind(username)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Locks a user's row for the rest of the transaction (mints of one user
+/// then count its live tokens one at a time) and returns how many live
+/// tokens it holds: active and not expired.
+pub async fn lock_and_count_live_tokens(conn: &mut sqlx::PgConnection, user_id: i64) -> Result<i64, sqlx::Error> {
+    sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR UPDATE")
+        .bind(user_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query_scalar(
+        "SELECT count(*) FROM mcp_tokens
+          WHERE user_id = $1 AND active AND (expires_at IS NULL OR expires_at > now())",
+    )
+    .bind(user_id)
+    .fetch_one(&mut *conn)
+    .await
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {

@@ -31,6 +31,8 @@ pub struct Console {
     base: String,
     pub cookies: Vec<(String, String)>,
     pub csrf: String,
+    /// Sent with every request (e.g. what a proxy forwards).
+    headers: Vec<(String, String)>,
 }
 
 pub struct Page {
@@ -65,7 +67,21 @@ impl Console {
             base: app.base.clone(),
             cookies: Vec::new(),
             csrf: String::new(),
+            headers: Vec::new(),
         }
+    }
+
+    /// A console whose every request carries `name: value`.
+    pub fn with_header(mut self, name: &str, value: &str) -> Console {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn extra(&self, mut req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        req
     }
 
     fn keep_cookies(&mut self, headers: &reqwest::header::HeaderMap) {
@@ -101,8 +117,7 @@ impl Console {
 
     pub async fn get(&mut self, path: &str) -> Page {
         let r = self
-            .http
-            .get(format!("{}{path}", self.base))
+            .extra(self.http.get(format!("{}{path}", self.base)))
             .header(header::COOKIE, self.cookie_header())
             .send()
             .await
@@ -124,8 +139,7 @@ impl Console {
             .extend_pairs(fields)
             .finish();
         let r = self
-            .http
-            .post(format!("{}{path}", self.base))
+            .extra(self.http.post(format!("{}{path}", self.base)))
             .header(header::COOKIE, self.cookie_header())
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(body)
@@ -172,7 +186,7 @@ pub async fn person(app: &TestApp, name: &str) -> String {
 }
 
 /// The `mnm_…` plaintext on a page, if any.
-fn plaintext_in(html: &str) -> Option<String> {
+pub fn plaintext_in(html: &str) -> Option<String> {
     let at = html.find("mnm_")?;
     Some(
         html[at..]
