@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
+use crate::text::inline;
 use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 
 const QUERY: Len = Len {
@@ -165,13 +166,13 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             })
             .collect();
         let source = match &h.source_uri {
-            Some(uri) => format!("; source {uri}"),
+            Some(uri) => format!("; source {}", inline(uri)),
             None => String::new(),
         };
         text.push_str(&format!(
             "\n\n{}. {} (score {:.3}; relevance {:.2}; found by {}; chunk {} #{}; item {}; collection {}; library {} \"{}\"{}{})\n{}",
             i + 1,
-            h.item_title,
+            inline(&h.item_title),
             h.score,
             h.relevance,
             found.join("+"),
@@ -180,9 +181,12 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             h.item_uid,
             h.collection_uid,
             h.library_uid,
-            h.library_name,
+            inline(&h.library_name),
             source,
-            h.updated_at.as_deref().map(|u| format!("; updated {u}")).unwrap_or_default(),
+            h.updated_at
+                .as_deref()
+                .map(|u| format!("; updated {}", inline(u)))
+                .unwrap_or_default(),
             snippet(&h.text, 400)
         ));
     }
