@@ -39,7 +39,7 @@ use crate::store::index::{Applied, IndexedChunk, LibraryIndex};
 use crate::store::pg::index_changes;
 
 /// Chunks read from the graph per page of a build.
-const PAGE: i64 = 1_000;
+const PAGE: i64 = 5_000;
 /// Change rows read per page of a catch-up.
 const CHANGES: i64 = 1_000;
 
