@@ -13,7 +13,7 @@ use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
 use super::analysis::Language;
-use super::{GraphError, GraphStore, Step, Txn};
+use super::{GraphError, GraphStore, Known, Step, Txn};
 
 /// A workspace's library as the workspace API publishes it (`library` of
 /// `GET …/workspaces/{id}/`): a wire shape, kept apart from the admin
@@ -263,7 +263,7 @@ impl AdminGraph {
     /// concurrent first ingests race on it.
     pub async fn ensure_workspace_library(&self, workspace_id: &str) -> Result<Option<(String, bool)>, GraphError> {
         let uid = workspace_library_uid(workspace_id);
-        let key = format!("ws:{workspace_id}");
+        let key = Known::Workspace(workspace_id.to_owned());
         if self.0.known.get(&key).await.is_some() {
             return Ok(Some((uid, false)));
         }
@@ -315,7 +315,7 @@ impl AdminGraph {
     /// Gives an existing library its fences if it has none (libraries from
     /// before fences); false if the library does not exist.
     pub async fn ensure_library_fenced(&self, uid: &str) -> Result<bool, GraphError> {
-        let key = format!("lib:{uid}");
+        let key = Known::Library(uid.to_owned());
         if self.0.known.get(&key).await.is_some() {
             return Ok(true);
         }
@@ -342,7 +342,7 @@ impl AdminGraph {
         let _ = self
             .0
             .known
-            .invalidate_entries_if(move |k, v| *v == uid || k.ends_with(&format!(":{uid}")));
+            .invalidate_entries_if(move |k, v| *v == uid || k.library() == Some(uid.as_str()));
         self.0.known.run_pending_tasks().await;
     }
 
@@ -350,7 +350,7 @@ impl AdminGraph {
     /// The language a library's text is analyzed in (set when it was created;
     /// English when none was given). Cached: it never changes.
     pub async fn language_of(&self, uid: &str) -> Result<Language, GraphError> {
-        let key = format!("lang:{uid}");
+        let key = Known::Language(uid.to_owned());
         if let Some(code) = self.0.known.get(&key).await {
             return Ok(Language::of_stored(Some(&code)));
         }
@@ -409,7 +409,7 @@ impl AdminGraph {
     /// does not exist (any more).
     pub async fn collection_in(&self, library_uid: &str, name: &str) -> Result<Option<String>, GraphError> {
         let uid = derived_uid("col", &[library_uid, name]);
-        let key = format!("col:{uid}");
+        let key = Known::Collection(uid.clone());
         if self.0.known.get(&key).await.is_some() {
             return Ok(Some(uid));
         }

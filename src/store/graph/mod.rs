@@ -10,10 +10,10 @@
 pub mod admin;
 pub mod analysis;
 pub mod flavor;
+pub mod fusion;
 pub mod indexing;
 pub mod ingest;
 pub mod knowledge;
-pub mod rank;
 pub mod reindex;
 pub mod scoped;
 pub mod vectors;
@@ -28,6 +28,7 @@ use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
 use tracing::Instrument;
 
 use crate::config::{GraphFlavor, Settings};
+use crate::store::index::rank;
 
 pub use flavor::Flavor;
 
@@ -273,7 +274,7 @@ pub struct GraphStore {
     /// Libraries and collections known to exist (ingest's find-or-create
     /// skips its reads). Only a hint: every item write re-checks them inside
     /// its transaction, and forgets them when they are gone.
-    pub(crate) known: moka::future::Cache<String, String>,
+    pub(crate) known: moka::future::Cache<Known, String>,
     /// Library uid → its ranking statistics (chunk count, total length),
     /// read again after `rank::STATS_TTL`.
     pub(crate) ranking: moka::future::Cache<String, rank::LibraryStats>,
@@ -290,6 +291,32 @@ pub struct GraphStore {
     /// Where writes record their change for every replica's index
     /// (`pg::index_changes`).
     pub(crate) change_log: sqlx::PgPool,
+}
+
+/// What `GraphStore::known` holds, by key: the value is the library uid
+/// (a workspace's library, a fenced library, a collection's library) or the
+/// library's language code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// A workspace id → its library's uid.
+    Workspace(String),
+    /// A library uid known to exist with its fences → itself.
+    Library(String),
+    /// A library uid → its language code.
+    Language(String),
+    /// A collection uid → its library's uid.
+    Collection(String),
+}
+
+impl Known {
+    /// The library a key is about (for a workspace or a collection, its
+    /// value names it).
+    pub(crate) fn library(&self) -> Option<&str> {
+        match self {
+            Known::Library(uid) | Known::Language(uid) => Some(uid),
+            Known::Workspace(_) | Known::Collection(_) => None,
+        }
+    }
 }
 
 /// Marks a detached statement's caller as gone when its wait ends (answered,

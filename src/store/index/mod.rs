@@ -30,7 +30,7 @@ use tantivy::schema::{
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
-use super::graph::rank;
+pub mod rank;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
 const TERMS: &str = "terms";
