@@ -31,7 +31,6 @@ pub enum Signal {
     Semantic,
 }
 
-
 /// Candidates each signal contributes to a hybrid ranking (and the semantic
 /// candidates of a semantic search, at least).
 pub(super) const CANDIDATES: usize = 100;

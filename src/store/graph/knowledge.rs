@@ -13,12 +13,12 @@ use serde::{Deserialize, Serialize};
 use super::analysis::Language;
 use std::sync::Arc;
 
-pub use super::fusion::{Mode, Signal};
 use super::fusion::{fuse, Ranked, CANDIDATES};
+pub use super::fusion::{Mode, Signal};
 use super::indexing::OpenLibrary;
 use super::{ingest, scoped, GraphError, GraphStore, Known};
-use crate::store::index::rank;
 use crate::ids::Scope;
+use crate::store::index::rank;
 use crate::store::index::IndexedChunk;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
