@@ -5,8 +5,8 @@
 //! products — the exact GELU calls libm's `erff` element by element, softmax
 //! runs as five separate passes, the attention scale and the padding mask are
 //! passes of their own, and Q, K and V are three products. Here Q, K and V are
-//! one product with the scale folded into Q's weights, softmax is candle's
-//! fused one, GELU uses a rational `erf` the compiler vectorizes, and each
+//! one product with the scale folded into Q's weights, softmax is our own
+//! op (a vectorizable `exp`), GELU uses a rational `erf` the compiler vectorizes, and each
 //! text is encoded alone (no padding, so no mask). Same weights, same
 //! architecture: vectors match the reference to a cosine of 0.99999
 //! (`tests/fixtures/minilm_reference.json`).
