@@ -259,12 +259,12 @@ fn tool_call_of(body: &[u8]) -> Option<(serde_json::Value, &'static str)> {
 }
 
 /// HTTP 429 with a JSON-RPC error for the call, so SDKs surface it.
-fn tool_rate_limited(id: serde_json::Value, tool: &str, retry_after_secs: u64) -> Response {
+fn tool_rate_limited(id: serde_json::Value, calls: &str, retry_after_secs: u64) -> Response {
     let mut r = (
         StatusCode::TOO_MANY_REQUESTS,
         Json(json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": -32000,
-            "message": format!("Rate limited: too many {tool} calls for this credential; retry after {retry_after_secs} s."),
+            "message": format!("Rate limited: too many {calls} calls for this credential; retry after {retry_after_secs} s."),
             "data": {"retry_after": retry_after_secs}}})),
     )
         .into_response();
@@ -551,13 +551,10 @@ async fn within_rates(
             match state.search_slots.acquire(principal.subject()).await {
                 Some(s) => slot = Some(s),
                 None => {
-                    state
-                        .metrics
-                        .rate_limited
-                        .with_label_values(&[principal.kind().as_str(), tool])
-                        .inc();
-                    record_call(&state.metrics, Some(principal), tool, Outcome::Refused);
-                    return Err(searches_busy(id));
+                    refused_call(state, principal, tool);
+                    // A search beyond the credential's concurrent searches
+                    // (`MNEMOSYNE_SEARCH_CONCURRENCY`, after the queue's wait).
+                    return Err(tool_rate_limited(id, "concurrent search", 1));
                 }
             }
         }
@@ -565,20 +562,14 @@ async fn within_rates(
     Ok((Request::from_parts(parts, axum::body::Body::from(bytes)), slot))
 }
 
-/// HTTP 429 for a search beyond the credential's concurrent searches
-/// (`MNEMOSYNE_SEARCH_CONCURRENCY`, after `limits::search::QUEUE_WAIT`).
-fn searches_busy(id: serde_json::Value) -> Response {
-    let mut r = (
-        StatusCode::TOO_MANY_REQUESTS,
-        Json(json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32000,
-            "message": "Rate limited: too many concurrent search calls for this credential; retry after 1 s.",
-            "data": {"retry_after": 1}}})),
-    )
-        .into_response();
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-    r
+/// Counts a tool call refused by a limit (metrics and usage).
+fn refused_call(state: &Guard, principal: &Principal, tool: &'static str) {
+    state
+        .metrics
+        .rate_limited
+        .with_label_values(&[principal.kind().as_str(), tool])
+        .inc();
+    record_call(&state.metrics, Some(principal), tool, Outcome::Refused);
 }
 
 /// The per-tool rate of one `tools/call`: over it, the call is refused (and
@@ -588,12 +579,7 @@ fn searches_busy(id: serde_json::Value) -> Response {
 /// use).
 fn over_tool_rate(state: &Guard, principal: &Principal, id: serde_json::Value, tool: &'static str) -> Option<Response> {
     if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
-        state
-            .metrics
-            .rate_limited
-            .with_label_values(&[principal.kind().as_str(), tool])
-            .inc();
-        record_call(&state.metrics, Some(principal), tool, Outcome::Refused);
+        refused_call(state, principal, tool);
         return Some(tool_rate_limited(id, tool, l.retry_after_secs()));
     }
     if tool == "other" && principal.tools().is_every() {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::fusion::{fuse, Ranked, CANDIDATES};
 pub use super::fusion::{Mode, Signal};
 use super::indexing::OpenLibrary;
-use super::{ingest, scoped, GraphError, GraphStore, Known};
+use super::{ingest, scoped, vanished, GraphError, GraphStore, Known};
 use crate::ids::Scope;
 use crate::store::index::rank;
 use crate::store::index::IndexedChunk;
@@ -137,6 +137,19 @@ pub struct ItemView {
     pub updated_at: Option<String>,
     pub collection_uid: String,
     pub library_uid: String,
+}
+
+/// A short key of a scope's libraries (the query-vector cache's partition).
+fn scope_key(uids: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sorted: Vec<&str> = uids.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let mut h = Sha256::new();
+    for u in sorted {
+        h.update(u.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..16])
 }
 
 /// Most candidate chunks one search reads from the graph (over all its
@@ -439,7 +452,7 @@ impl ScopedGraph {
             return Ok(Vec::new());
         }
         let v = semantic
-            .query_vector(text)
+            .query_vector(&scope_key(self.scope.uids()), text)
             .await
             .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
         let model = semantic.embedder().id().to_owned();
@@ -790,32 +803,13 @@ impl ScopedGraph {
     }
 }
 
-/// True when one of `fields` is null: on Neo4j a node deleted by a concurrent
-/// transaction after the match reads its properties as null. Such a row is
-/// left out, as if the delete had come first.
-fn vanished(row: &Row, fields: &[&str]) -> Result<bool, GraphError> {
-    for f in fields {
-        if row.get::<Option<neo4rs::BoltType>>(f)?.is_none() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 #[cfg(test)]
-mod vanished_tests {
-    use neo4rs::{BoltList, BoltNull, BoltType, Row};
-
-    fn row(values: Vec<(&str, BoltType)>) -> Row {
-        let (names, data): (Vec<_>, Vec<_>) = values.into_iter().map(|(n, v)| (BoltType::from(n), v)).unzip();
-        Row::new(BoltList::from(names), BoltList::from(data))
-    }
-
+mod tests {
     #[test]
-    fn a_row_with_a_null_field_vanished_and_one_without_did_not() {
-        let gone = row(vec![("uid", "c1".into()), ("text", BoltType::Null(BoltNull))]);
-        assert!(super::vanished(&gone, &["uid", "text"]).unwrap());
-        let here = row(vec![("uid", "c1".into()), ("ordinal", 0i64.into())]);
-        assert!(!super::vanished(&here, &["uid", "ordinal"]).unwrap());
+    fn the_query_vector_cache_is_partitioned_by_the_set_of_libraries() {
+        let key = |u: &[&str]| super::scope_key(&u.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(key(&["a", "b"]), key(&["b", "a"]), "the scope's order does not matter");
+        assert_ne!(key(&["a"]), key(&["b"]));
+        assert_ne!(key(&["ab"]), key(&["a", "b"]), "uids are separated");
     }
 }
