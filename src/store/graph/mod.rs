@@ -771,7 +771,6 @@ pub(super) fn vanished(row: &Row, fields: &[&str]) -> Result<bool, GraphError> {
     Ok(false)
 }
 
-
 #[cfg(test)]
 mod vanished_tests {
     use neo4rs::{BoltList, BoltNull, BoltType, Row};
