@@ -144,6 +144,20 @@ impl Scope {
         &self.0
     }
 
+    /// A short key of the set of libraries (order aside): what per-scope
+    /// caches are partitioned by (the query-vector cache).
+    pub fn cache_key(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut sorted: Vec<&str> = self.0.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        let mut h = Sha256::new();
+        for u in sorted {
+            h.update(u.as_bytes());
+            h.update([0u8]);
+        }
+        hex::encode(&h.finalize()[..16])
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -184,6 +198,14 @@ impl AsRef<Scope> for Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scopes_cache_key_is_its_set_of_libraries() {
+        let key = |u: &[&str]| Scope::from_resolver(u.iter().map(|s| s.to_string())).cache_key();
+        assert_eq!(key(&["a", "b"]), key(&["b", "a"]), "the order does not matter");
+        assert_ne!(key(&["a"]), key(&["b"]));
+        assert_ne!(key(&["ab"]), key(&["a", "b"]), "uids are separated");
+    }
 
     #[test]
     fn scope_dedups_keeping_first_occurrence() {

@@ -139,19 +139,6 @@ pub struct ItemView {
     pub library_uid: String,
 }
 
-/// A short key of a scope's libraries (the query-vector cache's partition).
-fn scope_key(uids: &[String]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut sorted: Vec<&str> = uids.iter().map(String::as_str).collect();
-    sorted.sort_unstable();
-    let mut h = Sha256::new();
-    for u in sorted {
-        h.update(u.as_bytes());
-        h.update([0u8]);
-    }
-    hex::encode(&h.finalize()[..16])
-}
-
 /// Most candidate chunks one search reads from the graph (over all its
 /// batches of libraries): past it, document frequencies are counted over
 /// this many. (Libraries served by their index have no such cap.)
@@ -452,7 +439,7 @@ impl ScopedGraph {
             return Ok(Vec::new());
         }
         let v = semantic
-            .query_vector(&scope_key(self.scope.uids()), text)
+            .query_vector(&self.scope.cache_key(), text)
             .await
             .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
         let model = semantic.embedder().id().to_owned();
@@ -800,16 +787,5 @@ impl ScopedGraph {
             .iter()
             .map(|r| Ok(r.to::<ItemView>()?))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_query_vector_cache_is_partitioned_by_the_set_of_libraries() {
-        let key = |u: &[&str]| super::scope_key(&u.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(key(&["a", "b"]), key(&["b", "a"]), "the scope's order does not matter");
-        assert_ne!(key(&["a"]), key(&["b"]));
-        assert_ne!(key(&["ab"]), key(&["a", "b"]), "uids are separated");
     }
 }
