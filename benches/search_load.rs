@@ -141,7 +141,8 @@ async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, lib
                 m.insert("uid".into(), uid.into());
                 m.insert("title".into(), title.into());
                 m.insert("text".into(), text.into());
-                m.insert("vector".into(), unit_vector((total + i) as u64).into());
+                let v: Vec<f32> = unit_vector((total + i) as u64).into_iter().map(|x| x as f32).collect();
+                m.insert("vec".into(), mnemosyne::store::graph::vectors::encode(&v).into());
                 m.into()
             })
             .collect();

@@ -59,16 +59,8 @@ impl AppState {
             .await?
             .with_metrics(&metrics)
             .with_change_log(pg.clone());
-        match &settings.index_dir {
-            Some(dir) => {
-                let index = SearchIndex::open(dir, pg.clone(), settings.index_open_libraries)?;
-                for c in index.collectors() {
-                    metrics.register(c);
-                }
-                graph = graph.with_index(Arc::new(index));
-            }
-            None => tracing::warn!("no search index (MNEMOSYNE_INDEX_DIR unset): every search reads the graph"),
-        }
+        // The indexes hold this model's vectors (none without one).
+        let mut model = String::new();
         match &settings.embed_model {
             Some(dir) => {
                 let embedder = crate::embed::Embedder::shared(dir)
@@ -77,11 +69,22 @@ impl AppState {
                     model = embedder.id(),
                     "semantic search on: hybrid, keyword and semantic modes"
                 );
+                model = embedder.id().to_owned();
                 graph = graph.with_embedder(embedder, crate::embed::worker::Status::new(&metrics));
             }
             None => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"
             ),
+        }
+        match &settings.index_dir {
+            Some(dir) => {
+                let index = SearchIndex::open(dir, pg.clone(), settings.index_open_libraries, &model)?;
+                for c in index.collectors() {
+                    metrics.register(c);
+                }
+                graph = graph.with_index(Arc::new(index));
+            }
+            None => tracing::warn!("no search index (MNEMOSYNE_INDEX_DIR unset): every search reads the graph"),
         }
         metrics
             .build_info

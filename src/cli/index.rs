@@ -59,25 +59,27 @@ async fn status(settings: &Settings, pool: &PgPool, json: bool) -> anyhow::Resul
     let Some(dir) = &settings.index_dir else {
         anyhow::bail!("MNEMOSYNE_INDEX_DIR is not set: this replica searches the graph");
     };
-    let index = SearchIndex::open(dir, pool.clone(), 1)?;
+    let index = SearchIndex::open(dir, pool.clone(), 1, "")?;
     let local = index.status();
-    let uids: Vec<String> = local.iter().map(|(l, ..)| l.clone()).collect();
+    let uids: Vec<String> = local.iter().map(|s| s.library_uid.clone()).collect();
     let current: HashMap<String, i64> = index_changes::sequences(pool, &uids).await?.into_iter().collect();
     let rows: Vec<serde_json::Value> = local
         .iter()
-        .map(|(lib, seq, chunks, bytes)| {
-            let at = current.get(lib).copied().unwrap_or(0);
-            serde_json::json!({"library_uid": lib, "chunks": chunks, "disk_bytes": bytes,
-                               "applied_seq": seq, "current_seq": at, "behind": (at - seq).max(0)})
+        .map(|s| {
+            let at = current.get(&s.library_uid).copied().unwrap_or(0);
+            serde_json::json!({"library_uid": s.library_uid, "chunks": s.chunks, "vectors": s.vectors,
+                               "model": s.model, "disk_bytes": s.disk_bytes,
+                               "applied_seq": s.seq, "current_seq": at, "behind": (at - s.seq).max(0)})
         })
         .collect();
     super::emit(json, serde_json::json!({"index_dir": dir, "libraries": rows}), || {
         println!("{} ({} libraries)", dir.display(), rows.len());
         for r in &rows {
             println!(
-                "{}  {} chunks  {:.1} MB  {}",
+                "{}  {} chunks ({} with a vector)  {:.1} MB  {}",
                 r["library_uid"].as_str().unwrap_or_default(),
                 r["chunks"],
+                r["vectors"],
                 r["disk_bytes"].as_f64().unwrap_or(0.0) / 1e6,
                 match r["behind"].as_i64().unwrap_or(0) {
                     0 => "caught up".to_owned(),

@@ -158,7 +158,7 @@ pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status:
         }
         for lib in round(&backlog, last.as_deref()) {
             status.yield_to_ingest().await;
-            match one_batch(&graph, &embedder, &status, &lib, config.batch).await {
+            match one_batch(&pg, &graph, &embedder, &status, &lib, config.batch).await {
                 Ok(n) => status.backlog.sub(n),
                 Err(e) => {
                     tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
@@ -223,9 +223,27 @@ async fn backfill(graph: &AdminGraph, model: &str, prefix: &str) -> Result<(), c
     Ok(())
 }
 
+/// Tells every replica's search index that the vectors of `items` were
+/// stored (their items are read again on the next search of `lib`). The
+/// vectors are committed already, so this is retried until Postgres takes it.
+async fn record_vectors(pg: &PgPool, lib: &str, items: &[String]) {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match crate::store::pg::index_changes::record_items(pg, lib, items).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(library = %lib, error = %e, "embedding worker: vectors stored but not yet announced to the search index; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
 /// Embeds one batch of a library's pending chunks; returns how many left
 /// the queue.
 async fn one_batch(
+    pg: &PgPool,
     graph: &AdminGraph,
     embedder: &Arc<Embedder>,
     status: &Status,
@@ -270,8 +288,9 @@ async fn one_batch(
         done += failed.len() as i64;
         graph.embedding_failed(embedder.id(), failed).await?;
     }
-    let stored = graph.store_vectors(embedder.id(), lib, rows).await?;
+    let (stored, items) = graph.store_vectors(embedder.id(), lib, rows).await?;
     status.embedded.inc_by(stored.max(0) as u64);
+    record_vectors(pg, lib, &items).await;
     Ok(done + stored)
 }
 

@@ -323,3 +323,118 @@ async fn one_token_flooding_broad_searches_is_held_to_its_slots_and_others_are_s
         "beyond its slots the flooder was refused with 429 ({ok} served)"
     );
 }
+
+/// Semantic and hybrid hits of `c` for `q`, answered by `app`'s indexes
+/// alone (no library took the graph path or the vector cache).
+async fn indexed_mode(app: &TestApp, c: &mut McpClient, q: &str, mode: &str) -> Vec<serde_json::Value> {
+    let before = metric(app, "mnemosyne_index_graph_fallbacks_total").await;
+    let hits = search(c, q, json!({"mode": mode})).await;
+    assert_eq!(
+        metric(app, "mnemosyne_index_graph_fallbacks_total").await,
+        before,
+        "{q} {mode}: answered from the index"
+    );
+    hits
+}
+
+#[tokio::test]
+async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
+    use crate::semantic::{embedded, with_model, DOCS};
+    let app = with_model().await;
+    let lib = app.library("sea").await;
+    let items = crate::semantic::ingest_docs(&app, &lib, DOCS).await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut a = app.mcp(&token).connect().await;
+    // The index is built before any vector exists: vectors reach it as
+    // changes recorded by the embedding worker.
+    until_indexed(&app, &mut a, "kelp").await;
+    embedded(&app).await;
+    // The same stores seen by a replica without an index (the vector cache)
+    // and by a replica whose index never saw a vector being stored.
+    let cache_only = app
+        .replica_with(mnemosyne::config::Settings {
+            index_dir: None,
+            ..app.settings.clone()
+        })
+        .await;
+    let fresh = app.second_instance().await;
+    let (mut b, mut f) = (
+        cache_only.mcp(&token).connect().await,
+        fresh.mcp(&token).connect().await,
+    );
+    until_indexed(&fresh, &mut f, "kelp").await;
+    let queries = [
+        "seaweed",
+        "how do islands form from lava",
+        "bread that rises",
+        "paying tax on what you earn",
+        "otters",
+    ];
+    for q in queries {
+        for mode in ["semantic", "hybrid"] {
+            let want = search(&mut b, q, json!({"mode": mode})).await;
+            assert!(!want.is_empty(), "{q} {mode}");
+            assert!(want.iter().any(|h| h["similarity"].is_number()), "{q} {mode}");
+            let from_index = indexed_mode(&app, &mut a, q, mode).await;
+            assert_eq!(from_index, want, "{q} {mode}: every field of every hit");
+            let from_fresh = indexed_mode(&fresh, &mut f, q, mode).await;
+            assert_eq!(from_fresh, want, "{q} {mode}: a replica that never embedded");
+        }
+    }
+    // A collection filter, and a limit smaller than the candidates.
+    let coll = app
+        .ingest(
+            json!({"library_uid": lib, "collection": "Other", "item": {"title": "Reef fish"},
+                       "content": "Parrotfish graze algae off coral reefs and grind it into sand."}),
+        )
+        .await["collection_uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Re-ingested with other content: its old vector goes, its new one comes.
+    app.ingest(
+        json!({"library_uid": lib, "item": {"uid": items[0], "title": "Kelp forests and blue carbon"},
+                      "content": "Sea otters eat urchins that would otherwise graze kelp forests bare."}),
+    )
+    .await;
+    embedded(&app).await;
+    for q in queries {
+        for extra in [
+            json!({"mode": "semantic", "collection_uid": coll}),
+            json!({"mode": "semantic", "limit": 2}),
+            json!({"mode": "hybrid"}),
+        ] {
+            let want = search(&mut b, q, extra.clone()).await;
+            let before = metric(&fresh, "mnemosyne_index_graph_fallbacks_total").await;
+            assert_eq!(
+                search(&mut a, q, extra.clone()).await,
+                want,
+                "after re-ingest {q} {extra}"
+            );
+            assert_eq!(
+                search(&mut f, q, extra.clone()).await,
+                want,
+                "after re-ingest {q} {extra}"
+            );
+            assert_eq!(metric(&fresh, "mnemosyne_index_graph_fallbacks_total").await, before);
+        }
+    }
+    // Every live chunk of the library has its vector in both indexes.
+    for app in [&app, &fresh] {
+        let dir = app.settings.index_dir.clone().unwrap();
+        let out = app.cli_ok(&["index", "status", "--json", "--index-dir", dir.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let rows = v["libraries"].as_array().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r["library_uid"] == lib.as_str())
+            .expect("the library's index");
+        assert_eq!(row["chunks"], json!(DOCS.len() + 1), "{row}");
+        assert_eq!(row["vectors"], row["chunks"], "{row}");
+        assert_eq!(
+            row["model"],
+            json!(app.state.knowledge.semantic().unwrap().embedder().id()),
+            "{row}"
+        );
+    }
+}

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::helpers::{model_dir, McpClient, TestApp};
 
 /// (title, text): a small library about the sea, and things far from it.
-const DOCS: &[(&str, &str)] = &[
+pub(crate) const DOCS: &[(&str, &str)] = &[
     (
         "Kelp forests and blue carbon",
         "Giant kelp grows up to half a metre a day along cold coasts. These underwater forests \
@@ -34,7 +34,7 @@ const DOCS: &[(&str, &str)] = &[
 ];
 
 /// An app with the embedding model (its worker embeds this test's namespace).
-async fn with_model() -> TestApp {
+pub(crate) async fn with_model() -> TestApp {
     TestApp::spawn_with(|s| {
         s.embed_model = Some(model_dir());
         s.embed_batch = 4;
@@ -49,7 +49,7 @@ async fn backlog(app: &TestApp) -> Vec<(String, i64)> {
 
 /// Waits (bounded) until no chunk of `app`'s namespace waits for a vector,
 /// and the vector cache has seen the last store.
-async fn embedded(app: &TestApp) {
+pub(crate) async fn embedded(app: &TestApp) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !backlog(app).await.is_empty() {
         assert!(
@@ -63,7 +63,7 @@ async fn embedded(app: &TestApp) {
     tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(100)).await;
 }
 
-async fn ingest_docs(app: &TestApp, lib: &str, docs: &[(&str, &str)]) -> Vec<String> {
+pub(crate) async fn ingest_docs(app: &TestApp, lib: &str, docs: &[(&str, &str)]) -> Vec<String> {
     let mut items = Vec::new();
     for (title, text) in docs {
         let out = app

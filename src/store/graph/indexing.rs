@@ -39,7 +39,7 @@ use crate::store::index::{Applied, IndexedChunk, LibraryIndex};
 use crate::store::pg::index_changes;
 
 /// Chunks read from the graph per page of a build.
-const PAGE: i64 = 5_000;
+const PAGE: usize = 5_000;
 /// Change rows read per page of a catch-up.
 const CHANGES: i64 = 1_000;
 
@@ -122,6 +122,8 @@ pub struct SearchIndex {
     clock: AtomicU64,
     /// The Postgres database's identity, read once.
     epoch: tokio::sync::OnceCell<String>,
+    /// The embedding model whose vectors the indexes hold ("": none).
+    model: String,
     metrics: Metrics,
 }
 
@@ -133,7 +135,7 @@ fn dir_name(uid: &str) -> String {
 impl SearchIndex {
     /// Opens (creating it) the index directory; fails when it cannot be
     /// written, so `serve` stops at start with the reason.
-    pub fn open(root: &Path, pg: PgPool, max_open: usize) -> anyhow::Result<Self> {
+    pub fn open(root: &Path, pg: PgPool, max_open: usize, model: &str) -> anyhow::Result<Self> {
         let fail = |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", root.display());
         std::fs::create_dir_all(root).map_err(fail)?;
         let probe = root.join(format!(".probe-{}", uuid::Uuid::new_v4()));
@@ -148,6 +150,7 @@ impl SearchIndex {
             builds: tokio::sync::Semaphore::new(1),
             clock: AtomicU64::new(0),
             epoch: tokio::sync::OnceCell::new(),
+            model: model.to_owned(),
             metrics: Metrics::new(),
         })
     }
@@ -190,10 +193,14 @@ impl SearchIndex {
         }
         let opened = LibraryIndex::open_or_create(&path).and_then(|index| {
             let applied = index.applied()?;
-            if applied.library_uid != uid || applied.analysis != scoped::ANALYSIS_VERSION || applied.epoch != epoch {
+            if applied.library_uid != uid
+                || applied.analysis != scoped::ANALYSIS_VERSION
+                || applied.epoch != epoch
+                || applied.model != self.model
+            {
                 return Err(crate::store::index::IndexError::Corrupt(format!(
-                    "holds library {:?} in analysis {} of database {:?}",
-                    applied.library_uid, applied.analysis, applied.epoch
+                    "holds library {:?} in analysis {} of database {:?} with vectors of {:?}",
+                    applied.library_uid, applied.analysis, applied.epoch, applied.model
                 )));
             }
             Ok((index, applied.seq))
@@ -240,6 +247,12 @@ impl SearchIndex {
         self.metrics.open.set(open.len() as i64);
     }
 
+    /// Whether a scope of `n` libraries is wider than the indexes this
+    /// replica keeps open (such a search opens, builds and loads nothing).
+    pub fn is_wide(&self, n: usize) -> bool {
+        n > self.max_open
+    }
+
     /// The libraries of `libs` whose index is fresh (caught up to every
     /// acknowledged write), ready to answer. The others — not built yet,
     /// being built, or when freshness cannot be checked (Postgres down) —
@@ -264,7 +277,7 @@ impl SearchIndex {
         // A scope wider than the open libraries (a staff search over every
         // library) uses the indexes already open and nothing else: it opens
         // and builds none, so it cannot evict or load every tenant.
-        let wide = libs.len() > self.max_open;
+        let wide = self.is_wide(libs.len());
         for uid in libs {
             let target = seqs.get(uid).copied().unwrap_or(0);
             let found = match wide {
@@ -325,12 +338,13 @@ impl SearchIndex {
             let mut items: Vec<String> = page.into_iter().filter_map(|c| c.item_uid).collect();
             items.sort();
             items.dedup();
-            let chunks = item_chunks(graph, &lib.uid, &items).await?;
+            let chunks = item_chunks(graph, &lib.uid, &self.model, &items).await?;
             let applied = Applied {
                 seq: last,
                 library_uid: lib.uid.clone(),
                 analysis: scoped::ANALYSIS_VERSION,
                 epoch: self.epoch().await.map_err(pg)?.to_owned(),
+                model: self.model.clone(),
             };
             let l = lib.clone();
             blocking(move || l.index.apply(&items, &chunks, &applied)).await?;
@@ -390,24 +404,22 @@ impl SearchIndex {
         let _ = std::fs::remove_dir_all(&staging);
         let index = Arc::new(LibraryIndex::open_or_create(&staging).map_err(err)?);
         let (key, tkey) = (scoped::library_key(uid), scoped::title_key(uid));
-        let mut after = String::new();
         let mut total = 0u64;
         let mut sources: HashMap<String, Source> = HashMap::new();
-        loop {
-            let q = query(include_str!("../../../cypher/index_library_page.cypher"))
-                .param("lib", uid)
-                .param("after", after.as_str())
-                .param("limit", PAGE);
-            let rows = graph.rows("index_library_page.cypher", q).await?;
-            let Some(last) = rows.last() else { break };
-            after = last.get::<Option<String>>("uid")?.unwrap_or_default();
-            let n = rows.len() as i64;
+        // One statement, read in pages (paging by uid made ArcadeDB sort the
+        // whole library for every page).
+        let q = query(include_str!("../../../cypher/index_library.cypher"))
+            .param("lib", uid)
+            .param("model", self.model.as_str());
+        let mut pages = graph.stream("index_library.cypher", q, PAGE).await?;
+        while let Some(rows) = pages.next().await? {
             let mut chunks = Vec::with_capacity(rows.len());
             for r in &rows {
                 if let Some(c) = chunk_of(r, &key, &tkey)? {
                     chunks.push(c);
                 }
             }
+            drop(rows);
             let missing: Vec<String> = {
                 let mut m: Vec<String> = chunks
                     .iter()
@@ -424,7 +436,7 @@ impl SearchIndex {
                     s.fill(c);
                 }
             }
-            // Items seen in earlier pages only: keep the map small.
+            // Keep the map small (an item seen again is read again).
             if sources.len() > 50_000 {
                 sources.clear();
             }
@@ -432,15 +444,13 @@ impl SearchIndex {
             self.metrics.built_chunks.inc_by(chunks.len() as u64);
             let ix = index.clone();
             blocking(move || ix.add(&chunks)).await?;
-            if n < PAGE {
-                break;
-            }
         }
         let applied = Applied {
             seq,
             library_uid: uid.to_owned(),
             analysis: scoped::ANALYSIS_VERSION,
             epoch: self.epoch().await.map_err(pg)?.to_owned(),
+            model: self.model.clone(),
         };
         let ix = index.clone();
         blocking(move || ix.commit(&applied).and_then(|_| ix.close_writer())).await?;
@@ -457,7 +467,7 @@ impl SearchIndex {
 
     /// Sequence applied and chunk count of every library index on disk
     /// (`mnemosyne index status`), by library uid.
-    pub fn status(&self) -> Vec<(String, i64, u64, u64)> {
+    pub fn status(&self) -> Vec<IndexStatus> {
         let mut out = Vec::new();
         let Ok(dir) = std::fs::read_dir(&self.root) else {
             return out;
@@ -468,12 +478,19 @@ impl SearchIndex {
                 continue;
             }
             if let Ok(ix) = LibraryIndex::open_or_create(&path) {
-                if let Ok(a) = ix.applied() {
-                    out.push((a.library_uid, a.seq, ix.num_chunks(), ix.disk_bytes()));
+                if let (Ok(a), Ok((chunks, vectors))) = (ix.applied(), ix.counts()) {
+                    out.push(IndexStatus {
+                        library_uid: a.library_uid,
+                        seq: a.seq,
+                        chunks,
+                        vectors,
+                        model: a.model,
+                        disk_bytes: ix.disk_bytes(),
+                    });
                 }
             }
         }
-        out.sort();
+        out.sort_by(|a, b| a.library_uid.cmp(&b.library_uid));
         out
     }
 
@@ -486,6 +503,20 @@ impl SearchIndex {
             _ => Ok(()),
         }
     }
+}
+
+/// One library index on disk (`mnemosyne index status`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct IndexStatus {
+    pub library_uid: String,
+    /// The change sequence it reflects.
+    pub seq: i64,
+    /// Live chunks, and those of them with a vector.
+    pub chunks: u64,
+    pub vectors: u64,
+    /// The embedding model of its vectors ("": none).
+    pub model: String,
+    pub disk_bytes: u64,
 }
 
 /// Days the change rows are kept: a replica whose index is older rebuilds it.
@@ -554,6 +585,7 @@ fn chunk_of(r: &Row, key: &str, tkey: &str) -> Result<Option<IndexedChunk>, Grap
         source_uri: None,
         mime_type: None,
         updated_at: None,
+        vector: super::vectors::row_vector(r)?,
     }))
 }
 
@@ -582,13 +614,19 @@ async fn item_sources(graph: &GraphStore, lib: &str, items: &[String]) -> Result
 }
 
 /// Every chunk the `items` of `lib` hold now, with their citation fields.
-async fn item_chunks(graph: &GraphStore, lib: &str, items: &[String]) -> Result<Vec<IndexedChunk>, GraphError> {
+async fn item_chunks(
+    graph: &GraphStore,
+    lib: &str,
+    model: &str,
+    items: &[String],
+) -> Result<Vec<IndexedChunk>, GraphError> {
     let (key, tkey) = (scoped::library_key(lib), scoped::title_key(lib));
     let mut chunks = Vec::new();
     for batch in items.chunks(500) {
         let q = query(include_str!("../../../cypher/index_item_chunks.cypher"))
             .param("items", batch.to_vec())
-            .param("lib", lib);
+            .param("lib", lib)
+            .param("model", model);
         for r in graph.rows("index_item_chunks.cypher", q).await? {
             if let Some(c) = chunk_of(&r, &key, &tkey)? {
                 chunks.push(c);

@@ -298,7 +298,7 @@ impl ScopedGraph {
         };
         let vector = match (mode, &semantic) {
             (Mode::Semantic | Mode::Hybrid, Some(s)) => Some(
-                self.semantic_ranked(s, q.text, q.collection_uid, CANDIDATES.max(q.limit))
+                self.semantic_ranked(s, q.text, q.collection_uid, &ready, CANDIDATES.max(q.limit))
                     .await?,
             ),
             _ => None,
@@ -427,12 +427,18 @@ impl ScopedGraph {
 
     /// The `k` chunks of the scope most similar to the query, best first:
     /// (similarity, chunk uid, library uid). Exact: every vector of the
-    /// scope's libraries is scored, and no other.
+    /// scope's libraries is scored, and no other — a fresh library index's
+    /// from the index (`ready`), another library's from the vector cache,
+    /// except in a scope wider than the indexes kept open (a staff search
+    /// over every library), where a library not open has no semantic
+    /// candidates (its keyword hits still count) rather than load every
+    /// tenant's vectors.
     async fn semantic_ranked(
         &self,
         semantic: &crate::embed::Semantic,
         text: &str,
         collection_uid: Option<&str>,
+        ready: &HashMap<String, Arc<OpenLibrary>>,
         k: usize,
     ) -> Result<Vec<(f32, String, String)>, GraphError> {
         if self.scope.is_empty() {
@@ -444,7 +450,39 @@ impl ScopedGraph {
             .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
         let model = semantic.embedder().id().to_owned();
         let mut out: Vec<(f32, String, String)> = Vec::new();
-        for (lib, vectors) in self.store.library_vectors(&model, self.scope.uids()).await? {
+        let indexed: Vec<Arc<OpenLibrary>> = self.scope.uids().iter().filter_map(|u| ready.get(u).cloned()).collect();
+        if !indexed.is_empty() {
+            let (q, collection) = (v.clone(), collection_uid.map(str::to_owned));
+            let found = tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                for lib in indexed {
+                    for (s, uid) in lib.index.nearest(&q, k, collection.as_deref())? {
+                        out.push((s, uid, lib.uid().to_owned()));
+                    }
+                }
+                Ok::<_, crate::store::index::IndexError>(out)
+            })
+            .await
+            .map_err(|e| GraphError::Query(format!("index task: {e}")))?
+            .map_err(|e| GraphError::Query(e.to_string()))?;
+            out.extend(found);
+        }
+        let wide = self
+            .store
+            .index
+            .as_ref()
+            .is_some_and(|ix| ix.is_wide(self.scope.uids().len()));
+        let rest: Vec<String> = match wide {
+            true => Vec::new(),
+            false => self
+                .scope
+                .uids()
+                .iter()
+                .filter(|u| !ready.contains_key(*u))
+                .cloned()
+                .collect(),
+        };
+        for (lib, vectors) in self.store.library_vectors(&model, &rest).await? {
             out.extend(
                 vectors
                     .top(&v, k, collection_uid)

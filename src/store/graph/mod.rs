@@ -321,6 +321,30 @@ impl Known {
 
 /// Marks a detached statement's caller as gone when its wait ends (answered,
 /// timed out or cancelled): a statement not started by then never starts.
+/// The pages of a streamed read (`GraphStore::stream`).
+pub(super) struct Pages {
+    rx: tokio::sync::mpsc::Receiver<Result<Vec<Row>, GraphError>>,
+    timeout: Duration,
+}
+
+impl Pages {
+    /// The next page; None at the end (never for a statement that stopped
+    /// before its last row: that is an error).
+    pub(super) async fn next(&mut self) -> Result<Option<Vec<Row>>, GraphError> {
+        match tokio::time::timeout(self.timeout, self.rx.recv()).await {
+            Ok(Some(Ok(page))) if page.is_empty() => Ok(None),
+            Ok(Some(page)) => page.map(Some),
+            Ok(None) => Err(GraphError::Unavailable(
+                "the statement stopped before its last row".into(),
+            )),
+            Err(_) => Err(GraphError::Unavailable(format!(
+                "no page within {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+}
+
 struct GoneOnDrop(Arc<std::sync::atomic::AtomicBool>);
 
 impl Drop for GoneOnDrop {
@@ -502,6 +526,74 @@ impl GraphStore {
             }),
         )
         .await
+    }
+
+    /// Runs a read whose answer may be larger than memory should hold (an
+    /// index build reading a whole library) and hands its rows over in pages
+    /// of `page`, through a channel that holds one page: at most two pages
+    /// are in memory on this side. Each page must come within the store
+    /// timeout (the whole statement may take longer). The exchange is always
+    /// read to its end, even when the receiver gave up, so the connection
+    /// goes back whole (see `detached`).
+    pub(super) async fn stream(&self, name: &'static str, q: Query, page: usize) -> Result<Pages, GraphError> {
+        let permit = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
+        let (connections, graph) = (self.connections.clone(), self.graph.clone());
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Row>, GraphError>>(1);
+        tokio::spawn(
+            async move {
+                let _permit = permit;
+                let Ok(_slot) = connections.acquire_owned().await else {
+                    let _ = tx.send(Err(GraphError::Unavailable("closing".into()))).await;
+                    return;
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let mut rows = match graph.execute(q).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                let mut buf = Vec::with_capacity(page);
+                let mut open = true;
+                loop {
+                    match rows.next().await {
+                        Ok(Some(row)) if open => {
+                            buf.push(row);
+                            if buf.len() >= page {
+                                let full = std::mem::replace(&mut buf, Vec::with_capacity(page));
+                                open = tx.send(Ok(full)).await.is_ok();
+                            }
+                        }
+                        Ok(Some(_)) => {} // drained: nobody reads it
+                        Ok(None) => {
+                            // The last rows, then an empty page: the end.
+                            if open && (buf.is_empty() || tx.send(Ok(buf)).await.is_ok()) {
+                                let _ = tx.send(Ok(Vec::new())).await;
+                            }
+                            return;
+                        }
+                        Err(e) => {
+                            if open {
+                                let _ = tx.send(Err(e.into())).await;
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+            .instrument(tracing::info_span!("graph.stream", query = name)),
+        );
+        Ok(Pages {
+            rx,
+            timeout: self.timeout,
+        })
     }
 
     /// Times `work` into `graph_query_duration_seconds{query=name}` inside a

@@ -307,10 +307,10 @@ impl GraphStore {
         for row in rows {
             let uid: String = row.get("uid")?;
             let seq: i64 = row.get("seq")?;
-            let vector: Option<Vec<f64>> = row.get("vector")?;
+            let vector = row_vector(&row)?;
             let start = next.data.len();
             match (vector, known.get(uid.as_str())) {
-                (Some(v), _) if v.len() == DIM => next.data.extend(v.iter().map(|x| *x as f32)),
+                (Some(v), _) if v.len() == DIM => next.data.extend_from_slice(&v),
                 (None, Some(&i)) if old.seqs[i] == seq => {
                     next.data.extend_from_slice(&old.data[i * DIM..(i + 1) * DIM]);
                 }
@@ -347,6 +347,32 @@ impl GraphStore {
     }
 }
 
+/// A vector as the graph stores it: its f32 values, little-endian, in
+/// base64 (one string property, `Chunk.vec`).
+pub fn encode(v: &[f32]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(crate::store::index::vectors::to_bytes(v))
+}
+
+/// A stored vector (`encode`); None when it is not one of `DIM` values.
+pub fn decode(s: &str) -> Option<Vec<f32>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(s).ok()?;
+    crate::store::index::vectors::from_bytes(&bytes)
+}
+
+/// The vector of a row with `vec` (`encode`d) and `vector` (a list of
+/// floats, as vectors were stored before `vec`) columns, if it holds one.
+pub(crate) fn row_vector(row: &neo4rs::Row) -> Result<Option<Vec<f32>>, GraphError> {
+    if let Some(s) = row.get::<Option<String>>("vec")? {
+        return Ok(decode(&s));
+    }
+    let list: Option<Vec<f64>> = row.get("vector")?;
+    Ok(list
+        .filter(|v| v.len() == DIM)
+        .map(|v| v.into_iter().map(|x| x as f32).collect()))
+}
+
 /// The embedding worker's reads and writes: unscoped, like ingest, so they
 /// are the admin handle's.
 impl AdminGraph {
@@ -376,13 +402,13 @@ impl AdminGraph {
     }
 
     /// Stores vectors for chunks of `lib` that still hold the (title, text)
-    /// they were made from; returns how many were stored.
+    /// they were made from; returns how many were stored, and their items.
     pub async fn store_vectors(
         &self,
         model: &str,
         lib: &str,
         rows: Vec<(String, String, String, Vec<f32>)>,
-    ) -> Result<i64, GraphError> {
+    ) -> Result<(i64, Vec<String>), GraphError> {
         let rows: Vec<BoltType> = rows
             .into_iter()
             .map(|(uid, title, text, v)| {
@@ -390,10 +416,7 @@ impl AdminGraph {
                 m.insert("uid".into(), uid.into());
                 m.insert("title".into(), title.into());
                 m.insert("text".into(), text.into());
-                m.insert(
-                    "vector".into(),
-                    v.into_iter().map(f64::from).collect::<Vec<f64>>().into(),
-                );
+                m.insert("vec".into(), encode(&v).into());
                 m.into()
             })
             .collect();
@@ -401,7 +424,24 @@ impl AdminGraph {
             .param("library_uid", lib)
             .param("model", model)
             .param("rows", rows);
-        self.counted("embed_store.cypher", q).await
+        let stored = Arc::new(Mutex::new((0i64, Vec::new())));
+        let seen = stored.clone();
+        self.0
+            .transaction::<()>(
+                "embed_store.cypher",
+                false,
+                vec![super::Step::check(q, move |rows| {
+                    let out = match rows.first() {
+                        Some(r) => (r.get::<i64>("n")?, r.get::<Vec<String>>("items")?),
+                        None => (0, Vec::new()),
+                    };
+                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = out;
+                    Ok(None)
+                })],
+            )
+            .await?;
+        let out = std::mem::take(&mut *stored.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(out)
     }
 
     /// Takes chunks that cannot be embedded out of the queue.

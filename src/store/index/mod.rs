@@ -31,6 +31,7 @@ use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 pub mod rank;
+pub mod vectors;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
 const TERMS: &str = "terms";
@@ -67,6 +68,8 @@ pub struct IndexedChunk {
     pub source_uri: Option<String>,
     pub mime_type: Option<String>,
     pub updated_at: Option<String>,
+    /// The chunk's unit vector of the index's model, when it has one.
+    pub vector: Option<Vec<f32>>,
 }
 
 #[derive(Clone, Copy)]
@@ -83,6 +86,8 @@ struct Fields {
     source_uri: Field,
     mime_type: Field,
     updated_at: Field,
+    vec_q: Field,
+    vec: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -106,6 +111,8 @@ fn schema() -> (Schema, Fields) {
         source_uri: b.add_text_field("source_uri", STORED),
         mime_type: b.add_text_field("mime_type", STORED),
         updated_at: b.add_text_field("updated_at", STORED),
+        vec_q: b.add_bytes_field("vec_q", FAST),
+        vec: b.add_bytes_field("vec", FAST),
     };
     (b.build(), f)
 }
@@ -150,6 +157,10 @@ pub struct Applied {
     /// (`index_changes::epoch`): another one is rebuilt.
     #[serde(default)]
     pub epoch: String,
+    /// The embedding model whose vectors it holds ("" for none): another
+    /// one is rebuilt.
+    #[serde(default)]
+    pub model: String,
 }
 
 impl LibraryIndex {
@@ -286,6 +297,10 @@ impl LibraryIndex {
                 d.add_text(field, v);
             }
         }
+        if let Some(v) = c.vector.as_deref().filter(|v| v.len() == crate::embed::DIM) {
+            d.add_bytes(f.vec_q, &vectors::quantize(v));
+            d.add_bytes(f.vec, &vectors::to_bytes(v));
+        }
         d
     }
 
@@ -342,22 +357,7 @@ impl LibraryIndex {
         let mut tt: Vec<i64> = Vec::new();
         for (ord, seg) in searcher.segment_readers().iter().enumerate() {
             let alive = seg.alive_bitset();
-            let in_collection: Option<Vec<bool>> = match collection {
-                None => None,
-                Some(c) => {
-                    let mut keep = vec![false; seg.max_doc() as usize];
-                    let inv = seg.inverted_index(f.collection_uid)?;
-                    if let Some(mut p) =
-                        inv.read_postings(&Term::from_field_text(f.collection_uid, c), IndexRecordOption::Basic)?
-                    {
-                        while p.doc() != tantivy::TERMINATED {
-                            keep[p.doc() as usize] = true;
-                            p.advance();
-                        }
-                    }
-                    Some(keep)
-                }
-            };
+            let in_collection = self.in_collection(seg, collection)?;
             let mut slot: Vec<u32> = vec![u32::MAX; seg.max_doc() as usize];
             let first = at.len();
             for (field, freqs) in [(f.text_terms, 0usize), (f.title_terms, 1usize)] {
@@ -435,6 +435,76 @@ impl LibraryIndex {
         Ok(hits)
     }
 
+    /// The documents of one segment in `collection` (None: no filter).
+    fn in_collection(
+        &self,
+        seg: &tantivy::SegmentReader,
+        collection: Option<&str>,
+    ) -> Result<Option<Vec<bool>>, IndexError> {
+        let Some(c) = collection else { return Ok(None) };
+        let f = self.fields;
+        let mut keep = vec![false; seg.max_doc() as usize];
+        let inv = seg.inverted_index(f.collection_uid)?;
+        if let Some(mut p) = inv.read_postings(&Term::from_field_text(f.collection_uid, c), IndexRecordOption::Basic)? {
+            while p.doc() != tantivy::TERMINATED {
+                keep[p.doc() as usize] = true;
+                p.advance();
+            }
+        }
+        Ok(Some(keep))
+    }
+
+    /// The library's `k` chunks most similar to the unit vector `q` (of the
+    /// index's model), optionally in one collection: (similarity, chunk uid),
+    /// best first, ties by chunk uid. Exact (`vectors`); chunks without a
+    /// vector are left out.
+    pub fn nearest(&self, q: &[f32], k: usize, collection: Option<&str>) -> Result<Vec<(f32, String)>, IndexError> {
+        let searcher = self.reader.searcher();
+        let readers = searcher.segment_readers();
+        let mut segments = Vec::with_capacity(readers.len());
+        let mut max_docs = Vec::with_capacity(readers.len());
+        let mut keeps = Vec::with_capacity(readers.len());
+        let mut uids = Vec::with_capacity(readers.len());
+        for seg in readers {
+            segments.push(vectors::SegmentVectors::of(seg)?);
+            max_docs.push(seg.max_doc());
+            keeps.push((seg.alive_bitset().cloned(), self.in_collection(seg, collection)?));
+            uids.push(seg.fast_fields().str("chunk_uid")?);
+        }
+        let keep = |s: u32, doc: DocId| {
+            let (alive, coll) = &keeps[s as usize];
+            alive.as_ref().is_none_or(|a| a.is_alive(doc)) && coll.as_ref().is_none_or(|k| k[doc as usize])
+        };
+        let uid = |s: u32, doc: DocId| {
+            let mut buf = String::new();
+            if let Some(col) = &uids[s as usize] {
+                if let Some(ord) = col.term_ords(doc).next() {
+                    col.ord_to_str(ord, &mut buf)?;
+                }
+            }
+            Ok(buf)
+        };
+        Ok(vectors::nearest(q, k, &segments, &max_docs, keep, uid)?)
+    }
+
+    /// Live chunks, and those of them with a vector.
+    pub fn counts(&self) -> Result<(u64, u64), IndexError> {
+        let searcher = self.reader.searcher();
+        let mut with = 0u64;
+        for seg in searcher.segment_readers() {
+            let Some(col) = seg.fast_fields().bytes("vec")? else {
+                continue;
+            };
+            let alive = seg.alive_bitset();
+            for doc in 0..seg.max_doc() {
+                if alive.is_none_or(|a| a.is_alive(doc)) && col.term_ords(doc).next().is_some() {
+                    with += 1;
+                }
+            }
+        }
+        Ok((searcher.num_docs(), with))
+    }
+
     /// The stored chunk `uid`, if this library holds it.
     pub fn chunk(&self, uid: &str) -> Result<Option<IndexedChunk>, IndexError> {
         let f = self.fields;
@@ -467,6 +537,7 @@ impl LibraryIndex {
             source_uri: s(f.source_uri),
             mime_type: s(f.mime_type),
             updated_at: s(f.updated_at),
+            vector: None,
         })
     }
 }
@@ -514,6 +585,7 @@ mod tests {
             library_uid: "lib".into(),
             analysis: 1,
             epoch: "e".into(),
+            model: String::new(),
         }
     }
 
@@ -582,6 +654,107 @@ mod tests {
         assert_eq!(again.applied().unwrap().seq, 5);
         assert_eq!(again.num_chunks(), 1);
         drop(again);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    fn unit(seed: u64) -> Vec<f32> {
+        // A deterministic pseudo-random unit vector.
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let v: Vec<f32> = (0..crate::embed::DIM)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect();
+        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        v.into_iter().map(|a| a / n).collect()
+    }
+
+    /// Every live vector scored in memory: the exact answer.
+    fn brute(live: &[(String, String, Vec<f32>)], q: &[f32], k: usize, coll: Option<&str>) -> Vec<(f32, String)> {
+        let mut all: Vec<(f32, String)> = live
+            .iter()
+            .filter(|(_, c, _)| coll.is_none_or(|x| x == c))
+            .map(|(u, _, v)| (crate::embed::dot(q, v), u.clone()))
+            .collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        all.truncate(k);
+        all
+    }
+
+    #[test]
+    fn nearest_is_the_exact_top_k_across_segments_replacements_filters_and_merges() {
+        let path = dir();
+        let idx = LibraryIndex::open_or_create(&path).unwrap();
+        let mut live: Vec<(String, String, Vec<f32>)> = Vec::new();
+        // Three commits: three segments; item i3 replaced in the third.
+        for (round, seq) in [(0u64, 1i64), (1, 2), (2, 3)] {
+            let mut chunks = Vec::new();
+            let mut replaced = Vec::new();
+            for j in 0..40u64 {
+                let item = match (round, j % 4) {
+                    (2, 0) => {
+                        replaced.push("i3".to_owned());
+                        "i3".to_owned()
+                    }
+                    _ => format!("i{round}_{j}"),
+                };
+                let uid = format!("c{round}_{j:02}");
+                let coll = if j % 3 == 0 { "odd" } else { "col" };
+                let v = unit(round * 100 + j);
+                let mut c = chunk(&uid, &item, "w", "");
+                c.collection_uid = coll.into();
+                c.vector = Some(v.clone());
+                chunks.push(c);
+            }
+            replaced.dedup();
+            if round == 0 {
+                // Item i3 of the first round, replaced later.
+                let mut c = chunk("old_i3", "i3", "w", "");
+                c.vector = Some(unit(9_999));
+                chunks.push(c);
+            }
+            if !replaced.is_empty() {
+                live.retain(|(u, _, _)| u != "old_i3");
+            }
+            for c in &chunks {
+                live.push((c.chunk_uid.clone(), c.collection_uid.clone(), c.vector.clone().unwrap()));
+            }
+            idx.apply(&replaced, &chunks, &applied(seq)).unwrap();
+        }
+        // A chunk without a vector is never a semantic hit.
+        idx.apply(&[], &[chunk("novec", "iz", "w", "")], &applied(4)).unwrap();
+        let check = |idx: &LibraryIndex| {
+            for (s, k, coll) in [
+                (7u64, 5usize, None),
+                (8, 200, None),
+                (9, 10, Some("odd")),
+                (10, 1, Some("none")),
+            ] {
+                let q = unit(s);
+                let got = idx.nearest(&q, k, coll).unwrap();
+                let want = brute(&live, &q, k, coll);
+                assert_eq!(got, want, "seed {s} k {k} {coll:?}");
+            }
+            // The query equal to a stored vector finds it first, at its exact score.
+            let q = unit(205);
+            let got = idx.nearest(&q, 3, None).unwrap();
+            assert_eq!(got[0].1, "c2_05");
+            assert_eq!(got[0].0, crate::embed::dot(&q, &q));
+        };
+        check(&idx);
+        assert_eq!(idx.counts().unwrap(), (live.len() as u64 + 1, live.len() as u64));
+        // Merged into one segment: vectors follow their documents.
+        let ids = idx.index.searchable_segment_ids().unwrap();
+        idx.with_writer(|w| {
+            w.merge(&ids).wait()?;
+            Ok(())
+        })
+        .unwrap();
+        idx.close_writer().unwrap();
+        assert_eq!(idx.reader.searcher().segment_readers().len(), 1);
+        check(&idx);
+        drop(idx);
         std::fs::remove_dir_all(&path).unwrap();
     }
 

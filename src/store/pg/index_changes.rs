@@ -41,6 +41,30 @@ pub async fn record(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) ->
     .await
 }
 
+/// Records that the `items` of `library_uid` changed (their vectors were
+/// stored), one sequence number each, in one statement; returns the
+/// library's new sequence number (None for no items).
+pub async fn record_items(pool: &PgPool, library_uid: &str, items: &[String]) -> Result<Option<i64>, sqlx::Error> {
+    if items.is_empty() {
+        return Ok(None);
+    }
+    sqlx::query_scalar(
+        "WITH s AS (
+             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, cardinality($2::text[]))
+             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + cardinality($2::text[])
+             RETURNING seq)
+         INSERT INTO index_changes (library_uid, seq, item_uid)
+         SELECT $1, s.seq - cardinality($2::text[]) + i.ord, i.item
+           FROM s, unnest($2::text[]) WITH ORDINALITY AS i(item, ord)
+         RETURNING seq",
+    )
+    .bind(library_uid)
+    .bind(items)
+    .fetch_all(pool)
+    .await
+    .map(|seqs: Vec<i64>| seqs.into_iter().max())
+}
+
 /// The current sequence of each of `libraries` that ever changed (absent:
 /// never written, sequence 0). One primary-key read.
 pub async fn sequences(pool: &PgPool, libraries: &[String]) -> Result<Vec<(String, i64)>, sqlx::Error> {
