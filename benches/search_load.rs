@@ -16,6 +16,10 @@
 //! full-text query alone over Bolt, best 10; "graph path" is the search
 //! without the index (what every search did before it).
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
+//! LOAD_FLOOD_SECONDS (5; 0 skips it): one token runs 64 concurrent broad
+//! searches over the tenant while a second, small tenant (200 chunks) searches
+//! one at a time: that tenant's p50/p99 alone and during the flood, its
+//! errors, and the flooder's answered and refused (429) calls.
 //!
 //! With an embedding model configured (`MNEMOSYNE_EMBED_MODEL`, as `.dev/env`
 //! sets it) it also measures `mode` keyword / hybrid / semantic at
@@ -326,6 +330,33 @@ impl Target {
     }
 }
 
+/// One stateless `search` of `query` with `token`: Ok, or the HTTP status
+/// (or 0 for a failed exchange or a tool error) — never a panic (floods).
+async fn try_search(http: &reqwest::Client, url: &str, token: &str, query: &str) -> Result<(), u16> {
+    let params = json!({"name": "search", "arguments": {"query": query, "limit": 10, "mode": "keyword"},
+                        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                  "io.modelcontextprotocol/clientCapabilities": {}}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let r = http
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "search")
+        .json(&body)
+        .send()
+        .await
+        .map_err(|_| 0u16)?;
+    let status = r.status().as_u16();
+    let text = r.text().await.map_err(|_| 0u16)?;
+    match status {
+        200 if text.contains("structuredContent") && !text.contains("\"isError\":true") => Ok(()),
+        200 => Err(0),
+        s => Err(s),
+    }
+}
+
 async fn sequential<F, Fut>(n: usize, f: F) -> Stats
 where
     F: Fn() -> Fut,
@@ -432,6 +463,81 @@ async fn wait_indexed(t: Arc<Target>, base: &str) {
     panic!("the index never answered");
 }
 
+/// One token floods (64 concurrent broad searches of the tenant) while a
+/// small tenant searches one at a time: the small tenant's latency alone and
+/// during the flood.
+async fn flood(t: &Arc<Target>, small_token: &str, requests: usize, secs: u64) {
+    let http = t.http.clone();
+    let one = |http: reqwest::Client, url: String, token: String| async move {
+        let s = Instant::now();
+        let out = try_search(&http, &url, &token, "quasar tidal").await;
+        (s.elapsed(), out)
+    };
+    // Alone (after a warm-up of its index).
+    for _ in 0..20 {
+        let _ = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
+    }
+    let mut solo = Vec::new();
+    let mut solo_errors = 0;
+    for _ in 0..requests {
+        let (d, out) = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
+        solo_errors += usize::from(out.is_err());
+        solo.push(d);
+    }
+    let solo = stats(solo);
+    // During the flood.
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut flooders = Vec::new();
+    for _ in 0..64 {
+        let (http, url, token, query) = (http.clone(), t.url.clone(), t.token.clone(), t.query.clone());
+        flooders.push(tokio::spawn(async move {
+            let (mut ok, mut refused, mut failed) = (0usize, 0usize, 0usize);
+            while Instant::now() < deadline {
+                match try_search(&http, &url, &token, &query).await {
+                    Ok(()) => ok += 1,
+                    Err(429) => {
+                        refused += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+            (ok, refused, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut during = Vec::new();
+    let mut errors = 0;
+    while Instant::now() < deadline {
+        let (d, out) = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
+        errors += usize::from(out.is_err());
+        during.push(d);
+    }
+    let (mut ok, mut refused, mut failed) = (0, 0, 0);
+    for f in flooders {
+        let (a, b, c) = f.await.unwrap();
+        (ok, refused, failed) = (ok + a, refused + b, failed + c);
+    }
+    let n = during.len();
+    let during = stats(during);
+    println!("\n== flood ({secs} s: one token at 64 concurrent broad searches of the tenant; a 200-chunk tenant at concurrency 1) ==");
+    println!(
+        "other tenant alone       : p50 {:7.2} ms  p99 {:7.2} ms  ({} requests, {solo_errors} errors)",
+        ms(solo.p50),
+        ms(solo.p99),
+        solo.n
+    );
+    println!(
+        "other tenant during flood: p50 {:7.2} ms  p99 {:7.2} ms  ({n} requests, {errors} errors)",
+        ms(during.p50),
+        ms(during.p99)
+    );
+    println!(
+        "p99 during / alone = {:.2}× (goal ≤ 3×, 0 errors); the flooder: {ok} answered, {refused} refused (429), {failed} failed",
+        ms(during.p99) / ms(solo.p99)
+    );
+}
+
 fn main() {
     common::block_on("search_load", run());
 }
@@ -482,6 +588,19 @@ async fn run() {
     users::create(&pool, "load", None, false).await.unwrap();
     users::grant(&pool, "load", &tenant, users::Role::Owner).await.unwrap();
     let token = mnemosyne::service::tokens::mint(&pool, "load", "load", &[tenant.clone()], None)
+        .await
+        .unwrap()
+        .plaintext;
+    // The flood section's other tenant: a small library of its own.
+    let small = format!("{ns}_small");
+    graph
+        .admin
+        .create_library(&small, &small, "load", Language::English)
+        .await
+        .unwrap();
+    fill(&graph.admin, &small, 5_000_000, 200).await;
+    users::grant(&pool, "load", &small, users::Role::Owner).await.unwrap();
+    let small_token = mnemosyne::service::tokens::mint(&pool, "load", "load-small", &[small.clone()], None)
         .await
         .unwrap()
         .plaintext;
@@ -606,6 +725,11 @@ async fn run() {
         );
     }
 
+    let flood_seconds = common::setting::<u64>("LOAD_FLOOD_SECONDS", 5);
+    if flood_seconds > 0 {
+        flood(&target, &small_token, requests, flood_seconds).await;
+    }
+
     // Search modes at concurrency 1 (with a model): a repeated query (its
     // vector cached after the first) and a fresh query text each time.
     let mut hybrid1 = None;
@@ -706,7 +830,7 @@ async fn run() {
     }
 
     drop(server);
-    let all: Vec<String> = std::iter::once(tenant).chain(others).collect();
+    let all: Vec<String> = [tenant, small].into_iter().chain(others).collect();
     graph.admin.delete_libraries(&all).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }
