@@ -86,6 +86,13 @@ pub struct ItemWrite<'a> {
     pub chunks: &'a [String],
 }
 
+/// Why an item delete stopped: the item went, or it is now another
+/// library's (deleted and re-ingested there meanwhile).
+enum Moved {
+    Gone,
+    Elsewhere,
+}
+
 /// How an item write ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ItemOutcome {
@@ -581,30 +588,58 @@ impl AdminGraph {
     }
 
     /// Deletes an item and its chunks in one transaction; false if it did not exist.
+    ///
+    /// The transaction first updates the item's fence, as every write of the
+    /// item does: a re-ingest that committed before is then wholly visible
+    /// to the statements that follow (its chunks go too), and one that comes
+    /// after waits (Neo4j) or conflicts (ArcadeDB) and finds no item. Without
+    /// it, a re-ingest committing between the chunk and the item statements
+    /// left chunks without their item.
     pub async fn delete_item(&self, uid: &str) -> Result<bool, GraphError> {
-        let library: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
-        let seen = library.clone();
-        let steps = vec![
-            Step::check(
-                query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
-                move |rows| {
-                    let found = rows.first().map(ExistingItem::from_row).transpose()?.flatten();
-                    let mut lib = seen.lock().unwrap_or_else(|p| p.into_inner());
-                    *lib = found.as_ref().map(|e| e.library_uid.clone());
-                    Ok(found.is_none().then_some(()))
-                },
-            ),
-            Step::run(query(include_str!("../../../cypher/ingest_delete_item_chunks.cypher")).param("item_uid", uid)),
-            Step::run(query(include_str!("../../../cypher/delete_item.cypher")).param("uid", uid)),
-        ];
-        if self.0.transaction("delete item", false, steps).await? != Txn::Committed {
-            return Ok(false);
+        // The fence depends on the library; an item deleted and re-ingested
+        // into another library meanwhile is looked up again (bounded).
+        for _ in 0..3 {
+            let Some(existing) = self.find_item(uid).await? else {
+                return Ok(false);
+            };
+            let lib = existing.library_uid;
+            let expected = lib.clone();
+            let steps = vec![
+                Step::run(
+                    query(include_str!("../../../cypher/delete_item_fence.cypher"))
+                        .param("fence_uid", fence_of(&lib, uid)),
+                ),
+                Step::check(
+                    query(include_str!("../../../cypher/ingest_find_item.cypher")).param("uid", uid),
+                    move |rows| {
+                        Ok(match rows.first().map(ExistingItem::from_row).transpose()?.flatten() {
+                            None => Some(Moved::Gone),
+                            Some(e) if e.library_uid != expected => Some(Moved::Elsewhere),
+                            Some(_) => None,
+                        })
+                    },
+                ),
+                Step::run(
+                    query(include_str!("../../../cypher/delete_item_chunks.cypher"))
+                        .param("item_uid", uid)
+                        .param("library_uid", lib.as_str()),
+                ),
+                Step::run(
+                    query(include_str!("../../../cypher/delete_item.cypher"))
+                        .param("uid", uid)
+                        .param("library_uid", lib.as_str()),
+                ),
+            ];
+            match self.0.transaction("delete item", false, steps).await? {
+                Txn::Committed => {
+                    self.0.record_change(&lib, Some(uid)).await?;
+                    return Ok(true);
+                }
+                Txn::Stopped(Moved::Gone) => return Ok(false),
+                Txn::Stopped(Moved::Elsewhere) => continue,
+            }
         }
-        let lib = library.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(lib) = lib {
-            self.0.record_change(&lib, Some(uid)).await?;
-        }
-        Ok(true)
+        Err(GraphError::Conflict(format!("delete item {uid}: it kept moving between libraries")))
     }
 
     pub async fn workspace_libraries(&self, workspace_id: &str) -> Result<Vec<WorkspaceLibrary>, GraphError> {
