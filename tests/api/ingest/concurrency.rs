@@ -218,6 +218,50 @@ async fn an_item_delete_racing_its_reingest_leaves_it_whole_or_gone() {
     }
 }
 
+/// The same race as above, many times over and straight on the graph (no
+/// HTTP in between: the window between a delete's chunk and item statements
+/// is narrow), with the delete started a little later each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_deletes_racing_reingests_never_leave_chunks_without_their_item() {
+    use mnemosyne::store::graph::ingest::ItemWrite;
+    fn write<'a>(uid: &'a str, lib: &'a str, collection: &'a str, sha: &'a str, chunks: &'a [String]) -> ItemWrite<'a> {
+        ItemWrite {
+            uid,
+            library_uid: lib,
+            workspace_id: None,
+            collection_uid: collection,
+            title: "Doc",
+            source_uri: None,
+            mime_type: None,
+            content_sha256: sha,
+            chunks,
+        }
+    }
+    let app = TestApp::spawn_with(|s| s.store_timeout_ms = UNDER_LOAD_TIMEOUT_MS).await;
+    let lib = app.library("race").await;
+    let admin = &app.state.admin;
+    let collection = admin.ensure_collection(&lib, "race").await.unwrap();
+    let old: Vec<String> = (0..3).map(|i| format!("old chunk {i}")).collect();
+    let new: Vec<String> = (0..2).map(|i| format!("new chunk {i}")).collect();
+    for round in 0..40u64 {
+        let uid = app.uid(&format!("doc{round}"));
+        admin.write_item(&write(&uid, &lib, &collection, "old", &old)).await.unwrap();
+        let replacement = write(&uid, &lib, &collection, "new", &new);
+        let reingest = admin.write_item(&replacement);
+        let delete = async {
+            tokio::time::sleep(std::time::Duration::from_millis(round % 8)).await;
+            admin.delete_item(&uid).await.unwrap()
+        };
+        let (written, _) = tokio::join!(reingest, delete);
+        written.unwrap();
+        let texts = chunk_texts(&app, &uid).await;
+        match admin.find_item(&uid).await.unwrap() {
+            Some(item) => assert_eq!(item.chunk_count, texts.len() as i64, "round {round}: {texts:?}"),
+            None => assert!(texts.is_empty(), "round {round}: chunks of a deleted item: {texts:?}"),
+        }
+    }
+}
+
 /// A TCP proxy in front of the real Bolt port that can be cut: after `cut`,
 /// it forwards at most `budget` more bytes from the client, then closes every
 /// connection and refuses new ones.
