@@ -7,7 +7,7 @@ use chrono::{SecondsFormat, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::store::graph::knowledge::KnowledgeGraph;
+use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 
 /// The one probe timeout: how long each store may take before health says
 /// so (`get_health` must answer within about a second, spec §2).
@@ -103,9 +103,10 @@ impl Probes {
     }
 
     /// Pallas spec §2: `ok`, `degraded` (slow stores) or `error` (a store
-    /// down), with a message when not ok, and a timestamp.
-    pub async fn report(&self) -> Value {
-        let health = probe(&self.pg, &self.graph).await;
+    /// down), with a message when not ok, and a timestamp. `caller` is the
+    /// caller's view: the backlog shown is its libraries' only.
+    pub async fn report(&self, caller: &ScopedGraph) -> Value {
+        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(caller));
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
         if let Some(m) = health.message() {
@@ -113,7 +114,7 @@ impl Probes {
         }
         // Information, never a reason for `degraded`: the search modes, and
         // the chunks still waiting for a vector (keyword-searchable already).
-        report["search"] = search_info(&self.graph);
+        report["search"] = search;
         report
     }
 }
@@ -153,16 +154,24 @@ fn short(s: &str) -> String {
     s.chars().take(200).collect()
 }
 
-/// `{"modes": [...], "embedding_model"?, "embedding_backlog"?}`.
-pub fn search_info(graph: &KnowledgeGraph) -> Value {
-    match graph.semantic() {
-        Some(s) => json!({
-            "modes": ["hybrid", "keyword", "semantic"],
-            "embedding_model": s.embedder().id(),
-            "embedding_backlog": s.status().backlog.get(),
-        }),
-        None => json!({"modes": ["keyword"]}),
+/// `{"modes": [...], "embedding_model"?, "embedding_backlog"?}`: the backlog
+/// is the chunks of the caller's libraries waiting for a vector (never the
+/// deployment's: other tenants' ingest volume is theirs), left out when it
+/// cannot be counted within the probe timeout.
+pub async fn search_info(caller: &ScopedGraph) -> Value {
+    let Some(model) = caller.embedding_model() else {
+        return json!({"modes": ["keyword"]});
+    };
+    let mut info = json!({
+        "modes": ["hybrid", "keyword", "semantic"],
+        "embedding_model": model,
+    });
+    match tokio::time::timeout(PROBE_TIMEOUT, caller.embedding_backlog()).await {
+        Ok(Ok(n)) => info["embedding_backlog"] = n.into(),
+        Ok(Err(e)) => tracing::warn!(error = %short(&e.to_string()), "embedding backlog unreadable"),
+        Err(_) => tracing::warn!("embedding backlog: timed out"),
     }
+    info
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use super::args::{parse, NoArgs};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::service::health::Probes;
+use crate::store::graph::knowledge::ScopedGraph;
 
 #[tool_router(router = get_health_router, vis = "pub(crate)")]
 impl KnowledgeServer {
@@ -28,12 +29,14 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         let probes = self.probes().clone();
-        Ok(self.run(&ctx, &parts, "get_health", call(probes, args)).await)
+        let graph = self.graph_of(&parts);
+        Ok(self.run(&ctx, &parts, "get_health", call(probes, graph, args)).await)
     }
 }
 
-async fn call(probes: Probes, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(probes: Probes, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (NoArgs {}, ()) = parse(args)?;
-    // The health report is a text block only (Pallas §2), no structured content.
-    Ok(Reply::text(probes.report().await.to_string()))
+    // The health report is a text block only (Pallas §2), no structured
+    // content; what it says of the backlog is the caller's libraries' only.
+    Ok(Reply::text(probes.report(&graph).await.to_string()))
 }

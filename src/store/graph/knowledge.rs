@@ -229,6 +229,10 @@ impl ScopedGraph {
         ScopedGraph { store, scope }
     }
 
+    pub(super) fn store(&self) -> &GraphStore {
+        &self.store
+    }
+
     /// Hybrid when semantic search is available, else keyword.
     pub fn default_mode(&self) -> Mode {
         if self.has_semantic() {

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod analysis;
+pub mod backlog;
 pub mod flavor;
 pub mod fusion;
 pub mod indexing;

@@ -1,0 +1,3 @@
+UNWIND $libs AS lib
+MATCH (c:Chunk {pending_lib: lib})
+RETURN count(c) AS n
