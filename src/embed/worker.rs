@@ -1,6 +1,10 @@
 //! The embedding worker: gives pending chunks their vectors, off the request
 //! path. One replica works at a time (a Postgres advisory lock, freed when
-//! its connection ends); the others only read the backlog for reporting.
+//! its connection ends); the others only try for the lock, once a second on
+//! one connection they keep, and read nothing from the graph. The leader
+//! counts the backlog when the libraries it knows are drained or every
+//! `RECOUNT`, and lowers the count by what it embeds in between (a count is a
+//! scan of the pending chunks; ArcadeDB reads every chunk for it).
 //!
 //! Round-robin: each round takes one batch from every library with pending
 //! chunks (in uid order, starting after the library served last), so one
@@ -8,7 +12,7 @@
 //! (`store::graph::vectors`), so a restart resumes where it stopped.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus::{IntCounter, IntGauge};
 use sqlx::PgPool;
@@ -19,6 +23,9 @@ use crate::store::graph::ingest::AdminGraph;
 /// How long an idle worker (or one that is not the leader) waits before it
 /// looks again.
 const IDLE: Duration = Duration::from_secs(1);
+/// How often a leader with work recounts the backlog (to find libraries
+/// that were queued since it last counted).
+const RECOUNT: Duration = Duration::from_secs(10);
 /// Advisory lock key of the embedding leader (per database).
 const LOCK_KEY: i64 = 0x6d6e_656d_5f65_6d62; // "mnem_emb"
 /// Chunks marked pending per backfill page.
@@ -125,41 +132,55 @@ pub struct WorkerConfig {
 
 /// Runs until the task is aborted.
 pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status: Arc<Status>, config: WorkerConfig) {
+    // A follower's one connection for its lock attempts; it becomes `lock`
+    // (held while leading) when an attempt succeeds.
+    let mut candidate: Option<sqlx::PgConnection> = None;
     let mut lock: Option<sqlx::PgConnection> = None;
     let mut last: Option<String> = None;
+    let mut backlog = Backlog::default();
     loop {
         if lock.is_none() {
-            lock = lead(&pg).await;
-            if lock.is_some() {
-                status.leader.set(1);
-                tracing::info!(model = embedder.id(), "embedding worker: leading");
-                if let Err(e) = backfill(&graph, embedder.id(), &config.prefix).await {
-                    tracing::warn!(error = %e, "embedding worker: backfill failed");
-                }
+            lock = lead(&pg, &mut candidate).await;
+            if lock.is_none() {
+                // A follower reads nothing from the graph.
+                tokio::time::sleep(IDLE).await;
+                continue;
+            }
+            status.leader.set(1);
+            tracing::info!(model = embedder.id(), "embedding worker: leading");
+            backlog = Backlog::default();
+            if let Err(e) = backfill(&graph, embedder.id(), &config.prefix).await {
+                tracing::warn!(error = %e, "embedding worker: backfill failed");
             }
         } else if !still_held(lock.as_mut()).await {
             tracing::warn!("embedding worker: lost its lock connection");
             lock = None;
             status.leader.set(0);
+            status.backlog.set(0);
             continue;
         }
-        let backlog = match graph.embedding_backlog(&config.prefix).await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "embedding worker: backlog unreadable");
-                tokio::time::sleep(IDLE).await;
-                continue;
+        if backlog.due(Instant::now()) {
+            match graph.embedding_backlog(&config.prefix).await {
+                Ok(b) => backlog.counted(b, Instant::now()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "embedding worker: backlog unreadable");
+                    tokio::time::sleep(IDLE).await;
+                    continue;
+                }
             }
-        };
-        status.backlog.set(backlog.iter().map(|(_, n)| n).sum());
-        if lock.is_none() || backlog.is_empty() {
+        }
+        status.backlog.set(backlog.total());
+        if backlog.total() == 0 {
             tokio::time::sleep(IDLE).await;
             continue;
         }
-        for lib in round(&backlog, last.as_deref()) {
+        for lib in round(backlog.libraries(), last.as_deref()) {
             status.yield_to_ingest().await;
             match one_batch(&pg, &graph, &embedder, &status, &lib, config.batch).await {
-                Ok(n) => status.backlog.sub(n),
+                Ok(n) => {
+                    backlog.embedded(&lib, n);
+                    status.backlog.set(backlog.total());
+                }
                 Err(e) => {
                     tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
                     tokio::time::sleep(IDLE).await;
@@ -167,6 +188,46 @@ pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status:
             }
             last = Some(lib);
         }
+    }
+}
+
+/// The leader's backlog per library: counted from the graph, then lowered by
+/// what it embeds until the next count.
+#[derive(Default, Debug)]
+struct Backlog {
+    libraries: Vec<(String, i64)>,
+    /// When it was last counted (None: never).
+    at: Option<Instant>,
+}
+
+impl Backlog {
+    /// Whether to count again: never counted, every library it knows
+    /// drained, or counted `RECOUNT` ago.
+    fn due(&self, now: Instant) -> bool {
+        match self.at {
+            None => true,
+            Some(at) => self.total() == 0 || now.saturating_duration_since(at) >= RECOUNT,
+        }
+    }
+
+    fn counted(&mut self, libraries: Vec<(String, i64)>, now: Instant) {
+        self.libraries = libraries;
+        self.at = Some(now);
+    }
+
+    /// `n` chunks of `lib` left the queue; none left means it is drained.
+    fn embedded(&mut self, lib: &str, n: i64) {
+        if let Some((_, left)) = self.libraries.iter_mut().find(|(l, _)| l == lib) {
+            *left = if n <= 0 { 0 } else { (*left - n).max(0) };
+        }
+    }
+
+    fn total(&self) -> i64 {
+        self.libraries.iter().map(|(_, n)| n).sum()
+    }
+
+    fn libraries(&self) -> &[(String, i64)] {
+        &self.libraries
     }
 }
 
@@ -185,15 +246,24 @@ pub fn round(backlog: &[(String, i64)], last: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-/// Takes the leader lock on a connection of its own, or None.
-async fn lead(pg: &PgPool) -> Option<sqlx::PgConnection> {
-    let mut conn = pg.acquire().await.ok()?.detach();
-    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+/// Takes the leader lock on `conn` (opened once, kept between attempts, and
+/// replaced only when it fails): the connection that holds it, or None.
+async fn lead(pg: &PgPool, conn: &mut Option<sqlx::PgConnection>) -> Option<sqlx::PgConnection> {
+    if conn.is_none() {
+        *conn = Some(pg.acquire().await.ok()?.detach());
+    }
+    let got = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
         .bind(LOCK_KEY)
-        .fetch_one(&mut conn)
-        .await
-        .ok()?;
-    got.then_some(conn)
+        .fetch_one(conn.as_mut()?)
+        .await;
+    match got {
+        Ok(true) => conn.take(),
+        Ok(false) => None,
+        Err(_) => {
+            *conn = None;
+            None
+        }
+    }
 }
 
 async fn still_held(conn: Option<&mut sqlx::PgConnection>) -> bool {
@@ -296,8 +366,8 @@ async fn one_batch(
 
 #[cfg(test)]
 mod tests {
-    use super::{holds, round};
-    use std::time::Duration;
+    use super::{holds, round, Backlog, RECOUNT};
+    use std::time::{Duration, Instant};
 
     #[test]
     fn the_worker_holds_only_while_ingest_is_recent_and_never_past_the_limit() {
@@ -321,5 +391,28 @@ mod tests {
         assert_eq!(round(&b, Some("c")), ["d", "a", "c"]);
         assert_eq!(round(&b, Some("d")), ["a", "c", "d"]);
         assert_eq!(round(&b, Some("bb")), ["c", "d", "a"]);
+    }
+
+    #[test]
+    fn the_leader_recounts_when_drained_or_after_recount_and_subtracts_between() {
+        let t0 = std::time::Instant::now();
+        let mut b = Backlog::default();
+        assert!(b.due(t0), "never counted");
+        b.counted(vec![("a".to_owned(), 5), ("b".to_owned(), 3)], t0);
+        assert!(!b.due(t0));
+        assert_eq!(b.total(), 8);
+        b.embedded("a", 4);
+        assert_eq!(b.total(), 4);
+        b.embedded("b", 9);
+        assert_eq!(b.libraries(), [("a".to_owned(), 1), ("b".to_owned(), 0)]);
+        assert!(!b.due(t0 + RECOUNT - Duration::from_millis(1)));
+        assert!(b.due(t0 + RECOUNT), "work left, but counted RECOUNT ago");
+        b.embedded("zzz", 1);
+        assert_eq!(b.total(), 1, "a library it does not know changes nothing");
+        b.embedded("a", 0);
+        assert_eq!(b.total(), 0, "a batch that found nothing: drained");
+        assert!(b.due(t0), "everything it knows is drained: count again");
+        b.counted(Vec::new(), t0);
+        assert!(b.due(t0), "nothing pending: look again on the next tick");
     }
 }

@@ -341,3 +341,97 @@ fn the_encoder_matches_the_reference_vectors() {
     // Different texts stay apart: the fixture is not four copies.
     assert!(mnemosyne::embed::dot(&got[0], &got[3]) < 0.9);
 }
+
+/// The caller's `get_health` figure, from the report's text block.
+async fn health_backlog(app: &TestApp, libs: &[String]) -> Value {
+    let token = app.opaque_token(libs).await;
+    let mut c = app.mcp(&token).connect().await;
+    let health = c.call("get_health", json!({})).await;
+    let body: Value = serde_json::from_str(health["content"][0]["text"].as_str().unwrap()).unwrap();
+    body["search"]["embedding_backlog"].clone()
+}
+
+#[tokio::test]
+async fn get_health_shows_the_callers_own_backlog() {
+    // Chunks queued by a process without a model, in two libraries.
+    let first = TestApp::spawn().await;
+    let mine = first.library("mine").await;
+    let theirs = first.library("theirs").await;
+    ingest_docs(&first, &mine, &DOCS[..2]).await;
+    ingest_docs(&first, &theirs, DOCS).await;
+    assert_eq!(backlog(&first).await, vec![(mine.clone(), 2), (theirs.clone(), 4)]);
+    // A replica with the model whose worker embeds none of them (another
+    // namespace): the queue stays as it is while the callers look.
+    let mut settings = first.settings.clone();
+    settings.embed_model = Some(model_dir());
+    settings.embed_scope_prefix = format!("{}-none", first.ns);
+    let second = first.replica_with(settings).await;
+    assert_eq!(health_backlog(&second, &[mine.clone()]).await, json!(2));
+    assert_eq!(health_backlog(&second, &[theirs.clone()]).await, json!(4));
+    assert_eq!(health_backlog(&second, &[mine.clone(), theirs.clone()]).await, json!(6));
+    assert_eq!(backlog(&first).await, vec![(mine, 2), (theirs, 4)]);
+}
+
+/// The value of an unlabelled metric in `app`'s /metrics.
+async fn metric(app: &TestApp, name: &str) -> Option<i64> {
+    let text = app.metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Connections of `app`'s database whose last statement tried the leader
+/// lock and that hold no advisory lock (not the leader's): (pid, when it
+/// started).
+async fn lock_attempt_connections(app: &TestApp) -> Vec<(i32, String)> {
+    sqlx::query_as(
+        "SELECT pid, backend_start::text FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE '%pg_try_advisory_lock%' AND pid <> pg_backend_pid()
+           AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)
+         ORDER BY pid",
+    )
+    .fetch_all(&app.pg)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection() {
+    let first = TestApp::spawn().await;
+    let lib = first.library("queued").await;
+    ingest_docs(&first, &lib, &DOCS[..2]).await;
+    // The leader: its worker embeds another namespace, so the queue stays.
+    let mut settings = first.settings.clone();
+    settings.embed_model = Some(model_dir());
+    settings.embed_scope_prefix = format!("{}-none", first.ns);
+    let leader = first.replica_with(settings.clone()).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&leader, "mnemosyne_embedding_leader").await != Some(1) {
+        assert!(Instant::now() < deadline, "the first replica with a model never led");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A follower whose scope holds the queued chunks.
+    settings.embed_scope_prefix = first.ns.clone();
+    let follower = first.replica_with(settings).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let attempts = loop {
+        let a = lock_attempt_connections(&follower).await;
+        if !a.is_empty() {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "the follower never tried the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Two more attempts (one a second), on the same connection: it is still
+    // there, the same backend, its last statement a lock attempt.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let later = lock_attempt_connections(&follower).await;
+    assert!(attempts.iter().all(|a| later.contains(a)), "{attempts:?} then {later:?}");
+    assert_eq!(metric(&follower, "mnemosyne_embedding_leader").await, Some(0));
+    assert_eq!(metric(&follower, "mnemosyne_embedding_backlog").await, Some(0));
+    assert!(
+        !follower.metrics().await.contains("embed_backlog.cypher"),
+        "a follower read the backlog from the graph"
+    );
+    assert!(leader.metrics().await.contains("query=\"embed_backlog.cypher\""));
+    assert_eq!(backlog(&first).await, vec![(lib, 2)]);
+}
