@@ -425,7 +425,10 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
     // there, the same backend, its last statement a lock attempt.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let later = lock_attempt_connections(&follower).await;
-    assert!(attempts.iter().all(|a| later.contains(a)), "{attempts:?} then {later:?}");
+    assert!(
+        attempts.iter().all(|a| later.contains(a)),
+        "{attempts:?} then {later:?}"
+    );
     assert_eq!(metric(&follower, "mnemosyne_embedding_leader").await, Some(0));
     assert_eq!(metric(&follower, "mnemosyne_embedding_backlog").await, Some(0));
     assert!(

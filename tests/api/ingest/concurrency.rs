@@ -245,7 +245,10 @@ async fn item_deletes_racing_reingests_never_leave_chunks_without_their_item() {
     let new: Vec<String> = (0..2).map(|i| format!("new chunk {i}")).collect();
     for round in 0..40u64 {
         let uid = app.uid(&format!("doc{round}"));
-        admin.write_item(&write(&uid, &lib, &collection, "old", &old)).await.unwrap();
+        admin
+            .write_item(&write(&uid, &lib, &collection, "old", &old))
+            .await
+            .unwrap();
         let replacement = write(&uid, &lib, &collection, "new", &new);
         let reingest = admin.write_item(&replacement);
         let delete = async {
