@@ -11,7 +11,8 @@
 //! concurrencies as the baseline. Printed per run: chunks/s, p50/p99 per
 //! request, non-2xx answers and graph transaction retries.
 //!
-//! Quick run: `INGEST_CHUNKS=2000 cargo bench --bench ingest_load`.
+//! Quick run: `INGEST_CHUNKS=2000 cargo bench --bench ingest_load`; without
+//! the embedding worker beside the ingests: `INGEST_WITHOUT_MODEL=1`.
 
 mod common;
 
@@ -157,6 +158,11 @@ async fn run() {
     settings.public_url = "http://127.0.0.1:0".into();
     // One chunk per ~800-character paragraph.
     settings.chunk_max_chars = 1200;
+    // INGEST_WITHOUT_MODEL=1: no embedding worker beside the ingests (unsetting
+    // MNEMOSYNE_EMBED_MODEL does not do it: `.dev/env` fills it in again).
+    if std::env::var("INGEST_WITHOUT_MODEL").is_ok_and(|v| v == "1") {
+        settings.embed_model = None;
+    }
     let graph = GraphStore::connect(&settings)
         .await
         .unwrap()

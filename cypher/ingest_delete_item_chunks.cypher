@@ -1,2 +1,0 @@
-MATCH (c:Chunk {item_uid: $item_uid})
-DETACH DELETE c
