@@ -367,7 +367,7 @@ async fn one_batch(
 #[cfg(test)]
 mod tests {
     use super::{holds, round, Backlog, RECOUNT};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     #[test]
     fn the_worker_holds_only_while_ingest_is_recent_and_never_past_the_limit() {
