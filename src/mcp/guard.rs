@@ -431,7 +431,13 @@ async fn on_session(
             }
         }
     }
-    Ok(OPENER.scope(Opener::new(credential, user), next.run(req)).await)
+    let opener = Opener::new(credential, user);
+    let resp = OPENER.scope(opener.clone(), next.run(req)).await;
+    if opener.store_unavailable() {
+        // The session could not be rebuilt: Postgres, not the request.
+        return Err(AuthError::Unavailable("postgres").into_response_with(None));
+    }
+    Ok(resp)
 }
 
 /// The response, holding a search slot (if any) until its body (a JSON
@@ -665,6 +671,11 @@ async fn open_session(
 ) -> Response {
     let opener = Opener::new(credential, user);
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
+    if opener.store_unavailable() {
+        // Nothing was served: the turn may retry with the same token.
+        let down = AuthError::Unavailable("postgres").into_response_with(None);
+        return give_back(state, pending.as_ref(), down).await;
+    }
     if let Some(refusal) = opener.refusal() {
         // Nothing was served: the turn may retry with the same token.
         let refused = too_many_sessions(

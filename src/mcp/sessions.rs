@@ -95,6 +95,8 @@ pub enum Refusal {
 pub struct Opener {
     holder: Holder,
     refused: Mutex<Option<Refusal>>,
+    /// Set when the shared session table could not be reached.
+    unavailable: AtomicBool,
 }
 
 /// Who a session counts against: its credential (its owner), and for an
@@ -112,12 +114,23 @@ impl Opener {
         Arc::new(Opener {
             holder: Holder { credential, user },
             refused: Mutex::new(None),
+            unavailable: AtomicBool::new(false),
         })
     }
 
     /// Set when this request would have opened a session over a cap.
     pub fn refusal(&self) -> Option<Refusal> {
         self.refused.lock().ok().and_then(|r| *r)
+    }
+
+    /// Whether opening or rebuilding a session failed on Postgres (the
+    /// guard answers 503 rather than rmcp's 500).
+    pub fn store_unavailable(&self) -> bool {
+        self.unavailable.load(Ordering::SeqCst)
+    }
+
+    fn mark_unavailable(&self) {
+        self.unavailable.store(true, Ordering::SeqCst);
     }
 }
 
@@ -449,6 +462,7 @@ impl SessionManager for OwnedSessions {
             }
             Err(e) => {
                 let _ = self.inner.close_session(&id).await;
+                opener.mark_unavailable();
                 return Err(SessionsError::Store(e));
             }
         };
@@ -523,8 +537,13 @@ impl SessionManager for OwnedSessions {
             kept: false,
         };
         // Served now, and still there (not ended meanwhile).
-        let Some(seen) = store::touch(&self.pg, &id).await? else {
-            return Ok(RestoreOutcome::NotSupported);
+        let seen = match store::touch(&self.pg, &id).await {
+            Ok(Some(seen)) => seen,
+            Ok(None) => return Ok(RestoreOutcome::NotSupported),
+            Err(e) => {
+                opener.mark_unavailable();
+                return Err(SessionsError::Store(e));
+            }
         };
         match self.inner.restore_session(id.clone()).await? {
             RestoreOutcome::Restored(transport) => {

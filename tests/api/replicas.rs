@@ -283,3 +283,31 @@ async fn sessions_of_a_replica_that_shut_down_keep_answering_on_the_others() {
         assert_eq!(on(&a, bearer, sid).list_tools().await.status, StatusCode::OK);
     }
 }
+
+#[tokio::test]
+async fn a_session_table_out_of_reach_is_a_503_and_the_refused_turn_may_retry() {
+    let a = TestApp::spawn().await;
+    let b = a.second_instance().await;
+    let token = a.opaque_token(&[]).await;
+    let opened = a.mcp(&token).connect().await;
+    let sid = opened.session.clone().unwrap();
+    let turn = a.per_turn_jwt(&[]).await;
+    // A real fault: the table is gone for the moment (a missing migration,
+    // a broken grant), Postgres itself answers.
+    sqlx::query("ALTER TABLE mcp_sessions RENAME TO mcp_sessions_away")
+        .execute(&a.pg)
+        .await
+        .unwrap();
+    let ex = a.mcp(&turn).initialize().await;
+    assert_eq!(ex.status, StatusCode::SERVICE_UNAVAILABLE, "{ex:?}");
+    assert!(ex.json()["error"].is_string(), "a JSON error: {ex:?}");
+    let ex = on(&b, &token, &sid).list_tools().await;
+    assert_eq!(ex.status, StatusCode::SERVICE_UNAVAILABLE, "{ex:?}");
+    sqlx::query("ALTER TABLE mcp_sessions_away RENAME TO mcp_sessions")
+        .execute(&a.pg)
+        .await
+        .unwrap();
+    // The refused turn's jti was given back; the session is intact.
+    assert_eq!(a.mcp(&turn).initialize().await.status, StatusCode::OK);
+    assert_eq!(on(&b, &token, &sid).list_tools().await.status, StatusCode::OK);
+}
