@@ -151,11 +151,12 @@ def main():
         team = str(uuid.uuid4())
         st, _, raw, _ = setup.request("POST", "/mcp_server/api/teams/", {"id": team, "name": "load"},
                                       {"Authorization": f"Basic {basic}"})
-        assert st == 201, (st, raw)
+        # 202: committed, but a replica that just left did not confirm (see docs/operations.md).
+        assert st in (201, 202), (st, raw)
         jwt = json.loads(raw)["jwt"]
         st, _, raw, _ = setup.request("PUT", f"/mcp_server/api/teams/{team}/workspaces/",
                                       {"workspace_ids": [ws]}, {"Authorization": f"Basic {basic}"})
-        assert st == 200, (st, raw)
+        assert st in (200, 202), (st, raw)
         return team, jwt
 
     lock = threading.Lock()
