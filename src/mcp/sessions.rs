@@ -52,6 +52,9 @@ pub struct SessionLimits {
     pub global: usize,
     /// A session with no message for this long is closed.
     pub idle: Duration,
+    /// Longest wait for the shared session table on a request's path (the
+    /// store timeout): past it the request gets a 503, not a hang.
+    pub store_timeout: Duration,
 }
 
 impl SessionLimits {
@@ -76,6 +79,7 @@ impl SessionLimits {
             per_credential: settings.sessions_per_credential,
             global: settings.sessions_max,
             idle: Duration::from_secs(settings.session_idle_secs.max(1)),
+            store_timeout: settings.store_timeout(),
         }
     }
 }
@@ -97,6 +101,17 @@ pub struct Opener {
     refused: Mutex<Option<Refusal>>,
     /// Set when the shared session table could not be reached.
     unavailable: AtomicBool,
+}
+
+/// A query of the shared table within `limit`; past it, the pool's timeout
+/// error (the request answers 503).
+async fn bounded<T>(
+    limit: Duration,
+    query: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(limit, query)
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
 }
 
 /// Who a session counts against: its credential (its owner), and for an
@@ -249,7 +264,11 @@ impl OwnedSessions {
     /// The owner of a session another replica opened (`None`: no such live
     /// session anywhere).
     pub async fn stored_owner(&self, id: &str) -> Result<Option<store::Owner>, sqlx::Error> {
-        store::owner(&self.pg, id, self.limits.expiry()).await
+        bounded(
+            self.limits.store_timeout,
+            store::owner(&self.pg, id, self.limits.expiry()),
+        )
+        .await
     }
 
     /// Open sessions on this replica.
@@ -283,7 +302,7 @@ impl OwnedSessions {
             return Ok(true);
         }
         let id: SessionId = id.to_owned().into();
-        match store::touch(&self.pg, &id).await? {
+        match bounded(self.limits.store_timeout, store::touch(&self.pg, &id)).await? {
             Some(seen) => {
                 if let Ok(mut l) = self.local.lock() {
                     if let Some(h) = l.by_session.get_mut(&id) {
@@ -349,6 +368,7 @@ impl OwnedSessions {
         Arc::new(SharedStore {
             pg: self.pg.clone(),
             expiry: self.limits.expiry(),
+            timeout: self.limits.store_timeout,
         })
     }
 
@@ -404,12 +424,13 @@ impl Drop for Reservation<'_> {
 struct SharedStore {
     pg: PgPool,
     expiry: Duration,
+    timeout: Duration,
 }
 
 #[async_trait::async_trait]
 impl SessionStore for SharedStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match store::init_params(&self.pg, session_id, self.expiry).await? {
+        match bounded(self.timeout, store::init_params(&self.pg, session_id, self.expiry)).await? {
             Some(v) => Ok(Some(SessionState::new(serde_json::from_value(v)?))),
             None => Ok(None),
         }
@@ -417,12 +438,12 @@ impl SessionStore for SharedStore {
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let params = serde_json::to_value(&state.initialize_params)?;
-        Ok(store::save_init(&self.pg, session_id, &params).await?)
+        Ok(bounded(self.timeout, store::save_init(&self.pg, session_id, &params)).await?)
     }
 
     /// DELETE: the session ends on every replica.
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        Ok(store::end(&self.pg, session_id).await?)
+        Ok(bounded(self.timeout, store::end(&self.pg, session_id)).await?)
     }
 }
 
@@ -450,7 +471,11 @@ impl SessionManager for OwnedSessions {
             credential: opener.holder.credential.to_string(),
             user_key: opener.holder.user.as_deref().map(str::to_owned),
         };
-        let opened = store::open(&self.pg, &id, &owner, self.limits.per_credential, self.limits.expiry()).await;
+        let opened = bounded(
+            self.limits.store_timeout,
+            store::open(&self.pg, &id, &owner, self.limits.per_credential, self.limits.expiry()),
+        )
+        .await;
         let seen = match opened {
             Ok(Ok(seen)) => seen,
             Ok(Err(over)) => {
@@ -537,7 +562,7 @@ impl SessionManager for OwnedSessions {
             kept: false,
         };
         // Served now, and still there (not ended meanwhile).
-        let seen = match store::touch(&self.pg, &id).await {
+        let seen = match bounded(self.limits.store_timeout, store::touch(&self.pg, &id)).await {
             Ok(Some(seen)) => seen,
             Ok(None) => return Ok(RestoreOutcome::NotSupported),
             Err(e) => {
@@ -565,6 +590,7 @@ mod tests {
             per_credential: 2,
             global: 2,
             idle: Duration::from_secs(60),
+            store_timeout: Duration::from_secs(5),
         };
         let mut l = Local::default();
         assert_eq!(l.reserve(&limits), Ok(()));
@@ -584,6 +610,7 @@ mod tests {
             per_credential: 1,
             global: 1,
             idle: Duration::from_secs(idle),
+            store_timeout: Duration::from_secs(5),
         };
         assert_eq!(at(300).touch_every(), Duration::from_secs(60));
         assert_eq!(at(300).expiry(), Duration::from_secs(360));
