@@ -237,6 +237,17 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_MAX_CONNECTIONS", default_value_t = 1024, global = true)]
     pub max_connections: usize,
 
+    /// On SIGTERM, seconds the replica keeps serving while `/readyz` answers
+    /// 503 `draining` and every answer says `Connection: close`, so the load
+    /// balancer moves its traffic away before the listener closes.
+    #[arg(long, env = "MNEMOSYNE_SHUTDOWN_DELAY_SECS", default_value_t = 5, global = true)]
+    pub shutdown_delay_secs: u64,
+
+    /// Then, seconds the requests in flight have to finish (answers included)
+    /// before event streams and connections are closed.
+    #[arg(long, env = "MNEMOSYNE_SHUTDOWN_GRACE_SECS", default_value_t = 30, global = true)]
+    pub shutdown_grace_secs: u64,
+
     /// OTLP/HTTP collector (e.g. `http://127.0.0.1:4318`): spans are exported
     /// there when set, not at all otherwise.
     #[arg(long, env = "MNEMOSYNE_OTLP_ENDPOINT", global = true)]
@@ -425,6 +436,8 @@ impl fmt::Debug for Settings {
             header_timeout_secs,
             request_timeout_secs,
             max_connections,
+            shutdown_delay_secs,
+            shutdown_grace_secs,
             otlp_endpoint,
             admin_rate_limit_per_minute,
             admin_sign_in_per_minute,
@@ -472,6 +485,8 @@ impl fmt::Debug for Settings {
             .field("header_timeout_secs", header_timeout_secs)
             .field("request_timeout_secs", request_timeout_secs)
             .field("max_connections", max_connections)
+            .field("shutdown_delay_secs", shutdown_delay_secs)
+            .field("shutdown_grace_secs", shutdown_grace_secs)
             .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
             .field("admin_rate_limit_per_minute", admin_rate_limit_per_minute)
             .field("admin_sign_in_per_minute", admin_sign_in_per_minute)

@@ -180,7 +180,9 @@ impl From<crate::store::graph::GraphError> for ApiError {
                 tracing::warn!(?cause, "graph write conflict outlasted its retries");
                 ApiError::Conflict("concurrent writes to the same data kept conflicting; retry the request".into())
             }
-            crate::store::graph::GraphError::Query(m) => ApiError::Internal(format!("graph: {m}")),
+            crate::store::graph::GraphError::Query(m) | crate::store::graph::GraphError::Unsupported(m) => {
+                ApiError::Internal(format!("graph: {m}"))
+            }
         }
     }
 }

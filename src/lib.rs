@@ -6,6 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod drain;
 pub mod embed;
 pub mod error;
 pub mod ids;

@@ -52,7 +52,7 @@ impl Application {
     ) -> anyhow::Result<()> {
         let mut background = background_tasks(&self.state);
         tracing::info!(addr = %self.local_addr(), "mnemosyne listening");
-        let res = serve(self.listener, self.router, &self.state.settings, shutdown).await;
+        let res = serve(self.listener, self.router, &self.state, shutdown).await;
         background.abort_all();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
@@ -78,6 +78,10 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
         state.auth.caches.clone(),
     ));
     tasks.spawn(state.auth.clone().housekeeping(Duration::from_secs(15)));
+    // MCP sessions shared by the replicas: copies of sessions ended elsewhere
+    // close, and expired rows are forgotten.
+    tasks.spawn(state.mcp.sessions.clone().follow(state.auth.caches.subscribe()));
+    tasks.spawn(state.mcp.sessions.clone().sweep_every(Duration::from_secs(60)));
     tasks.spawn(crate::admin::housekeeping(state.clone()));
     tasks.spawn(crate::usage::flush_every(
         state.pg.clone(),
@@ -165,13 +169,16 @@ async fn check_migrations(pool: &sqlx::PgPool) -> anyhow::Result<()> {
 /// ones are closed straight away), a header-read timeout on every request
 /// (it also bounds how long an idle keep-alive connection waits), TCP_NODELAY,
 /// the peer and the client's address (`proxies`) for the handlers, and a
-/// graceful drain on shutdown.
+/// graceful drain on shutdown (`drain`): not ready but serving for the
+/// shutdown delay, then no new connections, the requests in flight answered
+/// within the grace, and only then the event streams ended.
 async fn serve(
     listener: TcpListener,
     router: Router,
-    settings: &Settings,
+    state: &AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let settings = &state.settings;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
 
@@ -183,6 +190,11 @@ async fn serve(
         .keep_alive(true);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    // Armed by the shutdown signal: the end of the not-ready delay.
+    let delay = Duration::from_secs(settings.shutdown_delay_secs);
+    let stop = tokio::time::sleep(Duration::from_secs(86_400));
+    let mut stop = std::pin::pin!(stop);
+    let mut signalled = false;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -194,7 +206,14 @@ async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => break,
+            _ = &mut shutdown, if !signalled => {
+                signalled = true;
+                state.drain.start();
+                tracing::info!(secs = delay.as_secs(), "shutdown signal received; not ready, still serving");
+                stop.as_mut().reset(tokio::time::Instant::now() + delay);
+                continue;
+            }
+            _ = &mut stop, if signalled => break,
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "connection refused: at MNEMOSYNE_MAX_CONNECTIONS");
@@ -223,12 +242,27 @@ async fn serve(
     }
     // Stop accepting (new connections are refused, not left in the backlog).
     drop(listener);
-    tracing::info!("shutdown signal received; draining");
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+    state.drain.start();
+    let grace = Duration::from_secs(settings.shutdown_grace_secs);
+    let deadline = tokio::time::Instant::now() + grace;
+    tracing::info!(in_flight = state.drain.in_flight(), "listener closed; draining");
+    if !state.drain.settled(grace).await {
+        tracing::warn!(
+            in_flight = state.drain.in_flight(),
+            secs = grace.as_secs(),
+            "requests still in flight after the shutdown grace; closing"
+        );
+    }
+    // The answers are out: end the event streams and session workers (the
+    // sessions themselves stay, for the other replicas), then the connections.
+    state.mcp.sessions.drain();
+    state.mcp.streams.cancel();
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if tokio::time::timeout(left.max(Duration::from_secs(1)), graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after 30 s; closing");
+        tracing::warn!("connections still open after the shutdown grace; closing");
     }
     Ok(())
 }
@@ -279,6 +313,7 @@ fn routes(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .route_layer(middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
         .layer(middleware::from_fn(crate::telemetry::request_id))
+        .layer(middleware::from_fn_with_state(state.drain.clone(), crate::drain::track))
         .with_state(state)
 }
 

@@ -46,6 +46,8 @@ pub struct AppState {
     pub basic: Arc<BasicGuard>,
     /// The admin console's rate limits (per signed-in user, per sign-in address).
     pub console: Arc<crate::limits::console::ConsoleLimits>,
+    /// Shutdown: whether the replica is draining, and its requests in flight.
+    pub drain: Arc<crate::drain::Drain>,
 }
 
 impl AppState {
@@ -112,7 +114,13 @@ impl AppState {
             )
             .with_replicas(caches.live_replicas()),
         );
-        let mcp = Arc::new(Guard::new(settings.clone(), auth.clone(), metrics.clone(), addr));
+        let mcp = Arc::new(Guard::new(
+            settings.clone(),
+            auth.clone(),
+            metrics.clone(),
+            addr,
+            pg.clone(),
+        ));
         let console = Arc::new(crate::limits::console::ConsoleLimits::new(
             settings.admin_rate_limit_per_minute,
             settings.admin_sign_in_per_minute,
@@ -129,6 +137,7 @@ impl AppState {
             mcp,
             basic,
             console,
+            drain: crate::drain::Drain::new(),
         })
     }
 }

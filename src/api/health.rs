@@ -22,8 +22,21 @@ async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Ready unless the health verdict is `error` (slow stores still serve).
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+/// Ready unless the replica is shutting down (the balancer moves its
+/// traffic away while it still serves) or the health verdict is `error`
+/// (slow stores still serve).
+async fn readyz(State(state): State<AppState>) -> axum::response::Response {
+    if state.drain.is_draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "draining",
+                "error": "unavailable",
+                "message": "not ready: this replica is shutting down",
+            })),
+        )
+            .into_response();
+    }
     let h = health::check(&state.pg, &state.knowledge).await;
     let mut failing = Vec::new();
     let mut checks = serde_json::Map::new();
@@ -39,7 +52,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         }
     }
     if h.verdict() != Verdict::Error {
-        (StatusCode::OK, Json(json!({"status": "ready", "checks": checks})))
+        (StatusCode::OK, Json(json!({"status": "ready", "checks": checks}))).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -51,6 +64,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
                 "checks": checks,
             })),
         )
+            .into_response()
     }
 }
 

@@ -395,6 +395,9 @@ impl AuthCaches {
             // came with payloads of their own; the graph's caches of it listen
             // for this (`forget_changed_libraries`).
             "library" if key != "*" => {}
+            // An MCP session ended (DELETE): the session manager closes its
+            // copy (`OwnedSessions::follow`); no auth fact changed.
+            "mcp_session" => {}
             _ => self.invalidate_all(),
         }
         let _ = self.notifications.send(payload.to_owned());

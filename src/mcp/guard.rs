@@ -42,10 +42,19 @@ pub struct Guard {
     pub limits: Arc<RateLimits>,
     /// Concurrent searches per credential.
     pub search_slots: crate::limits::search::SearchSlots,
+    /// Cancelled at shutdown, once the requests in flight are answered: ends
+    /// rmcp's GET event streams and session workers.
+    pub streams: tokio_util::sync::CancellationToken,
 }
 
 impl Guard {
-    pub fn new(settings: Arc<Settings>, auth: Arc<Authenticator>, metrics: Metrics, addr: SocketAddr) -> Self {
+    pub fn new(
+        settings: Arc<Settings>,
+        auth: Arc<Authenticator>,
+        metrics: Metrics,
+        addr: SocketAddr,
+        pg: sqlx::PgPool,
+    ) -> Self {
         let (allowed_hosts, mut allowed_origins) = allowed_hosts_and_origins(&settings.public_url, addr);
         // MNEMOSYNE_ALLOWED_ORIGINS: browser pages of other origins (CORS).
         allowed_origins.extend(
@@ -55,7 +64,7 @@ impl Guard {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase()),
         );
         Guard {
-            sessions: Arc::new(OwnedSessions::new(SessionLimits::from_settings(&settings))),
+            sessions: Arc::new(OwnedSessions::new(SessionLimits::from_settings(&settings), pg)),
             // Deployment-wide rates, shared among the replicas the auth
             // heartbeat counts.
             limits: Arc::new(RateLimits::shared(
@@ -64,6 +73,7 @@ impl Guard {
                 auth.caches.live_replicas(),
             )),
             search_slots: crate::limits::search::SearchSlots::new(settings.search_concurrency),
+            streams: tokio_util::sync::CancellationToken::new(),
             settings,
             auth,
             metrics,
@@ -378,8 +388,11 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     let user = principal.user().cloned();
     let mut req = req;
     req.extensions_mut().insert::<Principal>(principal);
-    if session.is_some() {
-        let mut resp = next.run(req).await;
+    if let Some(named) = &session {
+        let mut resp = match on_session(&state, named, req, (credential, user), is_delete, next).await {
+            Ok(r) => r,
+            Err(refused) => return refused,
+        };
         if is_delete && resp.status().is_success() {
             // Terminated: nothing to send back (clients expect 200 or 204).
             *resp.status_mut() = StatusCode::NO_CONTENT;
@@ -387,6 +400,44 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
         return holding(resp, slot);
     }
     holding(open_session(&state, req, (credential, user), pending, next).await, slot)
+}
+
+/// A request on an existing session. A session this replica holds is
+/// marked served in the shared table (at most every quarter idle timeout),
+/// which also finds a session ended on another replica meanwhile. One opened
+/// elsewhere (or whose copy here closed a moment ago) is rebuilt here by
+/// rmcp, bound to its owner — whom the bearer has just matched — through the
+/// opener.
+async fn on_session(
+    state: &Guard,
+    named: &NamedSession,
+    req: Request,
+    (credential, user): (Arc<str>, Option<Arc<str>>),
+    is_delete: bool,
+    next: Next,
+) -> Result<Response, Response> {
+    if named.stored {
+        if !is_delete && state.sessions.at_global_cap() {
+            let wait = SessionLimits::from_settings(&state.settings).idle.as_secs().min(60);
+            return Err(too_many_sessions(Refusal::GlobalCap, wait));
+        }
+    } else if !is_delete {
+        match state.sessions.touch(&named.id).await {
+            Ok(true) => {}
+            Ok(false) => return Err(session_not_found()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not mark an MCP session served");
+                return Err(AuthError::Unavailable("postgres").into_response_with(None));
+            }
+        }
+    }
+    let opener = Opener::new(credential, user);
+    let resp = OPENER.scope(opener.clone(), next.run(req)).await;
+    if opener.store_unavailable() {
+        // The session could not be rebuilt: Postgres, not the request.
+        return Err(AuthError::Unavailable("postgres").into_response_with(None));
+    }
+    Ok(resp)
 }
 
 /// The response, holding a search slot (if any) until its body (a JSON
@@ -405,11 +456,14 @@ fn holding(resp: Response, slot: Option<tokio::sync::OwnedSemaphorePermit>) -> R
 struct NamedSession {
     id: String,
     owner: Arc<str>,
+    /// Opened on another replica: this one holds no copy yet.
+    stored: bool,
 }
 
 /// The checks before the bearer, cheapest first: Host, Origin, the protocol
 /// header, the session id and the session's existence. An unknown session is
-/// refused here, before the bearer is resolved or a jti consumed.
+/// refused here, before the bearer is resolved or a jti consumed (a session
+/// this replica does not hold costs one primary-key read first).
 async fn before_auth(state: &Guard, req: Request) -> Result<(Request, Option<NamedSession>), Response> {
     let headers = req.headers();
     match header(headers, header::HOST) {
@@ -440,11 +494,27 @@ async fn before_auth(state: &Guard, req: Request) -> Result<(Request, Option<Nam
         }
         _ => return Err(session_not_found()),
     };
-    // A session exists exactly while it has an owner.
+    // A session exists exactly while it has an owner: held here, or in the
+    // shared table (one primary-key read).
     let session = match id {
         Some(id) => match state.sessions.owner(&id) {
-            Some(owner) => Some(NamedSession { id, owner }),
-            None => return Err(session_not_found()),
+            Some(owner) => Some(NamedSession {
+                id,
+                owner,
+                stored: false,
+            }),
+            None => match state.sessions.stored_owner(&id).await {
+                Ok(Some(o)) => Some(NamedSession {
+                    id,
+                    owner: o.credential.into(),
+                    stored: true,
+                }),
+                Ok(None) => return Err(session_not_found()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the shared MCP session table");
+                    return Err(AuthError::Unavailable("postgres").into_response_with(None));
+                }
+            },
         },
         None => None,
     };
@@ -601,6 +671,11 @@ async fn open_session(
 ) -> Response {
     let opener = Opener::new(credential, user);
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
+    if opener.store_unavailable() {
+        // Nothing was served: the turn may retry with the same token.
+        let down = AuthError::Unavailable("postgres").into_response_with(None);
+        return give_back(state, pending.as_ref(), down).await;
+    }
     if let Some(refusal) = opener.refusal() {
         // Nothing was served: the turn may retry with the same token.
         let refused = too_many_sessions(

@@ -32,14 +32,17 @@ pub const TOOLS: [&str; 6] = [
 pub fn routes<S: Clone + Send + Sync + 'static>(tools: ToolState, guard: Arc<Guard>) -> Router<S> {
     // Host and Origin are checked by our layer first (so a foreign Origin is 403
     // before any auth work); rmcp checks them again.
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(guard.allowed_hosts.iter().cloned())
         .with_allowed_origins(guard.allowed_origins.iter().cloned())
         .enforce_origin_validation()
         // Stateless (2026-07-28) answers as plain JSON unless a tool streams
         // progress first: less framing per request than SSE.
         .with_json_response(true)
-        .with_max_request_body_bytes(guard.settings.body_limit_bytes);
+        .with_max_request_body_bytes(guard.settings.body_limit_bytes)
+        .with_cancellation_token(guard.streams.clone());
+    // Sessions live in Postgres: any replica rebuilds one it does not hold.
+    config.session_store = Some(guard.sessions.store());
     let router = Arc::new(KnowledgeServer::router());
     let service = StreamableHttpService::new(
         move || Ok(KnowledgeServer::new(tools.clone(), router.clone())),

@@ -1,42 +1,75 @@
-//! Legacy MCP sessions, each owned by the exact credential that opened it.
+//! Legacy MCP sessions, each owned by the exact credential that opened it,
+//! shared by every replica (issue 31).
 //!
-//! rmcp's `LocalSessionManager` keeps the sessions; this wrapper adds what it
-//! lacks: the owner of each session (a per-turn JWT's `jti`, a team JWT's team
-//! and `jti`, an opaque token's id — never a shared subject such as
-//! `daedalus-chat`), caps on how many sessions a credential, the user whose
-//! tokens they are (the same cap over all the user's tokens, issue 32) and
-//! the whole replica may hold, and the guarantee that the owner lives exactly as long as
-//! the session: it is written when rmcp creates the session and removed when
-//! rmcp closes it (DELETE, idle timeout, or the worker ending), so a session
-//! whose owner is unknown does not exist.
+//! rmcp's `LocalSessionManager` keeps this replica's copies; this wrapper adds
+//! what it lacks: the owner of each session (a per-turn JWT's `jti`, a team
+//! JWT's team and `jti`, an opaque token's id — never a shared subject such as
+//! `daedalus-chat`), caps on how many sessions a credential and the user
+//! whose tokens they are (the same cap over all the user's tokens, issue 32)
+//! may hold over the whole deployment, and how many copies this replica may
+//! hold.
 //!
-//! The owner reaches `create_session` (which rmcp calls with no request at
-//! hand) through a task-local set by the auth layer around the request; a
-//! session created outside such a scope is refused (fail closed).
+//! Every session is a row of `mcp_sessions` (owner, the client's `initialize`
+//! parameters, when it was last served). A request that lands on a replica
+//! without a copy is checked against the row's owner by the guard, then rmcp
+//! rebuilds the session here from the row (`SessionStore`, `restore_session`)
+//! by replaying the handshake — bound to the same credential, never another.
+//! DELETE removes the row and announces it: every replica closes its copy.
+//! A copy idle for `idle` closes; the session ends everywhere only if no
+//! other replica served it since.
+//!
+//! The owner reaches `create_session` and `restore_session` (which rmcp calls
+//! with no request at hand) through a task-local set by the auth layer around
+//! the request; a session created outside such a scope is refused (fail
+//! closed).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use futures::Stream;
 use rmcp::{
     model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
     transport::streamable_http_server::session::{
         local::{LocalSessionManager, LocalSessionManagerError, SessionConfig},
-        ServerSseMessage, SessionId, SessionManager,
+        store::{SessionState, SessionStore, SessionStoreError},
+        RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
     },
 };
+use sqlx::PgPool;
+
+use crate::store::pg::sessions as store;
 
 /// Session limits (`MNEMOSYNE_SESSION_*`).
 #[derive(Clone, Copy, Debug)]
 pub struct SessionLimits {
     /// Open sessions one credential may hold, and all of one user's tokens
-    /// together.
+    /// together, over the whole deployment.
     pub per_credential: usize,
     /// Open sessions on this replica.
     pub global: usize,
     /// A session with no message for this long is closed.
     pub idle: Duration,
+    /// Longest wait for the shared session table on a request's path (the
+    /// store timeout): past it the request gets a 503, not a hang.
+    pub store_timeout: Duration,
+}
+
+impl SessionLimits {
+    /// How often a replica serving a session says so in the shared table:
+    /// a quarter of the idle timeout, at most a minute.
+    pub fn touch_every(&self) -> Duration {
+        (self.idle / 4).min(Duration::from_secs(60))
+    }
+
+    /// A row no replica has marked served for this long is expired
+    /// everywhere: the idle timeout plus the marking period (a session served
+    /// just after its last mark is not cut short).
+    pub fn expiry(&self) -> Duration {
+        self.idle + self.touch_every()
+    }
 }
 
 impl SessionLimits {
@@ -46,6 +79,7 @@ impl SessionLimits {
             per_credential: settings.sessions_per_credential,
             global: settings.sessions_max,
             idle: Duration::from_secs(settings.session_idle_secs.max(1)),
+            store_timeout: settings.store_timeout(),
         }
     }
 }
@@ -65,6 +99,19 @@ pub enum Refusal {
 pub struct Opener {
     holder: Holder,
     refused: Mutex<Option<Refusal>>,
+    /// Set when the shared session table could not be reached.
+    unavailable: AtomicBool,
+}
+
+/// A query of the shared table within `limit`; past it, the pool's timeout
+/// error (the request answers 503).
+async fn bounded<T>(
+    limit: Duration,
+    query: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(limit, query)
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
 }
 
 /// Who a session counts against: its credential (its owner), and for an
@@ -82,12 +129,23 @@ impl Opener {
         Arc::new(Opener {
             holder: Holder { credential, user },
             refused: Mutex::new(None),
+            unavailable: AtomicBool::new(false),
         })
     }
 
     /// Set when this request would have opened a session over a cap.
     pub fn refusal(&self) -> Option<Refusal> {
         self.refused.lock().ok().and_then(|r| *r)
+    }
+
+    /// Whether opening or rebuilding a session failed on Postgres (the
+    /// guard answers 503 rather than rmcp's 500).
+    pub fn store_unavailable(&self) -> bool {
+        self.unavailable.load(Ordering::SeqCst)
+    }
+
+    fn mark_unavailable(&self) {
+        self.unavailable.store(true, Ordering::SeqCst);
     }
 }
 
@@ -104,71 +162,51 @@ pub enum SessionsError {
     Refused(Refusal),
     #[error("session opened outside an authenticated request")]
     NoOwner,
+    #[error("the shared session table: {0}")]
+    Store(#[from] sqlx::Error),
+}
+
+/// A session this replica holds: its owner, and the `seen_at` this replica
+/// last wrote for it (and when).
+struct Held {
+    holder: Holder,
+    seen: Option<DateTime<Utc>>,
+    touched: Instant,
 }
 
 #[derive(Default)]
-struct Owners {
-    by_session: HashMap<SessionId, Holder>,
-    /// Places held per credential and per user (`user:<id>`; no credential
-    /// is named so): open sessions and reservations in flight.
-    per_credential: HashMap<Arc<str>, usize>,
-    /// Places held in all (the global cap's count).
+struct Local {
+    by_session: HashMap<SessionId, Held>,
+    /// Places held on this replica (the global cap's count): sessions held
+    /// and reservations in flight.
     held: usize,
 }
 
-impl Owners {
-    fn count(&self, key: &Arc<str>) -> usize {
-        self.per_credential.get(key).copied().unwrap_or(0)
-    }
-
-    /// Takes a place for `holder` under every cap.
-    fn reserve(&mut self, holder: &Holder, limits: &SessionLimits) -> Result<(), Refusal> {
+impl Local {
+    /// Takes a place on this replica.
+    fn reserve(&mut self, limits: &SessionLimits) -> Result<(), Refusal> {
         if self.held >= limits.global {
             return Err(Refusal::GlobalCap);
-        }
-        if self.count(&holder.credential) >= limits.per_credential {
-            return Err(Refusal::CredentialCap);
-        }
-        if holder
-            .user
-            .as_ref()
-            .is_some_and(|u| self.count(u) >= limits.per_credential)
-        {
-            return Err(Refusal::UserCap);
-        }
-        for key in std::iter::once(&holder.credential).chain(&holder.user) {
-            *self.per_credential.entry(key.clone()).or_insert(0) += 1;
         }
         self.held += 1;
         Ok(())
     }
 
-    /// Gives a place of `holder` back.
-    fn release(&mut self, holder: &Holder) {
-        if !self.per_credential.contains_key(&holder.credential) {
-            return;
-        }
-        for key in std::iter::once(&holder.credential).chain(&holder.user) {
-            if let Some(n) = self.per_credential.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_credential.remove(key);
-                }
-            }
-        }
-        self.held -= 1;
+    fn release(&mut self) {
+        self.held = self.held.saturating_sub(1);
     }
 
-    fn remove(&mut self, id: &SessionId) {
-        if let Some(holder) = self.by_session.remove(id) {
-            self.release(&holder);
+    fn remove(&mut self, id: &SessionId) -> Option<Held> {
+        let held = self.by_session.remove(id);
+        if held.is_some() {
+            self.release();
         }
         // Give the memory of a burst of sessions back once it is over.
         if self.by_session.capacity() > 64 && self.by_session.len() < self.by_session.capacity() / 4 {
             self.by_session.shrink_to_fit();
-            self.per_credential.shrink_to_fit();
             release_free_memory();
         }
+        held
     }
 }
 
@@ -190,15 +228,18 @@ fn release_free_memory() {
     }
 }
 
-/// rmcp's local session manager plus owners and caps.
+/// rmcp's local session manager plus owners, caps and the shared table.
 pub struct OwnedSessions {
     inner: LocalSessionManager,
-    owners: Mutex<Owners>,
+    local: Mutex<Local>,
     limits: SessionLimits,
+    pg: PgPool,
+    /// Set when the replica shuts down: its copies end, the sessions do not.
+    draining: AtomicBool,
 }
 
 impl OwnedSessions {
-    pub fn new(limits: SessionLimits) -> Self {
+    pub fn new(limits: SessionLimits, pg: PgPool) -> Self {
         let mut inner = LocalSessionManager::default();
         let mut config = SessionConfig::default();
         config.keep_alive = Some(limits.idle);
@@ -207,51 +248,202 @@ impl OwnedSessions {
         inner.session_config = config;
         OwnedSessions {
             inner,
-            owners: Mutex::new(Owners::default()),
+            local: Mutex::new(Local::default()),
             limits,
+            pg,
+            draining: AtomicBool::new(false),
         }
     }
 
-    /// The credential that owns `id`, if the session exists.
+    /// The credential that owns `id`, if this replica holds the session.
     pub fn owner(&self, id: &str) -> Option<Arc<str>> {
-        let owners = self.owners.lock().ok()?;
-        owners.by_session.get(id).map(|h| h.credential.clone())
+        let local = self.local.lock().ok()?;
+        local.by_session.get(id).map(|h| h.holder.credential.clone())
+    }
+
+    /// The owner of a session another replica opened (`None`: no such live
+    /// session anywhere).
+    pub async fn stored_owner(&self, id: &str) -> Result<Option<store::Owner>, sqlx::Error> {
+        bounded(
+            self.limits.store_timeout,
+            store::owner(&self.pg, id, self.limits.expiry()),
+        )
+        .await
     }
 
     /// Open sessions on this replica.
     pub fn open(&self) -> usize {
-        self.owners.lock().map(|o| o.by_session.len()).unwrap_or(0)
+        self.local.lock().map(|o| o.by_session.len()).unwrap_or(0)
     }
 
-    /// Reserves a place for a new session of `holder`, or says which cap
-    /// refuses it.
-    fn reserve(&self, holder: &Holder) -> Result<(), Refusal> {
-        match self.owners.lock() {
-            Ok(mut owners) => owners.reserve(holder, &self.limits),
+    /// Whether this replica holds as many sessions as it may.
+    pub fn at_global_cap(&self) -> bool {
+        self.local.lock().map_or(true, |l| l.held >= self.limits.global)
+    }
+
+    /// From now on, copies this replica closes (its shutdown ends every
+    /// session worker) stay open for the other replicas.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Marks a session this replica holds as served, in the shared table at
+    /// most every `touch_every`; `false` when it ended elsewhere meanwhile
+    /// (then this copy is closed too).
+    pub async fn touch(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let due = match self.local.lock() {
+            Ok(l) => l
+                .by_session
+                .get(id)
+                .is_none_or(|h| h.touched.elapsed() >= self.limits.touch_every()),
+            Err(_) => true,
+        };
+        if !due {
+            return Ok(true);
+        }
+        let id: SessionId = id.to_owned().into();
+        match bounded(self.limits.store_timeout, store::touch(&self.pg, &id)).await? {
+            Some(seen) => {
+                if let Ok(mut l) = self.local.lock() {
+                    if let Some(h) = l.by_session.get_mut(&id) {
+                        h.seen = Some(seen);
+                        h.touched = Instant::now();
+                    }
+                }
+                Ok(true)
+            }
+            None => {
+                let _ = self.close_session(&id).await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Closes the copies of sessions ended on other replicas (DELETE), as
+    /// the auth channel announces them.
+    pub async fn follow(self: Arc<Self>, mut rx: tokio::sync::broadcast::Receiver<String>) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match rx.recv().await {
+                Ok(p) => {
+                    if let Some(id) = p.strip_prefix(store::ENDED) {
+                        let id: SessionId = id.to_owned().into();
+                        if self.owner(&id).is_some() {
+                            let _ = self.close_session(&id).await;
+                        }
+                    }
+                }
+                // Missed some: check every copy at its next request.
+                Err(RecvError::Lagged(_)) => self.touch_all_next(),
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Makes every copy's next request check the shared table.
+    fn touch_all_next(&self) {
+        if let Ok(mut l) = self.local.lock() {
+            let long_ago = Instant::now()
+                .checked_sub(self.limits.touch_every())
+                .unwrap_or_else(Instant::now);
+            for h in l.by_session.values_mut() {
+                h.touched = long_ago;
+            }
+        }
+    }
+
+    /// Forgets expired sessions everywhere, every `every` (any replica).
+    pub async fn sweep_every(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            if let Err(e) = store::sweep(&self.pg, self.limits.expiry()).await {
+                tracing::debug!(error = %e, "MCP session sweep failed");
+            }
+        }
+    }
+
+    /// The shared table as rmcp's session store.
+    pub fn store(&self) -> Arc<dyn SessionStore> {
+        Arc::new(SharedStore {
+            pg: self.pg.clone(),
+            expiry: self.limits.expiry(),
+            timeout: self.limits.store_timeout,
+        })
+    }
+
+    /// Reserves a place on this replica, or says the global cap refuses it.
+    fn reserve(&self) -> Result<(), Refusal> {
+        match self.local.lock() {
+            Ok(mut local) => local.reserve(&self.limits),
             Err(_) => Err(Refusal::GlobalCap),
         }
     }
 
-    fn release(&self, holder: &Holder) {
-        if let Ok(mut owners) = self.owners.lock() {
-            owners.release(holder);
+    fn release(&self) {
+        if let Ok(mut local) = self.local.lock() {
+            local.release();
+        }
+    }
+
+    fn hold(&self, id: SessionId, holder: Holder, seen: DateTime<Utc>) -> Result<(), SessionsError> {
+        match self.local.lock() {
+            Ok(mut l) => {
+                l.by_session.insert(
+                    id,
+                    Held {
+                        holder,
+                        seen: Some(seen),
+                        touched: Instant::now(),
+                    },
+                );
+                Ok(())
+            }
+            Err(_) => Err(SessionsError::NoOwner),
         }
     }
 }
 
-/// A place reserved under the caps; released on drop unless the session was
-/// registered.
+/// A place reserved under the global cap; released on drop unless the
+/// session was registered.
 struct Reservation<'a> {
     sessions: &'a OwnedSessions,
-    holder: Holder,
     kept: bool,
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if !self.kept {
-            self.sessions.release(&self.holder);
+            self.sessions.release();
         }
+    }
+}
+
+/// `mcp_sessions` as rmcp's `SessionStore`: what a replica needs to rebuild a
+/// session it does not hold.
+struct SharedStore {
+    pg: PgPool,
+    expiry: Duration,
+    timeout: Duration,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SharedStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        match bounded(self.timeout, store::init_params(&self.pg, session_id, self.expiry)).await? {
+            Some(v) => Ok(Some(SessionState::new(serde_json::from_value(v)?))),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let params = serde_json::to_value(&state.initialize_params)?;
+        Ok(bounded(self.timeout, store::save_init(&self.pg, session_id, &params)).await?)
+    }
+
+    /// DELETE: the session ends on every replica.
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        Ok(bounded(self.timeout, store::end(&self.pg, session_id)).await?)
     }
 }
 
@@ -261,26 +453,45 @@ impl SessionManager for OwnedSessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let opener = OPENER.try_with(Arc::clone).map_err(|_| SessionsError::NoOwner)?;
-        if let Err(refusal) = self.reserve(&opener.holder) {
+        let refuse = |refusal| {
             if let Ok(mut r) = opener.refused.lock() {
                 *r = Some(refusal);
             }
-            return Err(SessionsError::Refused(refusal));
-        }
+            SessionsError::Refused(refusal)
+        };
+        self.reserve().map_err(refuse)?;
         // Given back on every path that does not register the session —
         // including this future being dropped (a client gone mid-initialize).
         let mut reservation = Reservation {
             sessions: self,
-            holder: opener.holder.clone(),
             kept: false,
         };
         let (id, transport) = self.inner.create_session().await?;
-        match self.owners.lock() {
-            Ok(mut owners) => {
-                owners.by_session.insert(id.clone(), opener.holder.clone());
+        let owner = store::Owner {
+            credential: opener.holder.credential.to_string(),
+            user_key: opener.holder.user.as_deref().map(str::to_owned),
+        };
+        let opened = bounded(
+            self.limits.store_timeout,
+            store::open(&self.pg, &id, &owner, self.limits.per_credential, self.limits.expiry()),
+        )
+        .await;
+        let seen = match opened {
+            Ok(Ok(seen)) => seen,
+            Ok(Err(over)) => {
+                let _ = self.inner.close_session(&id).await;
+                return Err(refuse(match over {
+                    store::OverCap::Credential => Refusal::CredentialCap,
+                    store::OverCap::User => Refusal::UserCap,
+                }));
             }
-            Err(_) => return Err(SessionsError::NoOwner),
-        }
+            Err(e) => {
+                let _ = self.inner.close_session(&id).await;
+                opener.mark_unavailable();
+                return Err(SessionsError::Store(e));
+            }
+        };
+        self.hold(id.clone(), opener.holder.clone(), seen)?;
         reservation.kept = true;
         Ok((id, transport))
     }
@@ -297,9 +508,17 @@ impl SessionManager for OwnedSessions {
         Ok(self.owner(id).is_some() && self.inner.has_session(id).await?)
     }
 
+    /// Closes this replica's copy. A copy closed for being idle ends the
+    /// session everywhere only if no other replica served it since; a
+    /// replica shutting down leaves its sessions to the others.
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        if let Ok(mut owners) = self.owners.lock() {
-            owners.remove(id);
+        let held = self.local.lock().ok().and_then(|mut l| l.remove(id));
+        if let Some(seen) = held.and_then(|h| h.seen) {
+            if !self.draining.load(Ordering::SeqCst) {
+                if let Err(e) = store::end_if_unseen_since(&self.pg, id, seen).await {
+                    tracing::debug!(error = %e, "could not end an idle MCP session in the shared table");
+                }
+            }
         }
         Ok(self.inner.close_session(id).await?)
     }
@@ -330,39 +549,72 @@ impl SessionManager for OwnedSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         Ok(self.inner.resume(id, last_event_id).await?)
     }
-}
 
+    /// Rebuilds, on this replica, a session another replica opened: rmcp
+    /// calls it when the shared store has the session, inside the request
+    /// whose bearer the guard has matched with the session's owner (the
+    /// opener it set names that owner).
+    async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        let opener = OPENER.try_with(Arc::clone).map_err(|_| SessionsError::NoOwner)?;
+        self.reserve().map_err(SessionsError::Refused)?;
+        let mut reservation = Reservation {
+            sessions: self,
+            kept: false,
+        };
+        // Served now, and still there (not ended meanwhile).
+        let seen = match bounded(self.limits.store_timeout, store::touch(&self.pg, &id)).await {
+            Ok(Some(seen)) => seen,
+            Ok(None) => return Ok(RestoreOutcome::NotSupported),
+            Err(e) => {
+                opener.mark_unavailable();
+                return Err(SessionsError::Store(e));
+            }
+        };
+        match self.inner.restore_session(id.clone()).await? {
+            RestoreOutcome::Restored(transport) => {
+                self.hold(id, opener.holder.clone(), seen)?;
+                reservation.kept = true;
+                Ok(RestoreOutcome::Restored(transport))
+            }
+            other => Ok(other),
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn holder(credential: &str, user: Option<&str>) -> Holder {
-        Holder {
-            credential: credential.into(),
-            user: user.map(Into::into),
-        }
+    #[test]
+    fn the_global_cap_counts_places_on_this_replica() {
+        let limits = SessionLimits {
+            per_credential: 2,
+            global: 2,
+            idle: Duration::from_secs(60),
+            store_timeout: Duration::from_secs(5),
+        };
+        let mut l = Local::default();
+        assert_eq!(l.reserve(&limits), Ok(()));
+        assert_eq!(l.reserve(&limits), Ok(()));
+        assert_eq!(l.reserve(&limits), Err(Refusal::GlobalCap));
+        l.release();
+        assert_eq!(l.reserve(&limits), Ok(()));
+        l.release();
+        l.release();
+        l.release();
+        assert_eq!(l.held, 0, "never below zero");
     }
 
     #[test]
-    fn a_users_tokens_share_the_per_credential_cap() {
-        let limits = SessionLimits {
-            per_credential: 2,
-            global: 10,
-            idle: Duration::from_secs(60),
+    fn a_session_expires_everywhere_after_idle_plus_one_marking_period() {
+        let at = |idle| SessionLimits {
+            per_credential: 1,
+            global: 1,
+            idle: Duration::from_secs(idle),
+            store_timeout: Duration::from_secs(5),
         };
-        let mut o = Owners::default();
-        let (a, b) = (holder("token:1", Some("user:7")), holder("token:2", Some("user:7")));
-        assert_eq!(o.reserve(&a, &limits), Ok(()));
-        assert_eq!(o.reserve(&b, &limits), Ok(()));
-        assert_eq!(o.reserve(&a, &limits), Err(Refusal::UserCap));
-        assert_eq!(o.reserve(&holder("token:3", Some("user:8")), &limits), Ok(()));
-        assert_eq!(o.reserve(&holder("team:x:j", None), &limits), Ok(()));
-        o.release(&b);
-        assert_eq!(o.reserve(&a, &limits), Ok(()));
-        assert_eq!(o.reserve(&a, &limits), Err(Refusal::CredentialCap));
-        for h in [&a, &a, &holder("token:3", Some("user:8")), &holder("team:x:j", None)] {
-            o.release(h);
-        }
-        assert_eq!((o.held, o.per_credential.len()), (0, 0), "every place given back");
+        assert_eq!(at(300).touch_every(), Duration::from_secs(60));
+        assert_eq!(at(300).expiry(), Duration::from_secs(360));
+        assert_eq!(at(8).touch_every(), Duration::from_secs(2));
+        assert_eq!(at(8).expiry(), Duration::from_secs(10));
     }
 }

@@ -44,6 +44,28 @@ pub enum GraphError {
     /// The server answered with an error.
     #[error("graph query failed: {0}")]
     Query(String),
+    /// A setting this build cannot serve (refused at startup).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Refuses a routed Neo4j URI (`neo4j://`, `neo4j+s://`, `neo4j+ssc://`).
+/// neo4rs 0.8 parses them but does no client-side routing: against a
+/// cluster its writes land on followers and fail (NotALeader), reads never
+/// spread over the readers. A `bolt://` URI to one server is what it serves
+/// (docs/scaling.md compares the routed drivers). The message shows the URI
+/// without its password.
+pub fn refuse_routed_uri(uri: &str) -> Result<(), GraphError> {
+    let scheme = uri.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some(s @ ("neo4j" | "neo4j+s" | "neo4j+ssc")) => Err(GraphError::Unsupported(format!(
+            "MNEMOSYNE_BOLT_URI={}: `{s}://` asks for a routed Neo4j cluster, and this build's driver \
+             (neo4rs 0.8) does no routing (writes would reach followers and fail with NotALeader); \
+             use `bolt://` (or `bolt+s://`) to a single server, or to the cluster's leader",
+            crate::config::redact_url(uri)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// How a failed graph call is handled; `classify` is the one place that decides.
@@ -372,6 +394,7 @@ impl GraphStore {
     /// Builds the pool; no connection is made until the first query, so `serve`
     /// starts while the graph is down and `/readyz` says so.
     pub async fn connect(settings: &Settings) -> Result<Self, GraphError> {
+        refuse_routed_uri(&settings.bolt_uri)?;
         let config = ConfigBuilder::default()
             .uri(settings.bolt_uri.as_str())
             .user(settings.bolt_user.as_str())
@@ -885,6 +908,23 @@ mod vanished_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routed_uris_are_refused_without_their_password() {
+        for uri in [
+            "neo4j://neo:hunter2@db:7687",
+            "neo4j+s://neo:hunter2@db:7687",
+            "NEO4J+SSC://neo:hunter2@db:7687",
+        ] {
+            let e = refuse_routed_uri(uri).unwrap_err().to_string();
+            assert!(e.contains("does no routing"), "{e}");
+            assert!(e.contains("neo:****@db:7687"), "{e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        for uri in ["bolt://db:7687", "bolt+s://db:7687", "127.0.0.1:7687"] {
+            assert!(refuse_routed_uri(uri).is_ok(), "{uri}");
+        }
+    }
 
     #[test]
     fn arcadedb_and_neo4j_conflicts_are_transient() {

@@ -1,0 +1,247 @@
+//! Three replicas behind HAProxy, round robin, no stickiness (issue 31):
+//! `scripts/cluster up 3` with the shipped deploy/haproxy/haproxy.cfg, real
+//! `mnemosyne serve` processes over one test database, and the project's own
+//! API through the balancer — team REST, ingest then search, MCP sessions in
+//! the 2025-11-25 and 2025-03-26 revisions (each rebuilt on every replica),
+//! stateless 2026-07-28, and DELETE ending a session everywhere.
+//! `scripts/test` runs it once per pass (about 15 s).
+
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
+#[path = "api/helpers.rs"]
+#[allow(dead_code)]
+mod helpers;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use helpers::{McpClient, TestApp, SERVICE_PASSWORD, SERVICE_USER};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const REPLICAS: usize = 3;
+
+/// The cluster of this test: stopped (`scripts/cluster down`) when dropped,
+/// whatever the test's outcome.
+struct Cluster {
+    dir: PathBuf,
+    base: String,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster")
+}
+
+impl Cluster {
+    fn up(app: &TestApp) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("mnemosyne-cluster-{}", app.ns));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let out = Command::new(script())
+            .args(["up", &REPLICAS.to_string()])
+            .env("MNEMOSYNE_BIN", env!("CARGO_BIN_EXE_mnemosyne"))
+            .env("CLUSTER_DIR", &dir)
+            .env("CLUSTER_PORT", port.to_string())
+            .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
+            // Keyword-only replicas (the model would embed on 2 cores).
+            .env_remove("MNEMOSYNE_EMBED_MODEL")
+            .env("MNEMOSYNE_SHUTDOWN_DELAY_SECS", "0")
+            .output()
+            .expect("run scripts/cluster up");
+        let cluster = Cluster {
+            dir,
+            base: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        };
+        assert!(
+            out.status.success(),
+            "scripts/cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Each replica's own address (not through the balancer).
+    fn replicas(&self) -> Vec<String> {
+        (1..=REPLICAS)
+            .map(|i| {
+                let port = std::fs::read_to_string(self.dir.join(format!("replica-{i}.port"))).unwrap();
+                format!("http://127.0.0.1:{}", port.trim())
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("down")
+            .env("CLUSTER_DIR", &self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The `mcp_sessions_active` gauge of one replica.
+async fn sessions_on(http: &reqwest::Client, replica: &str) -> i64 {
+    let text = http
+        .get(format!("{replica}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            name.ends_with("mcp_sessions_active")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no mcp_sessions_active on {replica}"))
+}
+
+/// `search` finds `word` in the caller's libraries.
+async fn finds(c: &mut McpClient, word: &str) -> bool {
+    let out = c.call_ok("search", json!({"query": word})).await;
+    out["results"].as_array().is_some_and(|r| !r.is_empty())
+}
+
+#[tokio::test]
+async fn three_replicas_behind_round_robin_haproxy_serve_the_whole_api() {
+    let app = TestApp::spawn().await;
+    let cluster = Cluster::up(&app);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let service = |m: reqwest::Method, path: &str| {
+        http.request(m, cluster.url(path))
+            .basic_auth(SERVICE_USER, Some(SERVICE_PASSWORD))
+    };
+
+    // Team REST and ingest, through the balancer.
+    let team = uuid::Uuid::new_v4();
+    let r = service(reqwest::Method::POST, "/mcp_server/api/teams/")
+        .json(&json!({"id": team, "name": "cluster"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let jwt = r.json::<Value>().await.unwrap()["jwt"].as_str().unwrap().to_owned();
+    let ws = app.uid("ws_cluster");
+    let r = service(
+        reqwest::Method::PUT,
+        &format!("/mcp_server/api/teams/{team}/workspaces/"),
+    )
+    .json(&json!({"workspace_ids": [ws]}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = service(reqwest::Method::POST, "/library/api/ingest/")
+        .json(&json!({"workspace_id": ws, "item": {"title": "Balancers"},
+                      "content": "# Balancers\n\nRound robin spreads the quokkabalance requests evenly."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+
+    // A session in today's revision: every call lands on the next replica.
+    let mut session = McpClient::new(http.clone(), cluster.url("/mcp/"), &jwt).connect().await;
+    let sid = session.session.clone().unwrap();
+    for _ in 0..2 * REPLICAS {
+        assert_eq!(session.list_tools().await.status, StatusCode::OK);
+    }
+    // Right after the acknowledged ingest, on whichever replica (bounded).
+    let mut found = 0;
+    for _ in 0..30 {
+        found = if finds(&mut session, "quokkabalance").await {
+            found + 1
+        } else {
+            0
+        };
+        if found == REPLICAS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(found, REPLICAS, "every replica finds the ingested chunk");
+    // Every replica rebuilt the session (one copy each).
+    for replica in cluster.replicas() {
+        assert_eq!(sessions_on(&http, &replica).await, 1, "on {replica}");
+    }
+
+    // A session in an older revision.
+    let mut old = McpClient::new(http.clone(), cluster.url("/mcp/"), &jwt);
+    let ex = old
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-03-26", "capabilities": {},
+                "clientInfo": {"name": "old", "version": "0"}}}),
+            &[],
+        )
+        .await;
+    assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+    let old_sid = ex.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let old_header = [
+        ("MCP-Protocol-Version", "2025-03-26"),
+        ("Mcp-Session-Id", old_sid.as_str()),
+    ];
+    let n = old
+        .post(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &old_header,
+        )
+        .await;
+    assert!(n.status.is_success(), "{n:?}");
+    for id in 2..2 + REPLICAS as i64 {
+        let ex = old
+            .post(
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "search", "arguments": {"query": "quokkabalance"}}}),
+                &old_header,
+            )
+            .await;
+        assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+        assert!(ex.response().get("result").is_some(), "{ex:?}");
+    }
+
+    // Stateless 2026-07-28.
+    let mut stateless = McpClient::new(http.clone(), cluster.url("/mcp/"), &jwt).stateless();
+    for _ in 0..REPLICAS {
+        assert_eq!(stateless.list_tools().await.status, StatusCode::OK);
+        assert!(finds(&mut stateless, "quokkabalance").await);
+    }
+
+    // DELETE through the balancer ends the session on every replica.
+    let r = http
+        .delete(cluster.url("/mcp/"))
+        .header("Authorization", format!("Bearer {jwt}"))
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let mut gone = 0;
+    for _ in 0..50 {
+        gone = if session.list_tools().await.status == StatusCode::NOT_FOUND {
+            gone + 1
+        } else {
+            0
+        };
+        if gone == REPLICAS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gone, REPLICAS, "404 on every replica");
+}
