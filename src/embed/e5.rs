@@ -94,7 +94,10 @@ impl E5 {
             "embeddings.token_type_embeddings.weight".into(),
             tensors.f32("emb.type", &[type_vocab, hidden])?,
         );
-        put("embeddings.LayerNorm.weight".into(), tensors.f32("emb.ln.w", &[hidden])?);
+        put(
+            "embeddings.LayerNorm.weight".into(),
+            tensors.f32("emb.ln.w", &[hidden])?,
+        );
         put("embeddings.LayerNorm.bias".into(), tensors.f32("emb.ln.b", &[hidden])?);
         for l in 0..layers {
             let p = format!("encoder.layer.{l}");
@@ -106,16 +109,31 @@ impl E5 {
                 ("intermediate.dense", "fi", intermediate, hidden),
                 ("output.dense", "fo", hidden, intermediate),
             ] {
-                put(format!("{p}.{ours}.weight"), tensors.q4(&format!("l{l}.{theirs}.w"), rows, cols)?);
-                put(format!("{p}.{ours}.bias"), tensors.f32(&format!("l{l}.{theirs}.b"), &[rows])?);
+                put(
+                    format!("{p}.{ours}.weight"),
+                    tensors.q4(&format!("l{l}.{theirs}.w"), rows, cols)?,
+                );
+                put(
+                    format!("{p}.{ours}.bias"),
+                    tensors.f32(&format!("l{l}.{theirs}.b"), &[rows])?,
+                );
             }
             for (ours, theirs) in [("attention.output.LayerNorm", "aln"), ("output.LayerNorm", "oln")] {
-                put(format!("{p}.{ours}.weight"), tensors.f32(&format!("l{l}.{theirs}.w"), &[hidden])?);
-                put(format!("{p}.{ours}.bias"), tensors.f32(&format!("l{l}.{theirs}.b"), &[hidden])?);
+                put(
+                    format!("{p}.{ours}.weight"),
+                    tensors.f32(&format!("l{l}.{theirs}.w"), &[hidden])?,
+                );
+                put(
+                    format!("{p}.{ours}.bias"),
+                    tensors.f32(&format!("l{l}.{theirs}.b"), &[hidden])?,
+                );
             }
         }
         let words = tensors.raw("emb.word", 1, vocab * hidden)?;
-        ensure!(words.len() == vocab * hidden / QK * BLOCK_BYTES, "emb.word has the wrong size");
+        ensure!(
+            words.len() == vocab * hidden / QK * BLOCK_BYTES,
+            "emb.word has the wrong size"
+        );
         let config = Config {
             vocab_size: vocab,
             hidden_size: hidden,
@@ -263,7 +281,10 @@ impl<'a> Directory<'a> {
     /// with `count` elements.
     fn raw(&self, name: &str, dtype: u8, count: usize) -> anyhow::Result<&'a [u8]> {
         let &(d, n, data) = self.entries.get(name).with_context(|| format!("no tensor {name}"))?;
-        ensure!(d == dtype && n == count, "tensor {name}: dtype {d}, {n} elements; expected {dtype}, {count}");
+        ensure!(
+            d == dtype && n == count,
+            "tensor {name}: dtype {d}, {n} elements; expected {dtype}, {count}"
+        );
         Ok(data)
     }
 
@@ -281,7 +302,10 @@ impl<'a> Directory<'a> {
     /// A Q4_0 matrix of `rows` × `cols`, widened to f32.
     fn q4(&self, name: &str, rows: usize, cols: usize) -> anyhow::Result<Tensor> {
         let data = self.raw(name, 1, rows * cols)?;
-        ensure!(data.len() == rows * cols / QK * BLOCK_BYTES, "tensor {name} has the wrong size");
+        ensure!(
+            data.len() == rows * cols / QK * BLOCK_BYTES,
+            "tensor {name} has the wrong size"
+        );
         let mut v = vec![0f32; rows * cols];
         dequantize(data, &mut v);
         Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
@@ -329,7 +353,10 @@ impl Unigram {
         let lowest = scores.iter().copied().fold(f32::INFINITY, f32::min);
         let entries = c.usize()?;
         let map_len = c.u32()? as usize;
-        let mut m = Cursor { b: c.take(map_len)?, at: 0 };
+        let mut m = Cursor {
+            b: c.take(map_len)?,
+            at: 0,
+        };
         let mut normalize = HashMap::with_capacity(entries);
         for _ in 0..entries {
             let from = char::from_u32(m.u32()?).context("the normalization map holds a non-character")?;
@@ -340,7 +367,10 @@ impl Unigram {
             }
             normalize.insert(from, to.into_boxed_str());
         }
-        ensure!(bos < n as u32 && eos < n as u32 && unk < n as u32, "special token ids outside the vocabulary");
+        ensure!(
+            bos < n as u32 && eos < n as u32 && unk < n as u32,
+            "special token ids outside the vocabulary"
+        );
         Ok(Unigram {
             pieces,
             scores,
@@ -426,10 +456,16 @@ mod tests {
     use super::*;
 
     fn tokenizer() -> Unigram {
-        let pieces = ["<s>", "<pad>", "</s>", "<unk>", "▁", "▁the", "▁t", "he", "h", "e", "▁café", "▁ca", "fé"];
+        let pieces = [
+            "<s>", "<pad>", "</s>", "<unk>", "▁", "▁the", "▁t", "he", "h", "e", "▁café", "▁ca", "fé",
+        ];
         let scores = [0.0, 0.0, 0.0, 0.0, -4.0, -3.0, -6.0, -5.0, -8.0, -8.0, -7.0, -6.0, -6.5];
         Unigram {
-            pieces: pieces.iter().enumerate().map(|(i, p)| ((*p).into(), i as u32)).collect(),
+            pieces: pieces
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ((*p).into(), i as u32))
+                .collect(),
             scores: scores.to_vec(),
             unk_score: -18.0,
             longest_piece: pieces.iter().map(|p| p.len()).max().unwrap(),
