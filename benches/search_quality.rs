@@ -115,6 +115,9 @@ fn load_set(dir: &std::path::Path) -> (Vec<Doc>, Vec<QueryCase>) {
     (docs, queries)
 }
 
+/// Each query's top 10: (item uid, score bits), best first.
+type TopTens = BTreeMap<String, Vec<(String, u64)>>;
+
 /// One search hit as the tool returns it.
 #[derive(Clone, Debug, PartialEq)]
 struct Hit {
@@ -374,7 +377,7 @@ async fn run() {
     drain(&graph, &ns).await;
 
     let mut noise_docs = 0usize;
-    let mut baseline: HashMap<Option<String>, BTreeMap<String, Vec<(String, u64)>>> = HashMap::new();
+    let mut baseline: HashMap<Option<String>, TopTens> = HashMap::new();
     let mut moved_total = 0usize;
     for level in noise {
         let target = level * docs.len();
@@ -412,7 +415,7 @@ async fn run() {
             let mut dump = std::env::var_os("QUALITY_DUMP")
                 .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap());
             let mut latencies = Vec::with_capacity(queries.len());
-            let mut top10: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+            let mut top10: TopTens = BTreeMap::new();
             let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
             // Calibration at `floor`: (questions, kept no hit ≥ floor, kept no
             // relevant hit ≥ floor) for the answerable ones.

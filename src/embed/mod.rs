@@ -251,7 +251,11 @@ mod model {
     const E5_FILE: &str = "e5-small-q4.bin";
 
     pub enum Model {
-        MiniLm { bert: Bert, tokenizer: Tokenizer },
+        /// (The tokenizer is boxed: it is most of the variant's size.)
+        MiniLm {
+            bert: Bert,
+            tokenizer: Box<Tokenizer>,
+        },
         E5(E5),
     }
 
@@ -303,7 +307,10 @@ mod model {
             let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
                 .context("the model's weights")?;
             let bert = Bert::load(vb, &config).context("loading the BERT weights")?;
-            Ok(Model::MiniLm { bert, tokenizer })
+            Ok(Model::MiniLm {
+                bert,
+                tokenizer: Box::new(tokenizer),
+            })
         }
 
         pub fn kind(&self) -> ModelKind {

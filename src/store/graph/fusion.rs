@@ -58,14 +58,15 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// The calibration of a model, measured on the committed set
-    /// (docs/search.md: the median similarity of the top hit of an
-    /// off-topic question, and of a question to the page that answers it).
+    /// The calibration of a model, read the same way for each from the
+    /// committed set (docs/search.md): `unrelated` is the lowest similarity
+    /// of an off-topic question's best hit, `answers` the 90th percentile of
+    /// a question's similarity to the page that answers it (rounded).
     pub fn of(kind: ModelKind) -> Calibration {
         match kind {
             ModelKind::MiniLm => Calibration {
-                unrelated: 0.3,
-                answers: 0.7,
+                unrelated: 0.15,
+                answers: 0.65,
             },
             ModelKind::E5 => Calibration {
                 unrelated: 0.8,
