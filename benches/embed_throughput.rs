@@ -115,7 +115,7 @@ fn main() {
     let mut ms: Vec<f64> = (0..q)
         .map(|i| {
             let t = Instant::now();
-            embedder.embed(&[queries[i % queries.len()]]).expect("embeds");
+            embedder.embed_query(queries[i % queries.len()]).expect("embeds");
             t.elapsed().as_secs_f64() * 1000.0
         })
         .collect();

@@ -11,10 +11,14 @@
 //! lengthened, in 5 other libraries) grow to each multiple of the corpus in
 //! `QUALITY_NOISE` (default "1,10,100"). At each size every query is sent as
 //! an MCP `search` (stateless 2026-07-28, limit 50) with a token for the
-//! tenant library only, and per bucket it prints nDCG@10, recall@10/@50,
+//! tenant library only (in each mode of `QUALITY_MODE`, comma-separated:
+//! e.g. `keyword,semantic,hybrid`; unset, the server's default), and per bucket it prints nDCG@10, recall@10/@50,
 //! MRR@10, the queries with nothing relevant in the top 10, and p50/p95
 //! latency; for the negative bucket (no relevant document) how many came
-//! back empty or with a top relevance below `QUALITY_FLOOR` (0.5).
+//! back empty or with a top relevance below `QUALITY_FLOOR` (default: the
+//! threshold hybrid search applies, `fusion::DEFAULT_MIN_RELEVANCE`); and the
+//! calibration at that threshold: off-topic questions that keep a hit at or
+//! above it, answerable ones that keep none (or no relevant one).
 //!
 //! `QUALITY_SERVER_BIN=path/to/mnemosyne` runs that binary as the server (an
 //! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
@@ -111,6 +115,9 @@ fn load_set(dir: &std::path::Path) -> (Vec<Doc>, Vec<QueryCase>) {
     (docs, queries)
 }
 
+/// Each query's top 10: (item uid, score bits), best first.
+type TopTens = BTreeMap<String, Vec<(String, u64)>>;
+
 /// One search hit as the tool returns it.
 #[derive(Clone, Debug, PartialEq)]
 struct Hit {
@@ -125,8 +132,6 @@ struct Client {
     base: String,
     token: String,
     min_relevance: Option<f64>,
-    /// QUALITY_MODE: the search mode asked for (else the server's default).
-    mode: Option<String>,
 }
 
 /// Waits until every chunk of this run has its vector (when a model embeds
@@ -178,9 +183,10 @@ impl Client {
         panic!("ingest kept failing");
     }
 
-    async fn search(&self, query: &str) -> (Vec<Hit>, Duration) {
+    /// `mode`: the search mode asked for (else the server's default).
+    async fn search(&self, query: &str, mode: Option<&str>) -> (Vec<Hit>, Duration) {
         let mut args = json!({"query": query, "limit": 50});
-        if let Some(m) = &self.mode {
+        if let Some(m) = mode {
             args["mode"] = json!(m);
         }
         if let Some(r) = self.min_relevance {
@@ -293,7 +299,7 @@ async fn run() {
         .split(',')
         .filter_map(|f| f.trim().parse().ok())
         .collect();
-    let floor = common::setting::<f64>("QUALITY_FLOOR", 0.5);
+    let floor = common::setting::<f64>("QUALITY_FLOOR", mnemosyne::store::graph::fusion::DEFAULT_MIN_RELEVANCE);
     let verbose = std::env::var("QUALITY_VERBOSE").is_ok_and(|v| v == "1");
     let expect_isolation = std::env::var("QUALITY_EXPECT_ISOLATION").map_or(true, |v| v != "0");
     println!(
@@ -343,11 +349,13 @@ async fn run() {
         base,
         token,
         min_relevance: std::env::var("QUALITY_MIN_RELEVANCE").ok().and_then(|v| v.parse().ok()),
-        mode: std::env::var("QUALITY_MODE").ok(),
     };
-    if let Some(m) = &client.mode {
-        println!("mode: {m}");
-    }
+    // QUALITY_MODE: the mode(s) to search in, comma-separated (each gets its
+    // table at each size); unset, the server's default.
+    let modes: Vec<Option<String>> = match std::env::var("QUALITY_MODE") {
+        Ok(m) => m.split(',').map(|m| Some(m.trim().to_owned())).collect(),
+        Err(_) => vec![None],
+    };
 
     let t0 = Instant::now();
     let item_of = |doc: &str| format!("{ns}_{doc}");
@@ -369,7 +377,7 @@ async fn run() {
     drain(&graph, &ns).await;
 
     let mut noise_docs = 0usize;
-    let mut baseline: Option<BTreeMap<String, Vec<(String, u64)>>> = None;
+    let mut baseline: HashMap<Option<String>, TopTens> = HashMap::new();
     let mut moved_total = 0usize;
     for level in noise {
         let target = level * docs.len();
@@ -396,110 +404,149 @@ async fn run() {
             t.elapsed().as_secs_f64()
         );
 
-        let mut per_bucket: BTreeMap<&str, Vec<Measures>> = BTreeMap::new();
-        // QUALITY_DUMP=file: every query's ranked documents (document id,
-        // score, relevance), one JSON line each, to study rankings offline.
-        let mut dump = std::env::var_os("QUALITY_DUMP")
-            .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap());
-        let mut latencies = Vec::with_capacity(queries.len());
-        let mut top10: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
-        let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
-        // Warm-up (a JVM graph server's JIT), untimed.
-        for q in queries.iter().take(20) {
-            client.search(&q.text).await;
-        }
-        for q in &queries {
-            let (hits, took) = client.search(&q.text).await;
-            latencies.push(took);
-            if let Some(h) = hits.iter().find(|h| h.library_uid != tenant) {
-                panic!("query {}: a result from outside the caller's library: {h:?}", q.id);
+        for mode in &modes {
+            if let Some(m) = mode {
+                println!("\nmode: {m}");
             }
-            top10.insert(
-                q.id.clone(),
-                hits.iter()
-                    .take(10)
-                    .map(|h| (h.item_uid.clone(), h.score.to_bits()))
-                    .collect(),
-            );
-            // Documents in rank order (a document's best chunk counts).
-            let mut ranked: Vec<String> = Vec::new();
-            for h in &hits {
-                let d = doc_of.get(&h.item_uid).cloned().unwrap_or_default();
-                if !ranked.contains(&d) {
-                    ranked.push(d);
+            let mode_arg = mode.as_deref();
+            let mut per_bucket: BTreeMap<&str, Vec<Measures>> = BTreeMap::new();
+            // QUALITY_DUMP=file: every query's ranked documents (document id,
+            // score, relevance), one JSON line each, to study rankings offline.
+            let mut dump = std::env::var_os("QUALITY_DUMP")
+                .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap());
+            let mut latencies = Vec::with_capacity(queries.len());
+            let mut top10: TopTens = BTreeMap::new();
+            let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
+            // Calibration at `floor`: (questions, kept no hit ≥ floor, kept no
+            // relevant hit ≥ floor) for the answerable ones.
+            let (mut pos, mut pos_dropped, mut pos_lost_relevant, mut neg_kept) = (0, 0, 0, 0);
+            // Warm-up (a JVM graph server's JIT), untimed.
+            for q in queries.iter().take(20) {
+                client.search(&q.text, mode_arg).await;
+            }
+            for q in &queries {
+                let (hits, took) = client.search(&q.text, mode_arg).await;
+                latencies.push(took);
+                if let Some(h) = hits.iter().find(|h| h.library_uid != tenant) {
+                    panic!("query {}: a result from outside the caller's library: {h:?}", q.id);
                 }
-            }
-            if let Some(f) = dump.as_mut() {
-                use std::io::Write;
-                let rows: Vec<Value> = hits
-                    .iter()
-                    .map(|h| json!([doc_of.get(&h.item_uid), h.score, h.relevance]))
-                    .collect();
-                writeln!(f, "{}", json!({"noise": level, "query": q.id, "hits": rows})).unwrap();
-            }
-            if q.relevant.is_empty() {
-                neg += 1;
-                if hits.is_empty() {
-                    neg_empty += 1;
-                } else if hits[0].relevance.is_some_and(|r| r < floor) {
-                    neg_below += 1;
-                }
-                continue;
-            }
-            let m = measure(&ranked, &q.relevant);
-            if verbose && m.ndcg10 < 0.99 {
-                let best = q
-                    .relevant
-                    .iter()
-                    .max_by_key(|(_, g)| **g)
-                    .map(|(d, _)| d.as_str())
-                    .unwrap_or("");
-                println!(
-                    "  {} [{}] {:?}: nDCG {:.2}, wanted {best} at {:?}; top: {:?}",
-                    q.id,
-                    q.bucket,
-                    q.text,
-                    m.ndcg10,
-                    ranked.iter().position(|d| d == best).map(|p| p + 1),
-                    ranked.iter().take(3).collect::<Vec<_>>()
+                top10.insert(
+                    q.id.clone(),
+                    hits.iter()
+                        .take(10)
+                        .map(|h| (h.item_uid.clone(), h.score.to_bits()))
+                        .collect(),
                 );
+                // Documents in rank order (a document's best chunk counts).
+                let mut ranked: Vec<String> = Vec::new();
+                for h in &hits {
+                    let d = doc_of.get(&h.item_uid).cloned().unwrap_or_default();
+                    if !ranked.contains(&d) {
+                        ranked.push(d);
+                    }
+                }
+                if let Some(f) = dump.as_mut() {
+                    use std::io::Write;
+                    let rows: Vec<Value> = hits
+                        .iter()
+                        .map(|h| json!([doc_of.get(&h.item_uid), h.score, h.relevance]))
+                        .collect();
+                    writeln!(
+                        f,
+                        "{}",
+                        json!({"noise": level, "mode": mode, "query": q.id, "hits": rows})
+                    )
+                    .unwrap();
+                }
+                let kept = |h: &&Hit| h.relevance.is_none_or(|r| r >= floor);
+                if q.relevant.is_empty() {
+                    neg += 1;
+                    if hits.iter().any(|h| kept(&h)) {
+                        neg_kept += 1;
+                    }
+                    if hits.is_empty() {
+                        neg_empty += 1;
+                    } else if hits[0].relevance.is_some_and(|r| r < floor) {
+                        neg_below += 1;
+                    }
+                    continue;
+                }
+                pos += 1;
+                if !hits.iter().any(|h| kept(&h)) {
+                    pos_dropped += 1;
+                }
+                if !hits
+                    .iter()
+                    .filter(kept)
+                    .any(|h| doc_of.get(&h.item_uid).is_some_and(|d| q.relevant.contains_key(d)))
+                {
+                    pos_lost_relevant += 1;
+                }
+                let m = measure(&ranked, &q.relevant);
+                if verbose && m.ndcg10 < 0.99 {
+                    let best = q
+                        .relevant
+                        .iter()
+                        .max_by_key(|(_, g)| **g)
+                        .map(|(d, _)| d.as_str())
+                        .unwrap_or("");
+                    println!(
+                        "  {} [{}] {:?}: nDCG {:.2}, wanted {best} at {:?}; top: {:?}",
+                        q.id,
+                        q.bucket,
+                        q.text,
+                        m.ndcg10,
+                        ranked.iter().position(|d| d == best).map(|p| p + 1),
+                        ranked.iter().take(3).collect::<Vec<_>>()
+                    );
+                }
+                per_bucket
+                    .entry(BUCKETS.iter().find(|b| **b == q.bucket).copied().unwrap_or("other"))
+                    .or_default()
+                    .push(m);
             }
-            per_bucket
-                .entry(BUCKETS.iter().find(|b| **b == q.bucket).copied().unwrap_or("other"))
-                .or_default()
-                .push(m);
-        }
-        println!("| bucket | queries | nDCG@10 | recall@10 | recall@50 | MRR@10 | nothing relevant in top 10 |");
-        println!("|---|---|---|---|---|---|---|");
-        let mut all = Vec::new();
-        for (bucket, ms) in &per_bucket {
-            print_row(bucket, ms);
-            all.extend(ms.iter().copied());
-        }
-        print_row("**overall**", &all);
-        println!(
-            "negatives: {neg} queries — {neg_empty} empty, {neg_below} with top relevance < {floor} \
+            println!("| bucket | queries | nDCG@10 | recall@10 | recall@50 | MRR@10 | nothing relevant in top 10 |");
+            println!("|---|---|---|---|---|---|---|");
+            let mut all = Vec::new();
+            for (bucket, ms) in &per_bucket {
+                print_row(bucket, ms);
+                all.extend(ms.iter().copied());
+            }
+            print_row("**overall**", &all);
+            println!(
+                "negatives: {neg} queries — {neg_empty} empty, {neg_below} with top relevance < {floor} \
              ({} recognisably \"nothing relevant\")",
-            neg_empty + neg_below
-        );
-        let (p50, p95) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.95));
-        println!(
-            "latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms",
-            queries.len()
-        );
-        println!(
-            "graph statements (mean per call, this server so far): {}",
-            statement_means(&client).await
-        );
-        match &baseline {
-            None => baseline = Some(top10),
-            Some(base) => {
-                let moved = base.iter().filter(|(q, top)| top10.get(*q) != Some(*top)).count();
-                moved_total += moved;
-                println!(
+                neg_empty + neg_below
+            );
+            println!(
+                "calibration at relevance {floor}: off-topic kept {} of {neg} (a hit at or above it); \
+             answerable dropped {pos_dropped} of {pos} ({:.1} %: no hit at or above it), \
+             {pos_lost_relevant} ({:.1} %) with no relevant hit at or above it",
+                neg_kept,
+                100.0 * pos_dropped as f64 / pos.max(1) as f64,
+                100.0 * pos_lost_relevant as f64 / pos.max(1) as f64,
+            );
+            let (p50, p95) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.95));
+            println!(
+                "latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms",
+                queries.len()
+            );
+            println!(
+                "graph statements (mean per call, this server so far): {}",
+                statement_means(&client).await
+            );
+            match baseline.get(mode) {
+                None => {
+                    baseline.insert(mode.clone(), top10);
+                }
+                Some(base) => {
+                    let moved = base.iter().filter(|(q, top)| top10.get(*q) != Some(*top)).count();
+                    moved_total += moved;
+                    println!(
                     "ranking isolation: top 10 (documents, order, scores) moved for {moved} of {} queries vs the first size",
                     base.len()
                 );
+                }
             }
         }
     }

@@ -43,8 +43,24 @@ struct Layer {
     output_norm: LayerNorm,
 }
 
+/// The word-embedding table: f32 (MiniLM's safetensors) or 4-bit rows
+/// widened per text (multilingual-e5's 250,037 × 384 table, `e5.rs`).
+pub enum Words {
+    Table(Embedding),
+    Q4(super::e5::Q4Rows),
+}
+
+impl Words {
+    fn rows(&self, ids: &Tensor, raw: &[u32]) -> candle_core::Result<Tensor> {
+        match self {
+            Words::Table(t) => t.forward(ids),
+            Words::Q4(q) => q.rows(raw),
+        }
+    }
+}
+
 pub struct Bert {
-    words: Embedding,
+    words: Words,
     /// Position embeddings plus the token-type-0 embedding (every text here
     /// is one segment), added once at load.
     positions: Tensor,
@@ -56,6 +72,16 @@ pub struct Bert {
 
 impl Bert {
     pub fn load(vb: VarBuilder, c: &Config) -> candle_core::Result<Bert> {
+        let words = Words::Table(embedding(
+            c.vocab_size,
+            c.hidden_size,
+            vb.pp("embeddings").pp("word_embeddings"),
+        )?);
+        Bert::load_with_words(vb, c, words)
+    }
+
+    /// `load` with the word embeddings given (the rest from `vb`).
+    pub fn load_with_words(vb: VarBuilder, c: &Config, words: Words) -> candle_core::Result<Bert> {
         if c.hidden_act != "gelu" {
             candle_core::bail!(
                 "unsupported activation {:?} (this encoder runs BERT's exact GELU)",
@@ -66,7 +92,6 @@ impl Bert {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
         }
         let e = vb.pp("embeddings");
-        let words = embedding(c.vocab_size, c.hidden_size, e.pp("word_embeddings"))?;
         let positions = e
             .get((c.max_position_embeddings, c.hidden_size), "position_embeddings.weight")?
             .broadcast_add(
@@ -111,8 +136,9 @@ impl Bert {
     pub fn mean_pooled(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
         let n = ids.len();
         let (h, d) = (self.heads, self.hidden / self.heads);
+        let raw = ids;
         let ids = Tensor::from_slice(ids, n, &Device::Cpu)?;
-        let x = self.words.forward(&ids)?.add(&self.positions.narrow(0, 0, n)?)?;
+        let x = self.words.rows(&ids, raw)?.add(&self.positions.narrow(0, 0, n)?)?;
         let mut x = self.embeddings_norm.forward(&x)?;
         for l in &self.layers {
             // (n, 3·hidden) → (3, heads, n, d): Q, K, V per head.

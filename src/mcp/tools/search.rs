@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
+use crate::store::graph::fusion::DEFAULT_MIN_RELEVANCE;
 use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 use crate::text::inline;
 
@@ -47,10 +48,11 @@ pub struct SearchArgs {
     /// Only this collection
     #[schemars(length(min = UID.min, max = UID.max))]
     pub collection_uid: Option<String>,
-    /// Leave out results whose relevance (the share of the query they match,
-    /// weighted by how rare each word is in their library) is below this;
-    /// 0.5 keeps the answers to most questions and drops most "nothing relevant"
-    #[schemars(range(min = 0.0, max = 1.0), extend("default" = 0.0))]
+    /// Leave out results whose relevance is below this (0–1). Default: 0.4 in
+    /// hybrid mode (drops hits nothing in the library supports, so an
+    /// off-topic question comes back empty or nearly), 0 in keyword and
+    /// semantic mode. Give 0 to see every candidate
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub min_relevance: Option<f64>,
     /// hybrid (keyword and semantic results fused; the default when the
     /// server has an embedding model), keyword (words), or semantic (meaning)
@@ -103,7 +105,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (below about 0.5: probably nothing relevant) and which searches found each.",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search leaves out hits of relevance below 0.4 (`min_relevance` changes that): few or no results mean the libraries probably hold nothing on the question.",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -146,7 +148,10 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             text: &a.query,
             limit: limit as usize,
             collection_uid: a.collection_uid.as_deref(),
-            min_relevance: a.min_relevance.unwrap_or(0.0),
+            min_relevance: a.min_relevance.unwrap_or(match mode {
+                Mode::Hybrid => DEFAULT_MIN_RELEVANCE,
+                Mode::Keyword | Mode::Semantic => 0.0,
+            }),
             mode,
         })
         .await?;

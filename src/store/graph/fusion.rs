@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::embed::ModelKind;
 use crate::store::index::rank;
 
 /// How `search` ranks.
@@ -14,7 +15,7 @@ use crate::store::index::rank;
 #[serde(rename_all = "lowercase")]
 #[schemars(inline)]
 pub enum Mode {
-    /// Keyword and semantic candidates fused (a weighted sum of their scores).
+    /// Keyword and semantic candidates fused: either signal may vouch for a hit.
     Hybrid,
     /// Words (stemmed, folded), BM25 per library.
     Keyword,
@@ -34,26 +35,50 @@ pub enum Signal {
 /// Candidates each signal contributes to a hybrid ranking (and the semantic
 /// candidates of a semantic search, at least).
 pub(super) const CANDIDATES: usize = 100;
-/// Weight of the keyword signal in a hybrid score (the semantic one weighs
-/// the rest). Chosen on the committed labelled set against reciprocal rank
-/// fusion (docs/search.md): RRF lost the exact bucket to semantic noise
-/// (nDCG@10 0.904 vs keyword's 0.969) and paraphrases to keyword noise
-/// (0.762 vs semantic's 0.923); this convex combination keeps every bucket
-/// at or above keyword search.
-const KEYWORD_WEIGHT: f64 = 0.4;
 
-/// Cosine similarity at or below which a chunk is taken as unrelated to the
-/// query in a hybrid score: MiniLM gives unrelated texts 0.0–0.3, and those
-/// small similarities let a chunk that shares no word with the query push a
-/// keyword match down (committed set, docs/search.md: floor 0 → 0.3 moved the
-/// title bucket 0.997 → 1.000, overall 0.923 → 0.922, paraphrase 0.862 →
-/// 0.860, every bucket at or above keyword search). Semantic mode ranks by
-/// the raw similarity.
-const SIMILARITY_FLOOR: f64 = 0.3;
+/// The relevance below which hybrid search (the default mode) leaves a hit
+/// out unless the caller gives `min_relevance` (the search tool's
+/// description says so). Measured on the committed set (docs/search.md).
+pub const DEFAULT_MIN_RELEVANCE: f64 = 0.4;
 
-/// A similarity's share of the semantic weight: 0 at the floor, 1 at 1.
-fn above_floor(similarity: f64) -> f64 {
-    ((similarity - SIMILARITY_FLOOR) / (1.0 - SIMILARITY_FLOOR)).max(0.0)
+/// Weight of the relative keyword score in a hybrid score, after relevance:
+/// among hits of equal relevance (every chunk holding all the query's words
+/// has keyword relevance 1) BM25 orders them as keyword search would.
+const KEYWORD_ORDER_WEIGHT: f64 = 0.1;
+
+/// How a model's cosine similarities read as evidence that a chunk answers
+/// the query: none at or below `unrelated` (what the model gives text on
+/// another subject), full at or above `answers` (what it gives the chunk that
+/// answers), linear between. Models differ: MiniLM spreads similarities over
+/// 0–1, multilingual-e5 packs them into 0.7–0.95.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    pub unrelated: f64,
+    pub answers: f64,
+}
+
+impl Calibration {
+    /// The calibration of a model, read the same way for each from the
+    /// committed set (docs/search.md): `unrelated` is the lowest similarity
+    /// of an off-topic question's best hit, `answers` the 90th percentile of
+    /// a question's similarity to the page that answers it (rounded).
+    pub fn of(kind: ModelKind) -> Calibration {
+        match kind {
+            ModelKind::MiniLm => Calibration {
+                unrelated: 0.15,
+                answers: 0.65,
+            },
+            ModelKind::E5 => Calibration {
+                unrelated: 0.8,
+                answers: 0.9,
+            },
+        }
+    }
+
+    /// 0–1: how far `similarity` stands between unrelated and answering.
+    pub fn evidence(&self, similarity: f64) -> f64 {
+        ((similarity - self.unrelated) / (self.answers - self.unrelated)).clamp(0.0, 1.0)
+    }
 }
 
 /// A ranked chunk before its text is read.
@@ -68,13 +93,20 @@ pub(super) struct Ranked {
 }
 
 /// One ranking out of the keyword candidates (scored, any order) and the
-/// semantic ones (best first): keyword or semantic alone, or their fusion
-/// (each signal's best `CANDIDATES`): `KEYWORD_WEIGHT` × the keyword score
-/// relative to the best keyword score of this search × its relevance, plus
-/// the rest × the cosine similarity above `SIMILARITY_FLOOR`. Every term is a function of the
-/// caller's libraries only.
+/// semantic ones (best first): keyword or semantic alone, or their fusion.
+///
+/// A semantic hit's relevance is its similarity's `evidence`. In a hybrid
+/// ranking each signal is evidence that the chunk answers, and either may
+/// vouch for it: relevance = 1 − (1 − keyword relevance)(1 − evidence) (a
+/// noisy-or; a signal that did not find the chunk gives 0). The score is that
+/// relevance plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative to the
+/// best keyword score of this search × the keyword relevance, so a whole-query
+/// keyword match and a close paraphrase both rank high, whichever signal
+/// found them, and BM25 orders the keyword matches among themselves. Every
+/// term is a function of the caller's libraries only.
 pub(super) fn fuse(
     mode: Mode,
+    calibration: Calibration,
     mut keyword: Vec<rank::Scored>,
     semantic: Vec<(f32, String, String)>,
     limit: usize,
@@ -83,7 +115,7 @@ pub(super) fn fuse(
         chunk_uid: uid,
         library_uid: lib,
         score: f64::from(sim),
-        relevance: f64::from(sim).clamp(0.0, 1.0),
+        relevance: calibration.evidence(f64::from(sim)),
         similarity: Some(f64::from(sim)),
         found_by: vec![Signal::Semantic],
     };
@@ -103,26 +135,31 @@ pub(super) fn fuse(
             keyword.truncate(CANDIDATES);
             let best = keyword.first().map(|k| k.score).filter(|s| *s > 0.0).unwrap_or(1.0);
             let mut out: Vec<Ranked> = Vec::with_capacity(keyword.len() + semantic.len());
+            let mut order: Vec<f64> = Vec::with_capacity(keyword.len() + semantic.len());
             let mut at: HashMap<String, usize> = HashMap::new();
             for k in keyword {
-                let mut r = kw(k);
-                r.score = KEYWORD_WEIGHT * (r.score / best) * r.relevance;
+                let r = kw(k);
+                order.push(KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance);
                 at.insert(r.chunk_uid.clone(), out.len());
                 out.push(r);
             }
             for s in semantic.into_iter().take(CANDIDATES) {
                 let r = sem(s);
-                let part = (1.0 - KEYWORD_WEIGHT) * above_floor(r.similarity.unwrap_or(0.0));
                 match at.get(&r.chunk_uid) {
                     Some(&i) => {
                         let hit = &mut out[i];
-                        hit.score += part;
-                        hit.relevance = hit.relevance.max(r.relevance);
+                        hit.relevance = 1.0 - (1.0 - hit.relevance) * (1.0 - r.relevance);
                         hit.similarity = r.similarity;
                         hit.found_by.push(Signal::Semantic);
                     }
-                    None => out.push(Ranked { score: part, ..r }),
+                    None => {
+                        order.push(0.0);
+                        out.push(r);
+                    }
                 }
+            }
+            for (r, o) in out.iter_mut().zip(order) {
+                r.score = r.relevance + o;
             }
             out
         }
@@ -148,17 +185,68 @@ mod tests {
         r.iter().map(|x| x.chunk_uid.as_str()).collect()
     }
 
+    const E5: Calibration = Calibration {
+        unrelated: 0.8,
+        answers: 0.9,
+    };
+
+    fn sem(uid: &str, similarity: f32) -> (f32, String, String) {
+        (similarity, uid.to_owned(), "lib".to_owned())
+    }
+
     #[test]
     fn a_weak_keyword_match_outranks_an_unrelated_chunk_but_not_a_close_paraphrase() {
         let keyword = vec![kw("best", 10.0, 1.0), kw("weak", 2.0, 0.5)];
-        // "noise" shares no word and is barely similar: it adds nothing.
-        let noise = vec![(0.29f32, "noise".to_owned(), "lib".to_owned())];
-        let r = fuse(Mode::Hybrid, keyword.clone(), noise, 10);
+        // "noise" shares no word and is no more similar than unrelated text.
+        let r = fuse(Mode::Hybrid, E5, keyword.clone(), vec![sem("noise", 0.79)], 10);
         assert_eq!(order(&r), ["best", "weak", "noise"]);
-        assert_eq!(r.iter().find(|x| x.chunk_uid == "noise").unwrap().score, 0.0);
+        let noise = r.iter().find(|x| x.chunk_uid == "noise").unwrap();
+        assert_eq!((noise.score, noise.relevance), (0.0, 0.0));
         // a close paraphrase (no shared word) passes the weak match.
-        let close = vec![(0.6f32, "close".to_owned(), "lib".to_owned())];
-        let r = fuse(Mode::Hybrid, keyword, close, 10);
+        let r = fuse(Mode::Hybrid, E5, keyword, vec![sem("close", 0.88)], 10);
         assert_eq!(order(&r), ["best", "close", "weak"]);
+    }
+
+    #[test]
+    fn either_signal_vouches_for_a_hit_and_both_vouch_more() {
+        let keyword = vec![kw("both", 4.0, 0.5), kw("words", 8.0, 0.5)];
+        let r = fuse(
+            Mode::Hybrid,
+            E5,
+            keyword,
+            vec![sem("both", 0.85), sem("meaning", 0.85)],
+            10,
+        );
+        let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
+        assert!((rel("both") - 0.75).abs() < 1e-6, "1 − 0.5 × 0.5");
+        assert!((rel("words") - 0.5).abs() < 1e-6);
+        assert!((rel("meaning") - 0.5).abs() < 1e-6);
+        assert_eq!(order(&r)[0], "both");
+        // Equal relevance: the stronger keyword match first.
+        assert_eq!(order(&r)[1..], ["words", "meaning"]);
+    }
+
+    #[test]
+    fn whole_query_matches_keep_their_keyword_order() {
+        let keyword = vec![kw("a", 3.0, 1.0), kw("b", 9.0, 1.0), kw("c", 6.0, 1.0)];
+        let r = fuse(Mode::Hybrid, E5, keyword, vec![sem("a", 0.95), sem("c", 0.81)], 10);
+        assert_eq!(order(&r), ["b", "c", "a"]);
+    }
+
+    #[test]
+    fn semantic_relevance_is_the_calibrated_evidence() {
+        let r = fuse(
+            Mode::Semantic,
+            E5,
+            vec![],
+            vec![sem("x", 0.85), sem("y", 0.7), sem("z", 0.95)],
+            10,
+        );
+        let rel: Vec<f64> = r.iter().map(|x| x.relevance).collect();
+        assert!((rel[0] - 0.5).abs() < 1e-6 && rel[1] == 0.0 && rel[2] == 1.0, "{rel:?}");
+        assert_eq!(r[0].score, f64::from(0.85f32), "semantic mode ranks by the similarity");
+        let minilm = Calibration::of(ModelKind::MiniLm);
+        assert_eq!(minilm.evidence(minilm.unrelated), 0.0);
+        assert_eq!(minilm.evidence(minilm.answers), 1.0);
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::analysis::Language;
 use std::sync::Arc;
 
-use super::fusion::{fuse, Ranked, CANDIDATES};
+use super::fusion::{fuse, Calibration, Ranked, CANDIDATES};
 pub use super::fusion::{Mode, Signal};
 use super::indexing::OpenLibrary;
 use super::{ingest, scoped, vanished, GraphError, GraphStore, Known};
@@ -38,12 +38,13 @@ pub struct SearchHit {
     pub ordinal: i64,
     /// The ranking score of the search's mode: BM25 over the library's own
     /// statistics (keyword), the cosine similarity (semantic), or the
-    /// weighted sum of both, relative keyword score and similarity (hybrid).
+    /// relevance plus a small share of the relative keyword score (hybrid,
+    /// `fusion::fuse`).
     pub score: f64,
-    /// 0–1: the share of the query's weight the chunk matches (keyword), or
-    /// its similarity to the query (semantic), whichever is higher; below
-    /// about 0.5 the library most likely holds nothing relevant (see
-    /// `min_relevance`).
+    /// 0–1: the share of the query's weight the chunk matches (keyword), the
+    /// similarity read on the model's calibration (semantic), or either
+    /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic)); hybrid search
+    /// leaves out hits below 0.4 unless `min_relevance` says otherwise.
     pub relevance: f64,
     /// Cosine similarity of the chunk to the query, when semantic search
     /// ranked it.
@@ -307,7 +308,12 @@ impl ScopedGraph {
             ),
             _ => None,
         };
-        let mut ranked = fuse(mode, keyword, vector.unwrap_or_default(), q.limit);
+        let calibration = Calibration::of(
+            semantic
+                .as_ref()
+                .map_or(crate::embed::ModelKind::MiniLm, |s| s.embedder().kind()),
+        );
+        let mut ranked = fuse(mode, calibration, keyword, vector.unwrap_or_default(), q.limit);
         ranked.retain(|r| r.relevance >= q.min_relevance);
         ranked.sort_by(|a, b| {
             b.score
