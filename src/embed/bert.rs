@@ -47,7 +47,7 @@ struct Layer {
 /// widened per text (multilingual-e5's 250,037 × 384 table, `e5.rs`).
 pub enum Words {
     Table(Embedding),
-    Q4(super::e5::Q4Rows),
+    Q4(super::q4::Q4Rows),
 }
 
 impl Words {

@@ -25,12 +25,9 @@ use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 
 use super::bert::{Bert, Config, Words};
+use super::q4::{dequantize, Q4Rows, BLOCK_BYTES, QK};
 
 const MAGIC: &[u8; 4] = b"E5S1";
-/// Weights per Q4_0 block.
-const QK: usize = 32;
-/// Bytes per Q4_0 block: an f16 scale and 16 bytes of nibbles.
-const BLOCK_BYTES: usize = 2 + QK / 2;
 /// U+2581, SentencePiece's word-start marker.
 const META: char = '\u{2581}';
 
@@ -146,11 +143,7 @@ impl E5 {
             hidden_act: "gelu".into(),
         };
         let vb = VarBuilder::from_tensors(named, candle_core::DType::F32, &Device::Cpu);
-        let words = Words::Q4(Q4Rows {
-            blocks: words.to_vec(),
-            dim: hidden,
-            rows: vocab,
-        });
+        let words = Words::Q4(Q4Rows::new(words.to_vec(), hidden, vocab));
         let bert = Bert::load_with_words(vb, &config, words).context("the model's tensors")?;
         Ok(E5 {
             tokenizer,
@@ -174,43 +167,6 @@ impl E5 {
     /// The mean of the last hidden states (not normalized).
     pub fn mean_pooled(&self, text: &str, role: Role) -> anyhow::Result<Tensor> {
         Ok(self.bert.mean_pooled(&self.ids(text, role))?)
-    }
-}
-
-/// A matrix of Q4_0 rows, widened one row at a time (the word embeddings:
-/// 54 MB as blocks, 384 MB as f32).
-pub struct Q4Rows {
-    blocks: Vec<u8>,
-    dim: usize,
-    rows: usize,
-}
-
-impl Q4Rows {
-    /// The rows `ids`, as an (ids, dim) f32 tensor.
-    pub fn rows(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
-        let per_row = self.dim / QK * BLOCK_BYTES;
-        let mut out = vec![0f32; ids.len() * self.dim];
-        for (o, &id) in out.chunks_exact_mut(self.dim).zip(ids) {
-            let id = id as usize;
-            if id >= self.rows {
-                candle_core::bail!("token id {id} outside the vocabulary of {}", self.rows);
-            }
-            dequantize(&self.blocks[id * per_row..(id + 1) * per_row], o);
-        }
-        Tensor::from_vec(out, (ids.len(), self.dim), &Device::Cpu)
-    }
-}
-
-/// Widens Q4_0 blocks into `out` (32 weights per block): byte j of a block
-/// holds weight j in its low nibble and weight j + 16 in its high one, each
-/// stored plus 8, times the block's f16 scale.
-fn dequantize(blocks: &[u8], out: &mut [f32]) {
-    for (b, o) in blocks.chunks_exact(BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
-        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
-        for (j, &q) in b[2..].iter().enumerate() {
-            o[j] = (f32::from(q & 0x0f) - 8.0) * d;
-            o[j + QK / 2] = (f32::from(q >> 4) - 8.0) * d;
-        }
     }
 }
 
