@@ -328,7 +328,7 @@ async fn one_token_flooding_broad_searches_is_held_to_its_slots_and_others_are_s
 /// alone (no library took the graph path or the vector cache).
 async fn indexed_mode(app: &TestApp, c: &mut McpClient, q: &str, mode: &str) -> Vec<serde_json::Value> {
     let before = metric(app, "mnemosyne_index_graph_fallbacks_total").await;
-    let hits = search(c, q, json!({"mode": mode})).await;
+    let hits = search(c, q, json!({"mode": mode, "min_relevance": 0})).await;
     assert_eq!(
         metric(app, "mnemosyne_index_graph_fallbacks_total").await,
         before,
@@ -372,7 +372,9 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
     ];
     for q in queries {
         for mode in ["semantic", "hybrid"] {
-            let want = search(&mut b, q, json!({"mode": mode})).await;
+            // Every hit, whatever its relevance (hybrid's default threshold
+            // would leave some questions with none).
+            let want = search(&mut b, q, json!({"mode": mode, "min_relevance": 0})).await;
             assert!(!want.is_empty(), "{q} {mode}");
             assert!(want.iter().any(|h| h["similarity"].is_number()), "{q} {mode}");
             let from_index = indexed_mode(&app, &mut a, q, mode).await;
@@ -400,9 +402,9 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
     embedded(&app).await;
     for q in queries {
         for extra in [
-            json!({"mode": "semantic", "collection_uid": coll}),
-            json!({"mode": "semantic", "limit": 2}),
-            json!({"mode": "hybrid"}),
+            json!({"mode": "semantic", "collection_uid": coll, "min_relevance": 0}),
+            json!({"mode": "semantic", "limit": 2, "min_relevance": 0}),
+            json!({"mode": "hybrid", "min_relevance": 0}),
         ] {
             let want = search(&mut b, q, extra.clone()).await;
             let before = metric(&fresh, "mnemosyne_index_graph_fallbacks_total").await;
