@@ -14,6 +14,7 @@
 mod bert;
 #[cfg(feature = "embed")]
 pub mod e5;
+#[cfg(feature = "embed")]
 mod q4;
 pub mod worker;
 
