@@ -319,8 +319,11 @@ pub struct Settings {
     pub embed_batch: usize,
 
     /// Most chunk vectors held in memory for semantic search, over every
-    /// library (about 1.6 KB each); past it the least recently searched
-    /// libraries are dropped and read again when searched.
+    /// library; past it the least recently searched are dropped and read
+    /// again when searched. With a search index (`MNEMOSYNE_INDEX_DIR`) they
+    /// are its segments' int8 codes and chunk uids (~0.4 KB a chunk; a
+    /// search over more is served from the mapped files, not kept); a
+    /// library not yet indexed (or no index) keeps f32 vectors (~1.6 KB).
     #[arg(
         long,
         env = "MNEMOSYNE_VECTOR_CACHE_CHUNKS",

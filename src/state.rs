@@ -80,7 +80,13 @@ impl AppState {
         }
         match &settings.index_dir {
             Some(dir) => {
-                let index = SearchIndex::open(dir, pg.clone(), settings.index_open_libraries, &model)?;
+                let index = SearchIndex::open(
+                    dir,
+                    pg.clone(),
+                    settings.index_open_libraries,
+                    &model,
+                    settings.vector_cache_chunks,
+                )?;
                 for c in index.collectors() {
                     metrics.register(c);
                 }

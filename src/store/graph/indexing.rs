@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
 use super::{scoped, GraphError, GraphStore};
+use crate::store::index::vectors::{self, CodeCache};
 use crate::store::index::{Applied, IndexedChunk, LibraryIndex};
 use crate::store::pg::index_changes;
 
@@ -124,6 +125,8 @@ pub struct SearchIndex {
     epoch: tokio::sync::OnceCell<String>,
     /// The embedding model whose vectors the indexes hold ("": none).
     model: String,
+    /// The decoded vector codes of the indexes' segments, under one budget.
+    codes: Arc<CodeCache>,
     metrics: Metrics,
 }
 
@@ -134,8 +137,10 @@ fn dir_name(uid: &str) -> String {
 
 impl SearchIndex {
     /// Opens (creating it) the index directory; fails when it cannot be
-    /// written, so `serve` stops at start with the reason.
-    pub fn open(root: &Path, pg: PgPool, max_open: usize, model: &str) -> anyhow::Result<Self> {
+    /// written, so `serve` stops at start with the reason. Semantic searches
+    /// keep at most `vector_chunks` chunks' decoded int8 codes in memory
+    /// (`vectors::QUANTIZED` bytes each), over every library.
+    pub fn open(root: &Path, pg: PgPool, max_open: usize, model: &str, vector_chunks: usize) -> anyhow::Result<Self> {
         let fail = |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", root.display());
         std::fs::create_dir_all(root).map_err(fail)?;
         let probe = root.join(format!(".probe-{}", uuid::Uuid::new_v4()));
@@ -151,6 +156,7 @@ impl SearchIndex {
             clock: AtomicU64::new(0),
             epoch: tokio::sync::OnceCell::new(),
             model: model.to_owned(),
+            codes: CodeCache::new(vector_chunks.saturating_mul(vectors::QUANTIZED)),
             metrics: Metrics::new(),
         })
     }
@@ -191,7 +197,7 @@ impl SearchIndex {
         if !path.join("meta.json").exists() {
             return None;
         }
-        let opened = LibraryIndex::open_or_create(&path).and_then(|index| {
+        let opened = LibraryIndex::open_or_create(&path, self.codes.clone()).and_then(|index| {
             let applied = index.applied()?;
             if applied.library_uid != uid
                 || applied.analysis != scoped::ANALYSIS_VERSION
@@ -402,7 +408,7 @@ impl SearchIndex {
         let path = self.path_of(uid);
         let staging = self.root.join(format!("{}.building", dir_name(uid)));
         let _ = std::fs::remove_dir_all(&staging);
-        let index = Arc::new(LibraryIndex::open_or_create(&staging).map_err(err)?);
+        let index = Arc::new(LibraryIndex::open_or_create(&staging, self.codes.clone()).map_err(err)?);
         let (key, tkey) = (scoped::library_key(uid), scoped::title_key(uid));
         let mut total = 0u64;
         let mut sources: HashMap<String, Source> = HashMap::new();
@@ -459,7 +465,7 @@ impl SearchIndex {
         self.forget(uid);
         let _ = std::fs::remove_dir_all(&path);
         std::fs::rename(&staging, &path).map_err(|e| GraphError::Query(format!("index: {e}")))?;
-        let index = LibraryIndex::open_or_create(&path).map_err(err)?;
+        let index = LibraryIndex::open_or_create(&path, self.codes.clone()).map_err(err)?;
         self.install(uid, index, seq);
         tracing::info!(library = %uid, chunks = total, seq, "search index built");
         Ok(total)
@@ -477,7 +483,7 @@ impl SearchIndex {
             if !path.join("meta.json").exists() || path.extension().is_some() {
                 continue;
             }
-            if let Ok(ix) = LibraryIndex::open_or_create(&path) {
+            if let Ok(ix) = LibraryIndex::open_or_create(&path, self.codes.clone()) {
                 if let (Ok(a), Ok((chunks, vectors))) = (ix.applied(), ix.counts()) {
                     out.push(IndexStatus {
                         library_uid: a.library_uid,

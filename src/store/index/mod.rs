@@ -18,7 +18,7 @@
 //! so a tenant's ranking is a function of its own library only.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tantivy::collector::TopDocs;
 use tantivy::indexer::IndexWriterOptions;
@@ -140,6 +140,15 @@ pub struct LibraryIndex {
     fields: Fields,
     writer: Mutex<Option<IndexWriter>>,
     stats: Mutex<Option<Stats>>,
+    /// Where its segments' decoded vector codes are kept, and its name there.
+    codes: Arc<vectors::CodeCache>,
+    owner: u64,
+}
+
+impl Drop for LibraryIndex {
+    fn drop(&mut self) {
+        self.codes.forget(self.owner, None);
+    }
 }
 
 /// What the last commit applied (its payload).
@@ -164,8 +173,9 @@ pub struct Applied {
 }
 
 impl LibraryIndex {
-    /// Opens the index at `path`, creating an empty one when there is none.
-    pub fn open_or_create(path: &Path) -> Result<Self, IndexError> {
+    /// Opens the index at `path`, creating an empty one when there is none;
+    /// its segments' vector codes are kept in `codes`.
+    pub fn open_or_create(path: &Path, codes: Arc<vectors::CodeCache>) -> Result<Self, IndexError> {
         std::fs::create_dir_all(path)?;
         let (schema, fields) = schema();
         let dir = tantivy::directory::MmapDirectory::open(path)?;
@@ -181,6 +191,8 @@ impl LibraryIndex {
             fields,
             writer: Mutex::new(None),
             stats: Mutex::new(None),
+            owner: codes.owner(),
+            codes,
         })
     }
 
@@ -274,6 +286,19 @@ impl LibraryIndex {
         }
         self.reader.reload()?;
         Ok(())
+    }
+
+    /// Merges every segment into one and closes the writer (benchmarks and
+    /// tests; the writer's merge policy does this over time).
+    pub fn merge_all(&self) -> Result<(), IndexError> {
+        let ids = self.index.searchable_segment_ids()?;
+        if ids.len() > 1 {
+            self.with_writer(|w| {
+                w.merge(&ids).wait()?;
+                Ok(())
+            })?;
+        }
+        self.close_writer()
     }
 
     fn document(&self, c: &IndexedChunk) -> TantivyDocument {
@@ -461,30 +486,19 @@ impl LibraryIndex {
     pub fn nearest(&self, q: &[f32], k: usize, collection: Option<&str>) -> Result<Vec<(f32, String)>, IndexError> {
         let searcher = self.reader.searcher();
         let readers = searcher.segment_readers();
+        let live: Vec<_> = readers.iter().map(|r| r.segment_id()).collect();
+        self.codes.forget(self.owner, Some(&live));
         let mut segments = Vec::with_capacity(readers.len());
-        let mut max_docs = Vec::with_capacity(readers.len());
         let mut keeps = Vec::with_capacity(readers.len());
-        let mut uids = Vec::with_capacity(readers.len());
         for seg in readers {
             segments.push(vectors::SegmentVectors::of(seg)?);
-            max_docs.push(seg.max_doc());
             keeps.push((seg.alive_bitset().cloned(), self.in_collection(seg, collection)?));
-            uids.push(seg.fast_fields().str("chunk_uid")?);
         }
         let keep = |s: u32, doc: DocId| {
             let (alive, coll) = &keeps[s as usize];
             alive.as_ref().is_none_or(|a| a.is_alive(doc)) && coll.as_ref().is_none_or(|k| k[doc as usize])
         };
-        let uid = |s: u32, doc: DocId| {
-            let mut buf = String::new();
-            if let Some(col) = &uids[s as usize] {
-                if let Some(ord) = col.term_ords(doc).next() {
-                    col.ord_to_str(ord, &mut buf)?;
-                }
-            }
-            Ok(buf)
-        };
-        Ok(vectors::nearest(q, k, &segments, &max_docs, keep, uid)?)
+        Ok(vectors::nearest(q, k, &segments, (&self.codes, self.owner), keep)?)
     }
 
     /// Live chunks, and those of them with a vector.
@@ -596,7 +610,7 @@ mod tests {
     #[test]
     fn scores_match_the_graph_paths_ranking_and_deletes_replace_items() {
         let path = dir();
-        let idx = LibraryIndex::open_or_create(&path).unwrap();
+        let idx = LibraryIndex::open_or_create(&path, vectors::CodeCache::unbounded()).unwrap();
         let chunks = vec![
             chunk("a", "i1", "tidal kelp reef", ""),
             chunk("b", "i1", "kelp forest kelp", ""),
@@ -650,7 +664,7 @@ mod tests {
         assert_eq!(idx.num_chunks(), 1);
         drop(idx);
         // Reopened: the commit and its sequence survived.
-        let again = LibraryIndex::open_or_create(&path).unwrap();
+        let again = LibraryIndex::open_or_create(&path, vectors::CodeCache::unbounded()).unwrap();
         assert_eq!(again.applied().unwrap().seq, 5);
         assert_eq!(again.num_chunks(), 1);
         drop(again);
@@ -685,7 +699,7 @@ mod tests {
     #[test]
     fn nearest_is_the_exact_top_k_across_segments_replacements_filters_and_merges() {
         let path = dir();
-        let idx = LibraryIndex::open_or_create(&path).unwrap();
+        let idx = LibraryIndex::open_or_create(&path, vectors::CodeCache::unbounded()).unwrap();
         let mut live: Vec<(String, String, Vec<f32>)> = Vec::new();
         // Three commits: three segments; item i3 replaced in the third.
         for (round, seq) in [(0u64, 1i64), (1, 2), (2, 3)] {
@@ -755,6 +769,59 @@ mod tests {
         assert_eq!(idx.reader.searcher().segment_readers().len(), 1);
         check(&idx);
         drop(idx);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn vector_codes_stay_within_their_budget_and_leave_with_their_segments() {
+        let path = dir();
+        let cache = vectors::CodeCache::unbounded();
+        let idx = LibraryIndex::open_or_create(&path, cache.clone()).unwrap();
+        let mut live: Vec<(String, String, Vec<f32>)> = Vec::new();
+        // Two segments of 40 chunks, in items of 2 chunks.
+        for round in 0..2u64 {
+            let mut chunks = Vec::new();
+            for j in 0..40u64 {
+                let mut c = chunk(&format!("c{round}_{j:02}"), &format!("i{round}_{}", j / 2), "w", "");
+                c.vector = Some(unit(round * 1000 + j));
+                live.push((c.chunk_uid.clone(), c.collection_uid.clone(), c.vector.clone().unwrap()));
+                chunks.push(c);
+            }
+            idx.apply(&[], &chunks, &applied(round as i64 + 1)).unwrap();
+        }
+        let q = unit(77);
+        let want = brute(&live, &q, 10, None);
+        assert_eq!(idx.nearest(&q, 10, None).unwrap(), want);
+        let both = cache.bytes();
+        assert!(both > 0);
+        // Room for one segment's codes: the other is decoded and let go.
+        let one = vectors::CodeCache::new(both * 3 / 4);
+        let small = LibraryIndex::open_or_create(&path, one.clone()).unwrap();
+        assert_eq!(small.nearest(&q, 10, None).unwrap(), want);
+        assert!(
+            one.bytes() > 0 && one.bytes() <= both * 3 / 4,
+            "{} of {both}",
+            one.bytes()
+        );
+        // Room for none: every segment decoded for the search alone, same answer.
+        let none = vectors::CodeCache::new(100);
+        let tiny = LibraryIndex::open_or_create(&path, none.clone()).unwrap();
+        assert_eq!(tiny.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(none.bytes(), 0);
+        // The first segment's items deleted, then merged: only the live
+        // segment's codes are held after the next search.
+        let gone: Vec<String> = (0..20).map(|i| format!("i0_{i}")).collect();
+        idx.apply(&gone, &[], &applied(3)).unwrap();
+        live.retain(|(u, _, _)| !u.starts_with("c0_"));
+        idx.merge_all().unwrap();
+        let want = brute(&live, &q, 10, None);
+        assert_eq!(idx.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(cache.bytes(), both / 2);
+        // An index closed takes its codes with it.
+        drop(idx);
+        assert_eq!(cache.bytes(), 0);
+        drop((small, tiny));
+        assert_eq!(one.bytes(), 0);
         std::fs::remove_dir_all(&path).unwrap();
     }
 

@@ -13,7 +13,12 @@
 //! exact top k, each score `embed::dot` of the query and the stored f32
 //! vector — what scoring every vector in memory would give, to the bit.
 
-use tantivy::columnar::BytesColumn;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tantivy::columnar::{BytesColumn, StrColumn};
+use tantivy::index::SegmentId;
 use tantivy::{DocId, SegmentReader};
 
 use crate::embed::{self, DIM};
@@ -56,28 +61,240 @@ pub fn from_bytes(b: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
-/// The int8 score of a quantized vector for `q`, and its scale.
-fn approximate(q: &[f32], code: &[u8]) -> Option<(f32, f32)> {
-    if code.len() != QUANTIZED {
-        return None;
-    }
-    let scale = f32::from_le_bytes([code[0], code[1], code[2], code[3]]);
-    if !scale.is_finite() {
-        return None;
-    }
+/// The int8 score of decoded codes for `q` (`q.len() == codes.len() == DIM`).
+#[inline(always)]
+fn approximate_codes(q: &[f32], codes: &[i8]) -> f32 {
     const LANES: usize = 16;
     let mut acc = [0f32; LANES];
-    for (x, c) in q.chunks_exact(LANES).zip(code[4..].chunks_exact(LANES)) {
+    for (x, c) in q.chunks_exact(LANES).zip(codes.chunks_exact(LANES)) {
         for i in 0..LANES {
-            acc[i] += x[i] * f32::from(c[i] as i8);
+            acc[i] += x[i] * f32::from(c[i]);
         }
     }
-    let rest = DIM - DIM % LANES;
-    let mut sum: f32 = acc.iter().sum();
-    for i in rest..DIM {
-        sum += q[i] * f32::from(code[4 + i] as i8);
+    acc.iter().sum()
+}
+
+/// The int8 scores of a segment's codes (unscaled), compiled for the CPU's
+/// vector instructions (pulp picks AVX2/FMA when present, at run time).
+struct Scan<'a> {
+    q: &'a [f32],
+    codes: &'a [i8],
+    out: &'a mut [f32],
+}
+
+impl pulp::WithSimd for Scan<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        for (o, c) in self.out.iter_mut().zip(self.codes.chunks_exact(DIM)) {
+            *o = approximate_codes(self.q, c);
+        }
     }
-    Some((sum * scale, scale))
+}
+
+/// One segment's int8 codes decoded into memory, a document after another
+/// (`DIM` codes each), with each document's scale (NaN: no vector). A
+/// segment never changes, so this stays valid for as long as it lives.
+pub struct SegmentCodes {
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    /// Each document's chunk uid: `uids[ends[d-1]..ends[d]]`.
+    uids: String,
+    ends: Vec<u32>,
+}
+
+impl SegmentCodes {
+    /// Reads the segment's `vec_q` and `chunk_uid` columns once (each
+    /// dictionary in order, then each document's ordinal).
+    fn decode(col: &BytesColumn, uid_col: Option<&StrColumn>, max_doc: u32) -> std::io::Result<Self> {
+        let n = col.num_terms();
+        let mut by_ord = vec![0i8; n * DIM];
+        let mut ord_scale = vec![f32::NAN; n];
+        let mut stream = col.dictionary().stream()?;
+        while stream.advance() {
+            let key = stream.key();
+            let ord = stream.term_ord() as usize;
+            if key.len() != QUANTIZED || ord >= n {
+                continue;
+            }
+            let scale = f32::from_le_bytes([key[0], key[1], key[2], key[3]]);
+            if !scale.is_finite() {
+                continue;
+            }
+            ord_scale[ord] = scale;
+            for (d, b) in by_ord[ord * DIM..(ord + 1) * DIM].iter_mut().zip(&key[4..]) {
+                *d = *b as i8;
+            }
+        }
+        let max_doc = max_doc as usize;
+        let mut codes = vec![0i8; max_doc * DIM];
+        let mut scales = vec![f32::NAN; max_doc];
+        for doc in 0..max_doc {
+            let Some(ord) = col.term_ords(doc as DocId).next() else {
+                continue;
+            };
+            let ord = ord as usize;
+            if ord >= n || ord_scale[ord].is_nan() {
+                continue;
+            }
+            scales[doc] = ord_scale[ord];
+            codes[doc * DIM..(doc + 1) * DIM].copy_from_slice(&by_ord[ord * DIM..(ord + 1) * DIM]);
+        }
+        let mut uids = String::new();
+        let mut ends = vec![0u32; max_doc];
+        if let Some(uc) = uid_col {
+            let mut by_ord: Vec<(u32, u32)> = Vec::with_capacity(uc.num_terms());
+            let mut text = String::new();
+            let mut stream = uc.dictionary().stream()?;
+            while stream.advance() {
+                let start = text.len() as u32;
+                text.push_str(&String::from_utf8_lossy(stream.key()));
+                by_ord.push((start, text.len() as u32));
+            }
+            for (doc, end) in ends.iter_mut().enumerate() {
+                if let Some((a, b)) = uc.term_ords(doc as DocId).next().and_then(|o| by_ord.get(o as usize)) {
+                    uids.push_str(&text[*a as usize..*b as usize]);
+                }
+                *end = uids.len() as u32;
+            }
+        }
+        Ok(SegmentCodes {
+            codes,
+            scales,
+            uids,
+            ends,
+        })
+    }
+
+    /// The chunk uid of `doc`.
+    fn uid(&self, doc: DocId) -> &str {
+        let d = doc as usize;
+        let start = if d == 0 { 0 } else { self.ends[d - 1] as usize };
+        &self.uids[start..self.ends[d] as usize]
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + 4 * self.scales.len() + self.uids.len() + 4 * self.ends.len()
+    }
+}
+
+/// The decoded codes of the segments searched lately, over every library
+/// index of a replica, the least recently used dropped past a byte budget.
+/// A segment larger than the whole budget is decoded for the search that
+/// needs it and not kept. Entries of an index are dropped with it, and those
+/// of segments merged away at its next semantic search.
+pub struct CodeCache {
+    budget: usize,
+    inner: Mutex<CacheInner>,
+    owners: AtomicU64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    entries: HashMap<SegmentId, CacheEntry>,
+    bytes: usize,
+    clock: u64,
+}
+
+struct CacheEntry {
+    codes: Arc<SegmentCodes>,
+    owner: u64,
+    used: u64,
+}
+
+impl CodeCache {
+    /// A cache holding at most `budget` bytes of codes.
+    pub fn new(budget: usize) -> Arc<Self> {
+        Arc::new(CodeCache {
+            budget,
+            inner: Mutex::new(CacheInner::default()),
+            owners: AtomicU64::new(1),
+        })
+    }
+
+    /// A cache that keeps every segment searched (tests, tools).
+    pub fn unbounded() -> Arc<Self> {
+        Self::new(usize::MAX)
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new owner id (one per open library index).
+    pub(super) fn owner(&self) -> u64 {
+        self.owners.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The codes of a segment, decoded now unless held.
+    fn get(&self, owner: u64, seg: &SegmentVectors<'_>) -> std::io::Result<Arc<SegmentCodes>> {
+        let (seg, col, uid_col) = (seg.reader, &seg.quantized, seg.uids.as_ref());
+        let id = seg.segment_id();
+        {
+            let mut g = self.lock();
+            g.clock += 1;
+            let now = g.clock;
+            if let Some(e) = g.entries.get_mut(&id) {
+                e.used = now;
+                return Ok(e.codes.clone());
+            }
+        }
+        // Decoded outside the lock: other searches go on meanwhile.
+        let codes = Arc::new(SegmentCodes::decode(col, uid_col, seg.max_doc())?);
+        let size = codes.bytes();
+        if size > self.budget {
+            return Ok(codes);
+        }
+        let mut g = self.lock();
+        g.clock += 1;
+        let now = g.clock;
+        if let Some(old) = g.entries.insert(
+            id,
+            CacheEntry {
+                codes: codes.clone(),
+                owner,
+                used: now,
+            },
+        ) {
+            g.bytes -= old.codes.bytes();
+        }
+        g.bytes += size;
+        while g.bytes > self.budget {
+            let Some((&victim, _)) = g.entries.iter().min_by_key(|(_, e)| e.used) else {
+                break;
+            };
+            if let Some(e) = g.entries.remove(&victim) {
+                g.bytes -= e.codes.bytes();
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Whether the segment's codes are held.
+    fn holds(&self, id: &SegmentId) -> bool {
+        self.lock().entries.contains_key(id)
+    }
+
+    /// Drops the entries of `owner` except those of `live` segments (None: all).
+    pub(super) fn forget(&self, owner: u64, live: Option<&[SegmentId]>) {
+        let mut g = self.lock();
+        let mut freed = 0;
+        g.entries.retain(|id, e| {
+            let keep = e.owner != owner || live.is_some_and(|l| l.contains(id));
+            if !keep {
+                freed += e.codes.bytes();
+            }
+            keep
+        });
+        g.bytes -= freed;
+    }
 }
 
 /// A candidate: where it is and the most its exact score can be.
@@ -87,17 +304,41 @@ struct Candidate {
     doc: DocId,
 }
 
-/// One segment's vector columns.
-pub(super) struct SegmentVectors {
-    quantized: BytesColumn,
-    exact: BytesColumn,
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bound.total_cmp(&other.bound)
+    }
 }
 
-impl SegmentVectors {
-    pub(super) fn of(seg: &SegmentReader) -> tantivy::Result<Option<Self>> {
+/// One segment's vector columns.
+pub(super) struct SegmentVectors<'a> {
+    reader: &'a SegmentReader,
+    quantized: BytesColumn,
+    exact: BytesColumn,
+    uids: Option<StrColumn>,
+}
+
+impl<'a> SegmentVectors<'a> {
+    pub(super) fn of(seg: &'a SegmentReader) -> tantivy::Result<Option<Self>> {
         let ff = seg.fast_fields();
         Ok(match (ff.bytes("vec_q")?, ff.bytes("vec")?) {
-            (Some(quantized), Some(exact)) => Some(SegmentVectors { quantized, exact }),
+            (Some(quantized), Some(exact)) => Some(SegmentVectors {
+                reader: seg,
+                quantized,
+                exact,
+                uids: ff.str("chunk_uid")?,
+            }),
             _ => None,
         })
     }
@@ -116,55 +357,70 @@ impl SegmentVectors {
 }
 
 /// The exact best `k` for the unit query `q` among the documents of
-/// `segments` that `keep(segment, doc)` accepts: (similarity, segment, doc),
-/// best first, ties by `uid(segment, doc)`.
+/// `segments` that `keep(segment, doc)` accepts: (similarity, chunk uid),
+/// best first, ties by uid. Each segment's codes (and uids) come from
+/// `cache`, decoded on first use.
 pub(super) fn nearest(
     q: &[f32],
     k: usize,
-    segments: &[Option<SegmentVectors>],
-    max_docs: &[u32],
+    segments: &[Option<SegmentVectors<'_>>],
+    cache: (&CodeCache, u64),
     keep: impl Fn(u32, DocId) -> bool,
-    uid: impl Fn(u32, DocId) -> std::io::Result<String>,
 ) -> std::io::Result<Vec<(f32, String)>> {
     if k == 0 || q.len() != DIM {
         return Ok(Vec::new());
     }
     let q1: f32 = q.iter().map(|x| x.abs()).sum();
+    let arch = pulp::Arch::new();
     let mut cands: Vec<Candidate> = Vec::new();
+    let mut held: Vec<Option<Arc<SegmentCodes>>> = Vec::with_capacity(segments.len());
+    let mut scores = Vec::new();
     for (s, seg) in segments.iter().enumerate() {
-        let Some(seg) = seg else { continue };
-        // Every distinct code scored once, in dictionary order.
-        let n = seg.quantized.num_terms();
-        let mut bound = vec![f32::NAN; n];
-        let mut stream = seg.quantized.dictionary().stream()?;
-        while stream.advance() {
-            if let Some((a, scale)) = approximate(q, stream.key()) {
-                bound[stream.term_ord() as usize] = a + scale * 0.5 * q1 + SLACK;
-            }
-        }
-        for doc in 0..max_docs[s] {
-            if !keep(s as u32, doc) {
-                continue;
-            }
-            let Some(ord) = seg.quantized.term_ords(doc).next() else {
-                continue;
-            };
-            let b = bound[ord as usize];
-            if b.is_nan() {
+        let Some(seg) = seg else {
+            held.push(None);
+            continue;
+        };
+        let codes = cache.0.get(cache.1, seg)?;
+        scores.clear();
+        scores.resize(codes.scales.len(), 0f32);
+        arch.dispatch(Scan {
+            q,
+            codes: &codes.codes,
+            out: &mut scores,
+        });
+        for (doc, (&scale, &a)) in codes.scales.iter().zip(&scores).enumerate() {
+            let doc = doc as DocId;
+            if scale.is_nan() || !keep(s as u32, doc) {
                 continue;
             }
             cands.push(Candidate {
-                bound: b,
+                bound: a * scale + scale * 0.5 * q1 + SLACK,
                 segment: s as u32,
                 doc,
             });
         }
+        // A segment's codes stay for the uids of its hits while cached
+        // (a search over more than the budget does not hold them all).
+        held.push(cache.0.holds(&seg.reader.segment_id()).then_some(codes));
     }
-    cands.sort_unstable_by(|a, b| b.bound.total_cmp(&a.bound));
+    let uid = |s: u32, doc: DocId| -> std::io::Result<String> {
+        if let Some(codes) = &held[s as usize] {
+            return Ok(codes.uid(doc).to_owned());
+        }
+        let mut buf = String::new();
+        if let Some(col) = segments[s as usize].as_ref().and_then(|v| v.uids.as_ref()) {
+            if let Some(ord) = col.term_ords(doc).next() {
+                col.ord_to_str(ord, &mut buf)?;
+            }
+        }
+        Ok(buf)
+    };
+    // Best bound first, without sorting every candidate.
+    let mut heap = std::collections::BinaryHeap::from(cands);
     // The best k exact scores so far, best first, ties by uid.
     let mut best: Vec<(f32, String)> = Vec::with_capacity(k + 1);
     let mut buf = Vec::with_capacity(EXACT);
-    for c in cands {
+    while let Some(c) = heap.pop() {
         if best.len() >= k && c.bound < best[k - 1].0 {
             break;
         }
@@ -175,7 +431,7 @@ pub(super) fn nearest(
             continue;
         };
         let score = embed::dot(q, &v);
-        if score.is_nan() {
+        if score.is_nan() || (best.len() >= k && score < best[k - 1].0) {
             continue;
         }
         let uid = uid(c.segment, c.doc)?;
@@ -191,6 +447,13 @@ pub(super) fn nearest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The int8 score of a quantized vector for `q`, and its scale.
+    fn approximate(q: &[f32], code: &[u8]) -> Option<(f32, f32)> {
+        let scale = f32::from_le_bytes([code[0], code[1], code[2], code[3]]);
+        let codes: Vec<i8> = code[4..].iter().map(|b| *b as i8).collect();
+        (code.len() == QUANTIZED).then(|| (approximate_codes(q, &codes) * scale, scale))
+    }
 
     #[test]
     fn an_int8_score_is_within_its_bound_of_the_exact_one() {

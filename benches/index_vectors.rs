@@ -1,0 +1,106 @@
+//! Semantic candidates from one library's index alone (no stores, no model):
+//! `LibraryIndex::nearest` for the best 100 (what `search` asks of every
+//! library in scope) over N chunks with pseudo-random unit vectors, written
+//! in commits of 5,000 (the build's pages: several segments, as a built
+//! library has), then the same after a merge into one segment.
+//!
+//!   cargo bench --bench index_vectors
+//!   (INDEX_CHUNKS=10000, INDEX_QUERIES=200, INDEX_K=100)
+//!
+//! Prints p50/p90 per query, first search (cold) and warm, beside the
+//! baseline measured on main before the decoded-codes cache.
+
+use std::time::Instant;
+
+use mnemosyne::embed::DIM;
+use mnemosyne::store::index::vectors::CodeCache;
+use mnemosyne::store::index::{Applied, IndexedChunk, LibraryIndex};
+
+/// `nearest` on main at ac81348 (the int8 codes streamed from tantivy's
+/// bytes dictionary and every rescored uid looked up in its sstable, on
+/// every search), this machine (two runs, while a build ran), 10,000 chunks,
+/// k 100.
+const BASELINE: &str = "p50 6.58–7.47 ms as written, 9.07–12.07 ms merged (10,000 chunks, main ac81348)";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn unit(seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let v: Vec<f32> = (0..DIM)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+    v.into_iter().map(|a| a / n).collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn run(idx: &LibraryIndex, label: &str, queries: usize, k: usize) {
+    let t = Instant::now();
+    let first = idx.nearest(&unit(1_000_000), k, None).expect("nearest");
+    let cold = t.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(first.len(), k.min(idx.num_chunks() as usize));
+    let mut ms = Vec::with_capacity(queries);
+    for i in 0..queries {
+        let q = unit(2_000_000 + i as u64);
+        let t = Instant::now();
+        let got = idx.nearest(&q, k, None).expect("nearest");
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(got);
+    }
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "{label}: first search {cold:.2} ms; then p50 {:.2} ms, p90 {:.2} ms ({queries} queries, k {k})",
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.9)
+    );
+}
+
+fn main() {
+    let n = env("INDEX_CHUNKS", 10_000);
+    let queries = env("INDEX_QUERIES", 200);
+    let k = env("INDEX_K", 100);
+    let path = std::env::temp_dir().join(format!("mnemosyne-bench-index-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    let idx = LibraryIndex::open_or_create(&path, CodeCache::unbounded()).expect("index");
+    let t = Instant::now();
+    let mut seq = 0;
+    for start in (0..n).step_by(5_000) {
+        let chunks: Vec<IndexedChunk> = (start..(start + 5_000).min(n))
+            .map(|i| IndexedChunk {
+                chunk_uid: format!("c{i:07}"),
+                item_uid: format!("i{:06}", i / 10),
+                collection_uid: "col".into(),
+                text_terms: "w".into(),
+                dl: 1,
+                vector: Some(unit(i as u64)),
+                ..Default::default()
+            })
+            .collect();
+        seq += 1;
+        let applied = Applied {
+            seq,
+            library_uid: "bench".into(),
+            model: "bench".into(),
+            ..Default::default()
+        };
+        idx.apply(&[], &chunks, &applied).expect("apply");
+    }
+    println!(
+        "index_vectors: {n} chunks written in {:.1} s ({} MB on disk); baseline {BASELINE}",
+        t.elapsed().as_secs_f64(),
+        idx.disk_bytes() / 1_000_000
+    );
+    run(&idx, "segments as written", queries, k);
+    idx.merge_all().expect("merge");
+    run(&idx, "merged into one segment", queries, k);
+    drop(idx);
+    let _ = std::fs::remove_dir_all(&path);
+}
