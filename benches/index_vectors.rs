@@ -71,8 +71,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&path);
     let idx = LibraryIndex::open_or_create(&path, CodeCache::unbounded()).expect("index");
     let t = Instant::now();
-    let mut seq = 0;
-    for start in (0..n).step_by(5_000) {
+    for (page, start) in (0..n).step_by(5_000).enumerate() {
         let chunks: Vec<IndexedChunk> = (start..(start + 5_000).min(n))
             .map(|i| IndexedChunk {
                 chunk_uid: format!("c{i:07}"),
@@ -84,9 +83,8 @@ fn main() {
                 ..Default::default()
             })
             .collect();
-        seq += 1;
         let applied = Applied {
-            seq,
+            seq: page as i64 + 1,
             library_uid: "bench".into(),
             model: "bench".into(),
             ..Default::default()
