@@ -31,6 +31,12 @@ use serde_json::json;
 const STORE_TIMEOUT_MS: u64 = 2_000;
 /// Store timeout of the setup (schema, seed data), which is not under test.
 const SETUP_TIMEOUT_MS: u64 = 60_000;
+/// How long after its store is back (answering a query of its own) the
+/// server may still fail a request. A restarted JVM runs its first queries
+/// interpreted: on a loaded 2-core CI machine a few took longer than the
+/// 2 s store timeout within the first second (CI, stop 37), so the grace is
+/// 2 s; what must never happen is a failure after it.
+const RECOVERY_GRACE: Duration = Duration::from_secs(2);
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -163,8 +169,10 @@ impl OwnGraph {
         s.arcadedb_http_url = format!("http://127.0.0.1:{}", self.http);
     }
 
-    /// Kills the server (SIGKILL, as a crash) and starts it again on the same data.
-    async fn crash_and_restart(&mut self, down: Duration) {
+    /// Kills the server (SIGKILL, as a crash), starts it again on the same
+    /// data, and returns once it answers a query of this test's own (through
+    /// a connection of its own, not the app's): the store is back.
+    async fn crash_and_restart(&mut self, down: Duration, settings: &Settings) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -172,6 +180,18 @@ impl OwnGraph {
         tokio::time::sleep(down).await;
         self.restarts += 1;
         self.launch().await;
+        let mut s = settings.clone();
+        s.store_timeout_ms = 5_000;
+        // Bounded: 60 attempts, half a second apart.
+        for _ in 0..60 {
+            if let Ok(g) = GraphStore::connect(&s).await {
+                if g.ping().await.is_ok() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("the restarted graph never answered a query");
     }
 }
 
@@ -319,7 +339,8 @@ struct Tally {
     ok: usize,
     documented_errors: usize,
     wrong: Vec<String>,
-    /// Requests that started ≥ 1 s after the store came back and failed.
+    /// Requests that started `RECOVERY_GRACE` or more after the store came
+    /// back and failed (with how long after).
     late_failures: Vec<String>,
     hung: usize,
 }
@@ -398,17 +419,14 @@ async fn load(app: &TestApp, creds: &[Expect], stop: Arc<AtomicBool>, back: Arc<
                         probe(&mut c, &e, n + w),
                     )
                     .await;
-                    let late = back
-                        .lock()
-                        .unwrap()
-                        .is_some_and(|b| started >= b + Duration::from_secs(1));
+                    let since_back = back.lock().unwrap().and_then(|b| started.checked_duration_since(b));
                     match res {
                         Err(_) => t.hung += 1,
                         Ok(Ok(())) => t.ok += 1,
                         Ok(Err(m)) if m.starts_with("documented") => {
                             t.documented_errors += 1;
-                            if late {
-                                t.late_failures.push(m);
+                            if let Some(after) = since_back.filter(|a| *a >= RECOVERY_GRACE) {
+                                t.late_failures.push(format!("{m} at +{} ms", after.as_millis()));
                             }
                         }
                         Ok(Err(m)) => t.wrong.push(m),
@@ -530,7 +548,8 @@ fn check(t: &Tally, what: &str) {
     );
     assert!(
         t.late_failures.is_empty(),
-        "{what}: failures ≥ 1 s after recovery: {:?}",
+        "{what}: failures ≥ {} s after recovery: {:?}",
+        RECOVERY_GRACE.as_secs(),
         t.late_failures
     );
     assert_eq!(t.hung, 0, "{what}: requests hung past the store timeout");
@@ -580,9 +599,9 @@ async fn graph_paused_then_resumed_gives_no_wrong_answer() {
 async fn graph_killed_and_restarted_gives_no_wrong_answer() {
     let mut graph = OwnGraph::start().await;
     let (app, creds) = scenario(&graph, |_| {}).await;
-    let graph_ref = &mut graph;
-    let t = under_load(&app, &creds, Duration::from_secs(4), || async move {
-        graph_ref.crash_and_restart(Duration::from_secs(1)).await;
+    let (graph_ref, settings) = (&mut graph, &app.settings);
+    let t = under_load(&app, &creds, Duration::from_secs(6), || async move {
+        graph_ref.crash_and_restart(Duration::from_secs(1), settings).await;
     })
     .await;
     check(&t, "graph SIGKILL + restart");
