@@ -383,6 +383,10 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
             assert_eq!(from_fresh, want, "{q} {mode}: a replica that never embedded");
         }
     }
+    // The decoded codes those searches keep show in /metrics, within budget.
+    let held = metric(&app, "mnemosyne_index_vector_cache_bytes").await;
+    let budget = metric(&app, "mnemosyne_index_vector_cache_budget_bytes").await;
+    assert!(held > 0.0 && held <= budget, "held {held} of {budget}");
     // A collection filter, and a limit smaller than the candidates.
     let coll = app
         .ingest(

@@ -112,6 +112,47 @@ impl Metrics {
     }
 }
 
+/// The vector code cache's size and budget, read when `/metrics` is scraped.
+struct CodeCacheBytes {
+    cache: Arc<CodeCache>,
+    held: IntGauge,
+    budget: IntGauge,
+}
+
+impl CodeCacheBytes {
+    fn new(cache: Arc<CodeCache>) -> Self {
+        let g = |n: &str, h: &str| IntGauge::with_opts(Opts::new(n, h)).expect("valid metric");
+        let budget = g(
+            "mnemosyne_index_vector_cache_budget_bytes",
+            "Most bytes of decoded vector codes kept on this replica (MNEMOSYNE_VECTOR_CACHE_CHUNKS).",
+        );
+        budget.set(i64::try_from(cache.budget()).unwrap_or(i64::MAX));
+        CodeCacheBytes {
+            cache,
+            held: g(
+                "mnemosyne_index_vector_cache_bytes",
+                "Bytes of decoded vector codes kept on this replica now.",
+            ),
+            budget,
+        }
+    }
+}
+
+impl prometheus::core::Collector for CodeCacheBytes {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut d = self.held.desc();
+        d.extend(self.budget.desc());
+        d
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.held.set(i64::try_from(self.cache.bytes()).unwrap_or(i64::MAX));
+        let mut m = self.held.collect();
+        m.extend(self.budget.collect());
+        m
+    }
+}
+
 /// This replica's library indexes.
 pub struct SearchIndex {
     root: PathBuf,
@@ -163,7 +204,9 @@ impl SearchIndex {
 
     /// The index's metrics, to register.
     pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        self.metrics.collectors()
+        let mut all = self.metrics.collectors();
+        all.push(Box::new(CodeCacheBytes::new(self.codes.clone())));
+        all
     }
 
     pub fn root(&self) -> &Path {

@@ -224,6 +224,11 @@ impl CodeCache {
         self.lock().bytes
     }
 
+    /// The most bytes it keeps.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
