@@ -3,8 +3,9 @@
 //! `mnemosyne serve` processes over one test database, and the project's own
 //! API through the balancer — team REST, ingest then search, MCP sessions in
 //! the 2025-11-25 and 2025-03-26 revisions (each rebuilt on every replica),
-//! stateless 2026-07-28, and DELETE ending a session everywhere.
-//! `scripts/test` runs it once per pass (about 15 s).
+//! stateless 2026-07-28, and DELETE ending a session everywhere. And two
+//! replicas with the embedding model whose leader is SIGKILLed mid-queue.
+//! `scripts/test` runs them once per pass (about 15 s and 20–45 s).
 
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
@@ -14,7 +15,7 @@ mod helpers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use helpers::{McpClient, TestApp, SERVICE_PASSWORD, SERVICE_USER};
 use reqwest::StatusCode;
@@ -27,6 +28,7 @@ const REPLICAS: usize = 3;
 struct Cluster {
     dir: PathBuf,
     base: String,
+    replicas: usize,
 }
 
 fn script() -> PathBuf {
@@ -35,26 +37,35 @@ fn script() -> PathBuf {
 
 impl Cluster {
     fn up(app: &TestApp) -> Cluster {
+        Self::up_with(app, REPLICAS, &[])
+    }
+
+    /// `replicas` replicas with `env` added to their settings.
+    fn up_with(app: &TestApp, replicas: usize, env: &[(&str, String)]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("mnemosyne-cluster-{}", app.ns));
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let out = Command::new(script())
-            .args(["up", &REPLICAS.to_string()])
+        let mut cmd = Command::new(script());
+        cmd.args(["up", &replicas.to_string()])
             .env("MNEMOSYNE_BIN", env!("CARGO_BIN_EXE_mnemosyne"))
             .env("CLUSTER_DIR", &dir)
             .env("CLUSTER_PORT", port.to_string())
             .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
-            // Keyword-only replicas (the model would embed on 2 cores).
+            // Keyword-only replicas unless `env` names a model (the model
+            // would embed on 2 cores).
             .env_remove("MNEMOSYNE_EMBED_MODEL")
-            .env("MNEMOSYNE_SHUTDOWN_DELAY_SECS", "0")
-            .output()
-            .expect("run scripts/cluster up");
+            .env("MNEMOSYNE_SHUTDOWN_DELAY_SECS", "0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run scripts/cluster up");
         let cluster = Cluster {
             dir,
             base: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            replicas,
         };
         assert!(
             out.status.success(),
@@ -70,12 +81,21 @@ impl Cluster {
 
     /// Each replica's own address (not through the balancer).
     fn replicas(&self) -> Vec<String> {
-        (1..=REPLICAS)
+        (1..=self.replicas)
             .map(|i| {
                 let port = std::fs::read_to_string(self.dir.join(format!("replica-{i}.port"))).unwrap();
                 format!("http://127.0.0.1:{}", port.trim())
             })
             .collect()
+    }
+
+    /// Replica `i`'s (from 0) process id.
+    fn pid(&self, i: usize) -> i32 {
+        std::fs::read_to_string(self.dir.join(format!("replica-{}.pid", i + 1)))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 }
 
@@ -244,4 +264,131 @@ async fn three_replicas_behind_round_robin_haproxy_serve_the_whole_api() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(gone, REPLICAS, "404 on every replica");
+}
+
+/// One number of a replica's `/metrics` (None: absent or unreachable).
+async fn gauge(http: &reqwest::Client, replica: &str, name: &str) -> Option<i64> {
+    let text = http
+        .get(format!("{replica}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        .map(|v| v as i64)
+}
+
+/// Issue 31: the embedding leader is killed (SIGKILL, mid-queue); the other
+/// replica leads within 5 s (it tries the lock once a second; the lock goes
+/// with the dead process's connection), drains the queue, and embeds nothing
+/// the dead leader had stored: what it embeds plus what the leader was last
+/// seen to have embedded is at most the queue, and every chunk ends with a
+/// vector (a semantic search finds each one).
+#[tokio::test]
+async fn killing_the_embedding_leader_hands_the_queue_to_another_replica_within_5_s() {
+    // The debug build embeds slowly (its own GELU and softmax unoptimised):
+    // short chunks, few of them, batches of two, so the queue outlives the
+    // first batch and the survivor drains the rest in seconds.
+    const CHUNKS: i64 = 16;
+    let app = TestApp::spawn().await;
+    let lib = app.library("queue").await;
+    let cluster = Cluster::up_with(
+        &app,
+        2,
+        &[
+            ("MNEMOSYNE_EMBED_MODEL", helpers::model_dir().display().to_string()),
+            ("MNEMOSYNE_EMBED_SCOPE_PREFIX", app.ns.clone()),
+            ("MNEMOSYNE_EMBED_BATCH", "2".into()),
+        ],
+    );
+    // Queued once both replicas are up: one chunk per item.
+    for i in 0..CHUNKS {
+        app.ingest(json!({"library_uid": lib, "item": {"title": format!("Flat {i}")},
+                          "content": format!("Mudflat {i}: tidal flats store carbon in their silt, \
+                                              and shorebirds follow the tide line across the mud.")}))
+            .await;
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let replicas = cluster.replicas();
+    // The leader, once it has stored a first batch (bounded: 120 s).
+    let started = Instant::now();
+    let (leader, seen) = 'found: loop {
+        for (i, r) in replicas.iter().enumerate() {
+            if gauge(&http, r, "mnemosyne_embedding_leader").await == Some(1) {
+                let n = gauge(&http, r, "mnemosyne_embedded_chunks_total").await.unwrap_or(0);
+                if n >= 2 {
+                    break 'found (i, n);
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no replica led and embedded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(seen < CHUNKS, "the leader drained the queue before it could be killed");
+    let other = &replicas[1 - leader];
+    assert_eq!(gauge(&http, other, "mnemosyne_embedding_leader").await, Some(0));
+    // SIGKILL: no drain, no goodbye; its lock connection dies with it.
+    assert!(Command::new("kill")
+        .args(["-KILL", &cluster.pid(leader).to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let killed = Instant::now();
+    while gauge(&http, other, "mnemosyne_embedding_leader").await != Some(1) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "no replica took over within 5 s of the leader's death"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let takeover = killed.elapsed();
+    // The queue drains (bounded: 120 s) on the survivor alone.
+    let drained = Instant::now();
+    while !app.state.admin.embedding_backlog(&app.ns).await.unwrap().is_empty() {
+        assert!(drained.elapsed() < Duration::from_secs(120), "the queue never drained");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took_over = gauge(&http, other, "mnemosyne_embedded_chunks_total").await.unwrap();
+    println!(
+        "leader killed after storing {seen} of {CHUNKS} chunks; the survivor led after {} ms and embedded {took_over}",
+        takeover.as_millis()
+    );
+    assert!(took_over >= 1, "the survivor embedded nothing");
+    assert!(
+        took_over + seen <= CHUNKS,
+        "embedded twice: the survivor embedded {took_over}, the dead leader had stored {seen}, of {CHUNKS}"
+    );
+    // Every chunk has its vector: a semantic search through the survivor
+    // finds all of them.
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = McpClient::new(http.clone(), format!("{other}/mcp/"), &token)
+        .connect()
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = c
+            .call_ok(
+                "search",
+                json!({"query": "mudflat carbon birds", "mode": "semantic", "limit": 50, "min_relevance": 0}),
+            )
+            .await;
+        let hits = out["results"].as_array().map_or(0, Vec::len) as i64;
+        if hits == CHUNKS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "semantic search finds {hits} of {CHUNKS} chunks"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
