@@ -60,7 +60,7 @@ async fn fixture() -> Fixture {
     // The listener and its heartbeat, as a server runs them: caches are used
     // only while this instance hears its own heartbeat (without it every
     // "warm" resolution was a bypassed, cold one: 0.3 ms instead of 0.6 µs).
-    tokio::spawn(listen(pool.clone(), caches.clone()));
+    tokio::spawn(listen(pool.clone(), None, caches.clone()));
     tokio::spawn(heartbeat(pool.clone(), caches.clone()));
     while !caches.usable() {
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -72,6 +72,14 @@ pub struct Settings {
     )]
     pub database_url: String,
 
+    /// PostgreSQL URL of the connections that need a session of their own:
+    /// the auth LISTEN connection and the embedding leader's lock. Set it to
+    /// the database itself when `MNEMOSYNE_DATABASE_URL` goes through a
+    /// transaction-pooling PgBouncer (docs/scaling.md); unset, they use
+    /// `MNEMOSYNE_DATABASE_URL`.
+    #[arg(long, env = "MNEMOSYNE_DATABASE_LISTEN_URL", global = true)]
+    pub database_listen_url: Option<String>,
+
     /// Bolt URI of the graph server.
     #[arg(long, env = "MNEMOSYNE_BOLT_URI", default_value = "127.0.0.1:7687", global = true)]
     pub bolt_uri: String,
@@ -410,6 +418,7 @@ impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Settings {
             database_url,
+            database_listen_url,
             bolt_uri,
             bolt_user,
             bolt_password,
@@ -459,6 +468,7 @@ impl fmt::Debug for Settings {
         } = self;
         f.debug_struct("Settings")
             .field("database_url", &redact_url(database_url))
+            .field("database_listen_url", &database_listen_url.as_deref().map(redact_url))
             .field("bolt_uri", &redact_url(bolt_uri))
             .field("bolt_user", bolt_user)
             .field("bolt_password", bolt_password)

@@ -72,7 +72,11 @@ impl Application {
 /// buckets, and (with a model) the embedding worker.
 fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(crate::auth::cache::listen(state.pg.clone(), state.auth.caches.clone()));
+    tasks.spawn(crate::auth::cache::listen(
+        state.pg.clone(),
+        state.pg_session.clone(),
+        state.auth.caches.clone(),
+    ));
     tasks.spawn(crate::auth::cache::heartbeat(
         state.pg.clone(),
         state.auth.caches.clone(),
@@ -112,9 +116,19 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
         }
     });
     if let Some(s) = state.knowledge.semantic() {
+        // The leader's lock is session-level: its connection goes where the
+        // LISTEN connection goes (one of its own, past any pooler).
+        let lock = match &state.pg_session {
+            Some(o) => sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(state.settings.store_timeout())
+                .connect_lazy_with(o.clone()),
+            None => state.pg.clone(),
+        };
         tasks.spawn(crate::embed::worker::run(
             state.admin.clone(),
             state.pg.clone(),
+            lock,
             s.embedder().clone(),
             s.status().clone(),
             crate::embed::worker::WorkerConfig {

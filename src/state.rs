@@ -31,6 +31,9 @@ use crate::store::pg;
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub pg: PgPool,
+    /// Where the connections that need a session of their own go
+    /// (`MNEMOSYNE_DATABASE_LISTEN_URL`); None: where `pg` goes.
+    pub pg_session: Option<sqlx::postgres::PgConnectOptions>,
     /// Scoped knowledge reads (what the MCP tools get).
     pub knowledge: KnowledgeGraph,
     /// Ingest, workspace lifecycle and operator reads: unscoped, for the
@@ -56,6 +59,12 @@ impl AppState {
     pub async fn new(settings: Settings, addr: SocketAddr) -> anyhow::Result<Self> {
         let settings = Arc::new(settings);
         let pg = pg::pool(&settings.database_url, settings.store_timeout())?;
+        let pg_session = settings
+            .database_listen_url
+            .as_deref()
+            .map(pg::session_options)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("MNEMOSYNE_DATABASE_LISTEN_URL: {e}"))?;
         let metrics = Metrics::for_tools(&crate::mcp::TOOLS);
         let mut graph = GraphStore::connect(&settings)
             .await?
@@ -136,6 +145,7 @@ impl AppState {
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,
+            pg_session,
             knowledge: graph.knowledge,
             admin: graph.admin,
             metrics,

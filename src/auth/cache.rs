@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use moka::future::Cache;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgConnectOptions, PgListener};
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -590,7 +590,10 @@ fn is_undefined_table(e: &sqlx::Error) -> bool {
 /// The LISTEN task: runs until the process ends. Any error or dropped
 /// connection marks the caches unusable, then reconnects with backoff,
 /// re-subscribes, empties every cache, and only then marks them usable again.
-pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
+///
+/// `session`: where the LISTEN connection goes (`MNEMOSYNE_DATABASE_LISTEN_URL`,
+/// a LISTEN needs a server session of its own); None: where `pool` goes.
+pub async fn listen(pool: PgPool, session: Option<PgConnectOptions>, caches: Arc<AuthCaches>) {
     let mut backoff = Duration::from_millis(100);
     loop {
         caches.listener_up.store(false, Ordering::SeqCst);
@@ -599,8 +602,9 @@ pub async fn listen(pool: PgPool, caches: Arc<AuthCaches>) {
         }
         let listener = async {
             // A one-connection pool of its own, named so writers can count us.
-            let opts = (*pool.connect_options())
+            let opts = session
                 .clone()
+                .unwrap_or_else(|| (*pool.connect_options()).clone())
                 .application_name(&format!("{LISTENER_APP}{}", caches.instance));
             let own = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(1)

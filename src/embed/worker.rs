@@ -130,8 +130,17 @@ pub struct WorkerConfig {
     pub prefix: String,
 }
 
-/// Runs until the task is aborted.
-pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status: Arc<Status>, config: WorkerConfig) {
+/// Runs until the task is aborted. `lock_pool`: where the leader lock's
+/// connection comes from (a session of its own: never through a
+/// transaction-pooling PgBouncer); `pg`: everything else.
+pub async fn run(
+    graph: AdminGraph,
+    pg: PgPool,
+    lock_pool: PgPool,
+    embedder: Arc<Embedder>,
+    status: Arc<Status>,
+    config: WorkerConfig,
+) {
     // A follower's one connection for its lock attempts; it becomes `lock`
     // (held while leading) when an attempt succeeds.
     let mut candidate: Option<sqlx::PgConnection> = None;
@@ -140,7 +149,7 @@ pub async fn run(graph: AdminGraph, pg: PgPool, embedder: Arc<Embedder>, status:
     let mut backlog = Backlog::default();
     loop {
         if lock.is_none() {
-            lock = lead(&pg, &mut candidate).await;
+            lock = lead(&lock_pool, &mut candidate).await;
             if lock.is_none() {
                 // A follower reads nothing from the graph.
                 tokio::time::sleep(IDLE).await;

@@ -16,6 +16,7 @@ mod ingest;
 mod libraries;
 mod mcp;
 mod observability;
+mod pgbouncer;
 mod rate_limits;
 mod replicas;
 mod search;

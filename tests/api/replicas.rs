@@ -311,3 +311,93 @@ async fn a_session_table_out_of_reach_is_a_503_and_the_refused_turn_may_retry() 
     assert_eq!(a.mcp(&turn).initialize().await.status, StatusCode::OK);
     assert_eq!(on(&b, &token, &sid).list_tools().await.status, StatusCode::OK);
 }
+
+/// `MNEMOSYNE_DATABASE_LISTEN_URL` takes the two connections that need a
+/// server session of their own — the auth LISTEN connection and the embedding
+/// leader's advisory lock — where it points, and nothing else: here the same
+/// database as another Postgres role, so `pg_stat_activity` shows which URL
+/// each connection came through (behind a transaction-pooling PgBouncer the
+/// pool's URL is the pooler's and this one the database's).
+#[tokio::test]
+async fn the_listen_url_carries_the_listener_and_the_leader_lock_and_nothing_else() {
+    let first = TestApp::spawn().await;
+    let role = format!("{}_listen", first.ns);
+    sqlx::query(&format!("CREATE ROLE \"{role}\" LOGIN"))
+        .execute(&first.pg)
+        .await
+        .unwrap();
+    let url = &first.settings.database_url;
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+    let mut settings = first.settings.clone();
+    settings.database_listen_url = Some(format!("{scheme}://{role}@{host}"));
+    // A model, so the replica runs the embedding worker and takes the
+    // leader lock; its scope holds nothing, so it embeds nothing.
+    settings.embed_model = Some(crate::helpers::model_dir());
+    settings.embed_scope_prefix = format!("{}-none", first.ns);
+    let app = first.replica_with(settings).await; // returns once its listener heard a heartbeat
+    let users = |filter: &'static str| {
+        let pg = first.pg.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(&format!(
+                "SELECT DISTINCT a.usename::text FROM pg_stat_activity a
+                  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND {filter}"
+            ))
+            .fetch_all(&pg)
+            .await
+            .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let lock_holders = loop {
+        let holders = users("a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)").await;
+        if !holders.is_empty() {
+            break holders;
+        }
+        assert!(std::time::Instant::now() < deadline, "nobody took the leader lock");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lock_holders, vec![role.clone()], "the leader lock's connection");
+    let listeners = users("a.application_name LIKE 'mnemosyne-listener:%'").await;
+    assert!(listeners.contains(&role), "the LISTEN connection: {listeners:?}");
+    // Everything else (the first app's listener aside) came through the pool's URL.
+    let others = users(
+        "a.application_name NOT LIKE 'mnemosyne-listener:%' AND a.pid NOT IN \
+                        (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)",
+    )
+    .await;
+    assert!(
+        !others.contains(&role),
+        "a pool connection came through the listen URL: {others:?}"
+    );
+    // The replica serves, its caches live on that listener.
+    let token = app.opaque_token(&[]).await;
+    assert_eq!(
+        app.mcp(&token).connect().await.list_tools().await.status,
+        StatusCode::OK
+    );
+    drop(app);
+    // The role goes with the test (its sessions end with the replica's pool).
+    for _ in 0..50 {
+        if sqlx::query(&format!("DROP ROLE IF EXISTS \"{role}\""))
+            .execute(&first.pg)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A listen URL that does not parse stops the replica at start, naming the setting.
+#[tokio::test]
+async fn a_bad_listen_url_stops_the_replica_at_start() {
+    let mut settings = crate::helpers::base_settings();
+    settings.database_listen_url = Some("postgres://[::1".into());
+    let err = mnemosyne::state::AppState::new(settings, "127.0.0.1:0".parse().unwrap())
+        .await
+        .err()
+        .expect("refused");
+    assert!(format!("{err:#}").contains("MNEMOSYNE_DATABASE_LISTEN_URL"), "{err:#}");
+}

@@ -18,7 +18,7 @@ async fn caches_are_trusted_only_after_the_first_heartbeat_registered_the_replic
     let app = TestApp::spawn().await;
     let caches = Arc::new(AuthCaches::new(Duration::from_secs(30)));
     let instance = caches.instance.to_string();
-    let listener = tokio::spawn(listen(app.pg.clone(), caches.clone()));
+    let listener = tokio::spawn(listen(app.pg.clone(), None, caches.clone()));
     let mut up = false;
     for _ in 0..500 {
         if caches.listener_up() {

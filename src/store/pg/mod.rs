@@ -32,6 +32,13 @@ pub fn pool(database_url: &str, acquire_timeout: Duration) -> Result<PgPool, sql
         .connect_lazy_with(opts))
 }
 
+/// Where the connections that need a server session of their own go (the
+/// LISTEN connection, the embedding leader's lock): `url` parsed, as `pool`
+/// does.
+pub fn session_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
+    Ok(url.parse::<PgConnectOptions>()?.disable_statement_logging())
+}
+
 /// Applies pending migrations; a no-op when all are applied.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
