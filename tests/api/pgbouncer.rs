@@ -76,7 +76,13 @@ impl Bouncer {
         )
         .unwrap();
         // PgBouncer refuses to run as root: as `postgres` then (whom
-        // `scripts/dev up` created with Debian's postgresql).
+        // `scripts/dev up` created with Debian's postgresql), from a copy in
+        // this directory (the checkout may not be readable by that user).
+        let bin = {
+            let copy = dir.join("pgbouncer");
+            std::fs::copy(&bin, &copy).expect("copy the pgbouncer binary");
+            copy
+        };
         let mut cmd = if unsafe { libc::geteuid() } == 0 {
             let _ = Command::new("chown").args(["-R", "postgres"]).arg(&dir).status();
             let mut c = Command::new("runuser");
