@@ -444,3 +444,28 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
         );
     }
 }
+
+/// A query word the analyzers stem two ways (English, and the language the
+/// word looks like) is one word for relevance: a chunk holding it is a whole
+/// match, on the graph path and from the index alike. CI's Python suite drew
+/// such a word and its exact-word search came back empty in hybrid mode
+/// (relevance 0.09, under the 0.4 default).
+#[tokio::test]
+async fn a_word_stemmed_two_ways_is_one_word_for_relevance() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("stems").await;
+    app.ingest(json!({"library_uid": lib, "item": {"title": "Harbour ledger"},
+                      "content": "The harbour master noted a quokka77bfb5990bfa near the pier at dawn."}))
+        .await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    let args = json!({"mode": "keyword", "min_relevance": 0.99});
+    // Right after the ingest (the graph path while the index is built) ...
+    let first = search(&mut c, "quokka77bfb5990bfa", args.clone()).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    // ... and from the index.
+    until_indexed(&app, &mut c, "quokka77bfb5990bfa").await;
+    let indexed = search(&mut c, "quokka77bfb5990bfa", args).await;
+    assert_eq!(indexed.len(), 1, "{indexed:?}");
+    assert_eq!(indexed[0]["relevance"], json!(1.0));
+}

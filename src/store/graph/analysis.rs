@@ -291,6 +291,13 @@ impl Analyzer {
 /// `max`: a word that is a stop word in any of them is left out unless the
 /// query has nothing else.
 pub fn query_terms(analyzers: &[&Analyzer], query: &str, max: usize) -> Vec<String> {
+    query_terms_grouped(analyzers, query, max).0
+}
+
+/// `query_terms`, with the query word each term comes from (`groups[i]` for
+/// `terms[i]`): the stems of one word share a group, so relevance counts the
+/// word once whichever of its forms a chunk holds (`rank::score_grouped`).
+pub fn query_terms_grouped(analyzers: &[&Analyzer], query: &str, max: usize) -> (Vec<String>, Vec<usize>) {
     let per: Vec<Vec<Token>> = analyzers
         .iter()
         .map(|a| {
@@ -305,15 +312,18 @@ pub fn query_terms(analyzers: &[&Analyzer], query: &str, max: usize) -> Vec<Stri
     let content = stop.iter().any(|s| !s);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
+    let mut groups = Vec::new();
     for i in (0..len).filter(|i| !(content && stop[*i])) {
         for p in &per {
             if seen.insert(p[i].text.clone()) {
                 out.push(p[i].text.clone());
+                groups.push(i);
             }
         }
     }
     out.truncate(max);
-    out
+    groups.truncate(max);
+    (out, groups)
 }
 
 #[cfg(test)]

@@ -342,20 +342,23 @@ impl ScopedGraph {
     ) -> Result<Vec<rank::Scored>, GraphError> {
         let languages = self.languages().await?;
         let mut scored: Vec<rank::Scored> = Vec::new();
-        let indexed: Vec<(Arc<OpenLibrary>, Vec<String>)> = languages
+        let indexed: Vec<(Arc<OpenLibrary>, scoped::QueryWords)> = languages
             .iter()
             .filter_map(|(uid, language)| {
                 ready
                     .get(uid)
-                    .map(|l| (l.clone(), scoped::query_words(*language, text)))
+                    .map(|l| (l.clone(), scoped::query_words_grouped(*language, text)))
             })
             .collect();
         if !indexed.is_empty() {
             let collection = collection_uid.map(str::to_owned);
             let found = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
-                for (lib, words) in indexed {
-                    for h in lib.index.score(&words, collection.as_deref(), floor, k)? {
+                for (lib, (words, word_of)) in indexed {
+                    for h in lib
+                        .index
+                        .score_grouped(&words, &word_of, collection.as_deref(), floor, k)?
+                    {
                         out.push(rank::Scored {
                             chunk_uid: h.chunk_uid,
                             library_uid: lib.uid().to_owned(),
@@ -383,7 +386,7 @@ impl ScopedGraph {
         // The candidate cap holds for the whole search, over every batch.
         let mut budget = MAX_CANDIDATES;
         for (language, uids) in &by_language {
-            let words = scoped::query_words(*language, text);
+            let (words, word_of) = scoped::query_words_grouped(*language, text);
             let mut candidates = Vec::new();
             let mut counters: HashMap<String, scoped::TermCounter> = HashMap::new();
             for (batch, lucene) in scoped::scoped_queries(uids, &words) {
@@ -419,17 +422,17 @@ impl ScopedGraph {
                     });
                 }
             }
-            groups.push((words.len(), rank::by_library(candidates)));
+            groups.push((word_of, rank::by_library(candidates)));
         }
         let found: Vec<String> = groups.iter().flat_map(|(_, g)| g.keys().cloned()).collect();
         let stats = self.ranking_stats(&found).await?;
-        for (terms, libraries) in groups {
+        for (word_of, libraries) in groups {
             for (lib, cs) in libraries {
                 let s = stats
                     .get(&lib)
                     .copied()
                     .unwrap_or(rank::LibraryStats { n: 0, tokens: 0 });
-                scored.extend(rank::score_library(s, terms, &cs));
+                scored.extend(rank::score_library_grouped(s, &word_of, &cs));
             }
         }
         Ok(scored)

@@ -129,9 +129,18 @@ impl TermCounter {
 /// analyzed in the library's language and, when the query looks like
 /// another one, in that language too (chunks are analyzed in their own).
 pub fn query_words(language: Language, query: &str) -> Vec<String> {
+    query_words_grouped(language, query).0
+}
+
+/// A query's terms and, for each, the query word it comes from.
+pub type QueryWords = (Vec<String>, Vec<usize>);
+
+/// `query_words`, with the query word each term comes from (the stems of one
+/// word in the two languages share a group: see `rank::score_grouped`).
+pub fn query_words_grouped(language: Language, query: &str) -> QueryWords {
     match analysis::guess(query).filter(|g| *g != language) {
-        Some(other) => analysis::query_terms(&[analyzer(language), analyzer(other)], query, MAX_QUERY_WORDS),
-        None => analyzer(language).query_terms(query, MAX_QUERY_WORDS),
+        Some(other) => analysis::query_terms_grouped(&[analyzer(language), analyzer(other)], query, MAX_QUERY_WORDS),
+        None => analysis::query_terms_grouped(&[analyzer(language)], query, MAX_QUERY_WORDS),
     }
 }
 
@@ -169,6 +178,18 @@ mod tests {
         assert_eq!(q("a:b"), ["b"]);
         assert!(q("* ? \\ ()").is_empty());
         assert_eq!(q("Tidal tidal TIDAL"), ["tidal"]);
+    }
+
+    #[test]
+    fn the_stems_of_one_query_word_share_its_group() {
+        // Looks like another language, whose stemmer cuts it: two forms,
+        // one word (CI's Python suite drew this word; relevance halved).
+        let (terms, groups) = query_words_grouped(Language::English, "quokka77bfb5990bfa");
+        assert_eq!(terms, ["quokka77bfb5990bfa", "quokka77bfb5990bf"]);
+        assert_eq!(groups, [0, 0]);
+        let (terms, groups) = query_words_grouped(Language::English, "tidal kelp");
+        assert_eq!(terms, ["tidal", "kelp"]);
+        assert_eq!(groups, [0, 1]);
     }
 
     #[test]

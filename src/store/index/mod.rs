@@ -368,7 +368,22 @@ impl LibraryIndex {
         min_relevance: f64,
         k: usize,
     ) -> Result<Vec<Hit>, IndexError> {
-        if words.is_empty() || k == 0 {
+        let groups: Vec<usize> = (0..words.len()).collect();
+        self.score_grouped(words, &groups, collection, min_relevance, k)
+    }
+
+    /// `score` with the query word of each term (`groups[i]` for
+    /// `words[i]`, as `scoped::query_words_grouped` gives them): the stems of
+    /// one word count once for relevance (`rank::score_grouped`).
+    pub fn score_grouped(
+        &self,
+        words: &[String],
+        groups: &[usize],
+        collection: Option<&str>,
+        min_relevance: f64,
+        k: usize,
+    ) -> Result<Vec<Hit>, IndexError> {
+        if words.is_empty() || k == 0 || groups.len() != words.len() {
             return Ok(Vec::new());
         }
         let f = self.fields;
@@ -425,7 +440,7 @@ impl LibraryIndex {
                 dl.push(dls.first(doc).unwrap_or(0) as i64);
             }
         }
-        let scored = rank::score(stats, terms, &dl, &tf, &tt);
+        let scored = rank::score_grouped(stats, groups, &dl, &tf, &tt);
         let mut order: Vec<usize> = (0..at.len()).filter(|i| scored[*i].1 >= min_relevance).collect();
         // The best k by score, and every candidate tied with the k-th (ties
         // are broken by chunk uid, which only those need).

@@ -63,6 +63,18 @@ fn idf(n: f64, df: f64) -> f64 {
 /// terms in `tf`/`tf_title` order). Deterministic: the same candidates and
 /// statistics give the same scores, bit for bit.
 pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]) -> Vec<Scored> {
+    score_library_grouped(stats, &one_word_each(terms), candidates)
+}
+
+/// Each term a query word of its own.
+fn one_word_each(terms: usize) -> Vec<usize> {
+    (0..terms).collect()
+}
+
+/// `score_library` for terms grouped by the query word they come from
+/// (`groups[i]` for term `i`; see `score_grouped`).
+pub fn score_library_grouped(stats: LibraryStats, groups: &[usize], candidates: &[Candidate]) -> Vec<Scored> {
+    let terms = groups.len();
     if candidates.is_empty() || terms == 0 {
         return Vec::new();
     }
@@ -72,7 +84,7 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
     let dl: Vec<i64> = candidates.iter().map(|c| c.dl).collect();
     let tf: Vec<i64> = candidates.iter().flat_map(|c| flat(&c.tf, terms)).collect();
     let tt: Vec<i64> = candidates.iter().flat_map(|c| flat(&c.tf_title, terms)).collect();
-    score(stats, terms, &dl, &tf, &tt)
+    score_grouped(stats, groups, &dl, &tf, &tt)
         .into_iter()
         .zip(candidates)
         .map(|((score, relevance), c)| Scored {
@@ -90,6 +102,24 @@ pub fn score_library(stats: LibraryStats, terms: usize, candidates: &[Candidate]
 /// holds a term, so they count the library's document frequencies. Used by
 /// the graph path (`score_library`) and the index (`store::index`) alike.
 pub fn score(stats: LibraryStats, terms: usize, dl: &[i64], tf: &[i64], tf_title: &[i64]) -> Vec<(f64, f64)> {
+    score_grouped(stats, &one_word_each(terms), dl, tf, tf_title)
+}
+
+/// `score` for terms grouped by the query word they come from: `groups[i]`
+/// is term `i`'s word (the terms are `groups.len()`). A word stemmed two ways
+/// (the query analyzed in the library's language and in the one it looks
+/// like) is one word for relevance: it weighs what its lighter form weighs
+/// (the form the library holds, when one is absent) and a chunk holding
+/// either form matches it. BM25 scores every term as before. With one term
+/// per word this is `score`, bit for bit.
+pub fn score_grouped(
+    stats: LibraryStats,
+    groups: &[usize],
+    dl: &[i64],
+    tf: &[i64],
+    tf_title: &[i64],
+) -> Vec<(f64, f64)> {
+    let terms = groups.len();
     let count = dl.len();
     if count == 0 || terms == 0 {
         return Vec::new();
@@ -115,12 +145,28 @@ pub fn score(stats: LibraryStats, terms: usize, dl: &[i64], tf: &[i64], tf_title
     // A term's weight for relevance: its IDF over the field that holds it
     // most (absent from the library: the largest IDF there is).
     let weight: Vec<f64> = (0..terms).map(|i| idf(n, df[i].max(df_title[i]))).collect();
-    let total_weight: f64 = weight.iter().sum();
+    // The words, in order of first appearance, and each one's weight.
+    let mut words: Vec<usize> = Vec::new();
+    for g in groups {
+        if !words.contains(g) {
+            words.push(*g);
+        }
+    }
+    let word_weight: Vec<f64> = words
+        .iter()
+        .map(|w| {
+            (0..terms)
+                .filter(|i| groups[*i] == *w)
+                .map(|i| weight[i])
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    let total_weight: f64 = word_weight.iter().sum();
     (0..count)
         .map(|j| {
             let norm = K1 * (1.0 - B + B * dl[j].max(0) as f64 / avgdl);
             let mut score = 0.0;
-            let mut matched = 0.0;
+            let mut hit = vec![false; words.len()];
             for i in 0..terms {
                 let tf = tf[j * terms + i].max(0) as f64;
                 let tt = tf_title[j * terms + i].max(0) as f64;
@@ -131,7 +177,15 @@ pub fn score(stats: LibraryStats, terms: usize, dl: &[i64], tf: &[i64], tf_title
                     score += TITLE_WEIGHT * idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
                 }
                 if tf > 0.0 || tt > 0.0 {
-                    matched += weight[i];
+                    if let Some(w) = words.iter().position(|w| *w == groups[i]) {
+                        hit[w] = true;
+                    }
+                }
+            }
+            let mut matched = 0.0;
+            for (w, h) in hit.iter().enumerate() {
+                if *h {
+                    matched += word_weight[w];
                 }
             }
             let relevance = if total_weight > 0.0 {
@@ -195,6 +249,31 @@ mod tests {
         assert!(s[0].score > 0.0);
         assert!(s[0].relevance > 0.0 && s[0].relevance < 1.0);
         assert!((s[1].relevance - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_two_stems_of_one_word_count_once_for_relevance() {
+        // "quokka77bfb5990bfa" analyzed in English and in the language the
+        // query looks like: the library holds only the first form.
+        let stats = LibraryStats { n: 2, tokens: 20 };
+        let cs = [cand("a", 10, &[1, 0], &[0, 0]), cand("b", 10, &[1, 0], &[0, 0])];
+        for s in score_library_grouped(stats, &[0, 0], &cs) {
+            assert!((s.relevance - 1.0).abs() < 1e-12, "{s:?}");
+        }
+        // As two words, the absent one would weigh the most (the old count).
+        for s in score_library(stats, 2, &cs) {
+            assert!(s.relevance < 0.2, "{s:?}");
+        }
+        // A second word still counts: holding one of two words is half-ish.
+        let cs = [
+            cand("a", 10, &[1, 0, 0], &[0, 0, 0]),
+            cand("b", 10, &[0, 0, 1], &[0, 0, 0]),
+        ];
+        let s = score_library_grouped(stats, &[0, 0, 1], &cs);
+        assert!(s[0].relevance > 0.0 && s[0].relevance < 1.0, "{s:?}");
+        // One term per word: exactly the ungrouped scores.
+        let cs = [cand("a", 8, &[2, 0], &[0, 1]), cand("b", 12, &[1, 3], &[1, 0])];
+        assert_eq!(score_library_grouped(stats, &[0, 1], &cs), score_library(stats, 2, &cs));
     }
 
     #[test]
