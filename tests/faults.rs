@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use helpers::{McpClient, TestApp};
+use helpers::{free_port, McpClient, TestApp};
 use mnemosyne::auth::changes::AuthChanges;
 use mnemosyne::config::Settings;
 use mnemosyne::service::ingest::{self, Document, DocumentIn};
@@ -37,14 +37,6 @@ const SETUP_TIMEOUT_MS: u64 = 60_000;
 /// 2 s store timeout within the first second (CI, stop 37), so the grace is
 /// 2 s; what must never happen is a failure after it.
 const RECOVERY_GRACE: Duration = Duration::from_secs(2);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -54,6 +54,15 @@ pub fn base_settings() -> Settings {
     s
 }
 
+/// A port free on 127.0.0.1 now (another process may take it before use).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Where the tests' apps keep their search indexes.
 pub fn test_index_root() -> std::path::PathBuf {
     std::env::temp_dir().join("mnemosyne-test-index")

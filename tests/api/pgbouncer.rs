@@ -15,7 +15,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::TestApp;
+use crate::helpers::{free_port, TestApp};
 
 /// A PgBouncer of this test's own, stopped when dropped.
 struct Bouncer {
@@ -30,14 +30,6 @@ impl Drop for Bouncer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Bouncer {

@@ -14,16 +14,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{TestApp, SERVICE_PASSWORD, SERVICE_USER};
-
-/// A port free at the time of asking.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{free_port, TestApp, SERVICE_PASSWORD, SERVICE_USER};
 
 /// `mnemosyne serve` on `port` over the app's database (every other setting
 /// from the environment the tests loaded); its stderr kept when `stderr`.
