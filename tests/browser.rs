@@ -203,7 +203,7 @@ impl Browser {
         for _ in 0..100 {
             match self.css(sel).await.text().await {
                 Ok(t) => return t,
-                Err(e) if e.is_stale_element_reference() => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) if left_behind(&e) => tokio::time::sleep(Duration::from_millis(50)).await,
                 Err(e) => panic!("{sel}: {e}"),
             }
         }
@@ -223,6 +223,14 @@ impl Browser {
     async fn click(&self, sel: &str) {
         self.css(sel).await.click().await.unwrap();
     }
+}
+
+/// An element of the page a navigation is leaving. WebDriver says so with
+/// "stale element reference"; Chromium sometimes answers first with an
+/// inspector error instead (CI, stop 38: "Node with given id does not belong
+/// to the document").
+fn left_behind(e: &fantoccini::error::CmdError) -> bool {
+    e.is_stale_element_reference() || e.to_string().contains("does not belong to the document")
 }
 
 async fn mcp_search_libraries(app: &TestApp, bearer: &str, q: &str) -> Vec<String> {
