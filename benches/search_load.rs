@@ -465,31 +465,55 @@ async fn wait_indexed(t: Arc<Target>, base: &str) {
 
 /// One token floods (64 concurrent broad searches of the tenant) while a
 /// small tenant searches one at a time: the small tenant's latency alone and
-/// during the flood.
+/// during the flood. The small tenant's client runs on a thread and runtime
+/// of its own, with its own connections: on the bench's runtime its next
+/// request would wait behind the 64 flooders' tasks, which measures the load
+/// generator, not the server.
 async fn flood(t: &Arc<Target>, small_token: &str, requests: usize, secs: u64) {
-    let http = t.http.clone();
-    let one = |http: reqwest::Client, url: String, token: String| async move {
-        let s = Instant::now();
-        let out = try_search(&http, &url, &token, "quasar tidal").await;
-        (s.elapsed(), out)
-    };
-    // Alone (after a warm-up of its index).
-    for _ in 0..20 {
-        let _ = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
-    }
-    let mut solo = Vec::new();
-    let mut solo_errors = 0;
-    for _ in 0..requests {
-        let (d, out) = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
-        solo_errors += usize::from(out.is_err());
-        solo.push(d);
-    }
+    let (url, token) = (t.url.clone(), small_token.to_owned());
+    let (solo_tx, solo_rx) = tokio::sync::oneshot::channel();
+    let (start_tx, start_rx) = tokio::sync::oneshot::channel::<Instant>();
+    let (during_tx, during_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let http = reqwest::Client::new();
+            let one = || async {
+                let s = Instant::now();
+                let out = try_search(&http, &url, &token, "quasar tidal").await;
+                (s.elapsed(), out)
+            };
+            // Alone (after a warm-up of its index).
+            for _ in 0..20 {
+                let _ = one().await;
+            }
+            let (mut solo, mut solo_errors) = (Vec::new(), 0);
+            for _ in 0..requests {
+                let (d, out) = one().await;
+                solo_errors += usize::from(out.is_err());
+                solo.push(d);
+            }
+            let _ = solo_tx.send((solo, solo_errors));
+            // During the flood, until its deadline.
+            let Ok(deadline) = start_rx.await else { return };
+            let (mut during, mut errors) = (Vec::new(), 0);
+            while Instant::now() < deadline {
+                let (d, out) = one().await;
+                errors += usize::from(out.is_err());
+                during.push(d);
+            }
+            let _ = during_tx.send((during, errors));
+        })
+    });
+    let (solo, solo_errors) = solo_rx.await.expect("the other tenant's client");
     let solo = stats(solo);
-    // During the flood.
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut flooders = Vec::new();
     for _ in 0..64 {
-        let (http, url, token, query) = (http.clone(), t.url.clone(), t.token.clone(), t.query.clone());
+        let (http, url, token, query) = (t.http.clone(), t.url.clone(), t.token.clone(), t.query.clone());
         flooders.push(tokio::spawn(async move {
             let (mut ok, mut refused, mut failed) = (0usize, 0usize, 0usize);
             while Instant::now() < deadline {
@@ -506,13 +530,8 @@ async fn flood(t: &Arc<Target>, small_token: &str, requests: usize, secs: u64) {
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut during = Vec::new();
-    let mut errors = 0;
-    while Instant::now() < deadline {
-        let (d, out) = one(http.clone(), t.url.clone(), small_token.to_owned()).await;
-        errors += usize::from(out.is_err());
-        during.push(d);
-    }
+    let _ = start_tx.send(deadline);
+    let (during, errors) = during_rx.await.expect("the other tenant's client");
     let (mut ok, mut refused, mut failed) = (0, 0, 0);
     for f in flooders {
         let (a, b, c) = f.await.unwrap();

@@ -442,7 +442,7 @@ async fn on_session(
 
 /// The response, holding a search slot (if any) until its body (a JSON
 /// answer or an event stream) has been sent or dropped.
-fn holding(resp: Response, slot: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
+fn holding(resp: Response, slot: Option<crate::limits::search::SearchSlot>) -> Response {
     let Some(slot) = slot else { return resp };
     let (parts, body) = resp.into_parts();
     let body = axum::body::Body::from_stream(futures::StreamExt::map(body.into_data_stream(), move |chunk| {
@@ -572,7 +572,7 @@ async fn within_rates(
     state: &Guard,
     principal: &Principal,
     req: Request,
-) -> Result<(Request, Option<tokio::sync::OwnedSemaphorePermit>), Response> {
+) -> Result<(Request, Option<crate::limits::search::SearchSlot>), Response> {
     // A token whose user has a rate ceiling also counts against the user's
     // bucket, shared by all the user's tokens (issue 32: minting more tokens
     // adds no rate).
