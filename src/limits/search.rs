@@ -63,10 +63,14 @@ impl SearchSlots {
     /// searched within `CONTENDED_FOR`.
     fn contended(&self, credential: &str, now: Instant) -> bool {
         let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        if r[0].as_ref().is_none_or(|(c, _)| c != credential) {
-            r[1] = r[0].take();
+        match &mut r[0] {
+            // The usual case under load: the same caller again, no allocation.
+            Some((c, t)) if c == credential => *t = now,
+            _ => {
+                r[1] = r[0].take();
+                r[0] = Some((credential.to_owned(), now));
+            }
         }
-        r[0] = Some((credential.to_owned(), now));
         r[1].as_ref()
             .is_some_and(|(_, t)| now.duration_since(*t) < CONTENDED_FOR)
     }
