@@ -12,6 +12,7 @@ mod auth;
 mod ceilings_proxies_and_text;
 mod dos;
 mod foundation;
+mod fuzz_seeds;
 mod ingest;
 mod libraries;
 mod mcp;
