@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use mnemosyne::embed::DIM;
-use mnemosyne::store::index::vectors::CodeCache;
-use mnemosyne::store::index::{Applied, IndexedChunk, LibraryIndex};
+use mnemosyne::search::index::vectors::CodeCache;
+use mnemosyne::search::index::{Applied, IndexedChunk, LibraryIndex};
 
 /// `nearest` on main at ac81348 (the int8 codes streamed from tantivy's
 /// bytes dictionary and every rescored uid looked up in its sstable, on

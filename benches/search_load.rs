@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemosyne::auth::Principal;
-use mnemosyne::store::graph::analysis::Language;
+use mnemosyne::search::analysis::Language;
 use mnemosyne::store::graph::ingest::AdminGraph;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
 use mnemosyne::store::graph::knowledge::ScopedGraph;
@@ -650,8 +650,8 @@ async fn run() {
         "query: {query:?}, mode: {}",
         std::env::var("LOAD_MODE").unwrap_or_else(|_| "the server's default".into())
     );
-    let words = mnemosyne::store::graph::scoped::query_words(Language::English, &query);
-    let (_, lucene) = mnemosyne::store::graph::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
+    let words = mnemosyne::search::scoped::query_words(Language::English, &query);
+    let (_, lucene) = mnemosyne::search::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
     let flavor_index = GraphStore::connect(&settings).await.unwrap().flavor.fulltext_index();
     let target = Arc::new(Target {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),

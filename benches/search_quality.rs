@@ -299,7 +299,7 @@ async fn run() {
         .split(',')
         .filter_map(|f| f.trim().parse().ok())
         .collect();
-    let floor = common::setting::<f64>("QUALITY_FLOOR", mnemosyne::store::graph::fusion::DEFAULT_MIN_RELEVANCE);
+    let floor = common::setting::<f64>("QUALITY_FLOOR", mnemosyne::search::fusion::DEFAULT_MIN_RELEVANCE);
     let verbose = std::env::var("QUALITY_VERBOSE").is_ok_and(|v| v == "1");
     let expect_isolation = std::env::var("QUALITY_EXPECT_ISOLATION").map_or(true, |v| v != "0");
     println!(

@@ -442,13 +442,7 @@ fn cycles(edges: &Edges) -> Vec<Vec<String>> {
 /// Cycles known and not yet broken: (parent module, the siblings, why). The
 /// check fails on any other cycle, and on a known one that grows or is gone
 /// (then delete its line).
-const KNOWN: &[(&str, &[&str], &str)] = &[(
-    "crate",
-    &["embed", "store"],
-    "embed/worker.rs drives the graph store while store/graph reads the model \
-     (embed::Semantic); src/embed/ was being changed on another branch when \
-     issue 22 was done: move the worker (or Semantic) so one side owns both",
-)];
+const KNOWN: &[(&str, &[&str], &str)] = &[];
 
 /// Every cycle in the crate's module graph, described for a reader.
 fn report(src: &Path) -> Vec<String> {

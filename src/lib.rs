@@ -14,6 +14,7 @@ pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod proxies;
+pub mod search;
 pub mod service;
 pub mod startup;
 pub mod state;

@@ -125,13 +125,13 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
                 .connect_lazy_with(o.clone()),
             None => state.pg.clone(),
         };
-        tasks.spawn(crate::embed::worker::run(
+        tasks.spawn(crate::service::embedding::run(
             state.admin.clone(),
             state.pg.clone(),
             lock,
             s.embedder().clone(),
             s.status().clone(),
-            crate::embed::worker::WorkerConfig {
+            crate::service::embedding::WorkerConfig {
                 batch: state.settings.embed_batch,
                 prefix: state.settings.embed_scope_prefix.clone(),
             },

@@ -81,7 +81,7 @@ impl AppState {
                     "semantic search on: hybrid, keyword and semantic modes"
                 );
                 model = embedder.id().to_owned();
-                graph = graph.with_embedder(embedder, crate::embed::worker::Status::new(&metrics));
+                graph = graph.with_embedder(embedder, crate::embed::Status::new(&metrics));
             }
             None => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"

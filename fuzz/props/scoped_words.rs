@@ -16,8 +16,8 @@
 //! - `scoped_queries` covers every library once, in order, each query
 //!   `+scoped:(…)` of a text and a title term per library and query term,
 //!   within the clause cap.
-use mnemosyne::store::graph::analysis::{analyzer, detect, guess, LANGUAGES};
-use mnemosyne::store::graph::scoped::{
+use mnemosyne::search::analysis::{analyzer, detect, guess, LANGUAGES};
+use mnemosyne::search::scoped::{
     library_key, query_words, scoped_queries, scoped_text, title_key, MAX_CLAUSES, MAX_QUERY_WORDS,
 };
 

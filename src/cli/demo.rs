@@ -138,7 +138,7 @@ async fn load_libraries(
             HANDBOOK,
             "Team handbook",
             "House style and citation rules",
-            crate::store::graph::analysis::Language::English,
+            crate::search::analysis::Language::English,
         )
         .await?
     {

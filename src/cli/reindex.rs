@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
+use crate::search::scoped::ANALYSIS_VERSION;
 use crate::store::graph::ingest::AdminGraph;
-use crate::store::graph::scoped::ANALYSIS_VERSION;
 
 /// Chunks read and written per transaction.
 pub const PAGE: usize = 500;

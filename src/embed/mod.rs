@@ -16,7 +16,8 @@ mod bert;
 pub mod e5;
 #[cfg(feature = "embed")]
 mod q4;
-pub mod worker;
+mod status;
+pub use status::Status;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -158,11 +159,11 @@ pub fn lowest_cpu_priority() {
 pub struct Semantic {
     embedder: Arc<Embedder>,
     queries: moka::sync::Cache<(String, String), Arc<Vec<f32>>>,
-    status: Arc<worker::Status>,
+    status: Arc<Status>,
 }
 
 impl Semantic {
-    pub fn new(embedder: Arc<Embedder>, status: Arc<worker::Status>) -> Self {
+    pub fn new(embedder: Arc<Embedder>, status: Arc<Status>) -> Self {
         Semantic {
             embedder,
             queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
@@ -175,7 +176,7 @@ impl Semantic {
     }
 
     /// The embedding worker's counters.
-    pub fn status(&self) -> &Arc<worker::Status> {
+    pub fn status(&self) -> &Arc<Status> {
         &self.status
     }
 

@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod credential_limits;
+pub mod embedding;
 pub mod health;
 pub mod ingest;
 pub mod keys;

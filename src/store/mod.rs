@@ -1,7 +1,7 @@
-//! The stores: Postgres (auth rows, the search index's change sequence), the
-//! Bolt graph (knowledge, the source of truth) and, beside the graph, each
-//! replica's per-library search index (derived, rebuildable from the graph).
+//! The stores: Postgres (auth rows, the search index's change sequence) and the
+//! Bolt graph (knowledge, the source of truth). The per-library search index
+//! beside the graph is `crate::search::index`, built and caught up from the
+//! graph by `graph::indexing`.
 
 pub mod graph;
-pub mod index;
 pub mod pg;

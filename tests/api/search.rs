@@ -6,7 +6,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use mnemosyne::store::graph::scoped::{library_key, ANALYSIS_VERSION};
+use mnemosyne::search::scoped::{library_key, ANALYSIS_VERSION};
 
 use crate::helpers::{send, McpClient, TestApp};
 

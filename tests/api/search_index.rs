@@ -407,7 +407,7 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
     // The replica without an index ranks with library statistics up to
     // `STATS_TTL` old (by design); the index's are exact: compare once
     // they agree (a CI run caught a keyword score 0.1 % apart).
-    tokio::time::sleep(mnemosyne::store::index::rank::STATS_TTL).await;
+    tokio::time::sleep(mnemosyne::search::index::rank::STATS_TTL).await;
     for q in queries {
         for extra in [
             json!({"mode": "semantic", "collection_uid": coll, "min_relevance": 0}),

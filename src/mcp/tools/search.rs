@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::store::graph::fusion::DEFAULT_MIN_RELEVANCE;
+use crate::search::fusion::DEFAULT_MIN_RELEVANCE;
 use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 use crate::text::inline;
 

@@ -1,4 +1,4 @@
-//! The per-library search index beside the graph (`store::index`), kept by
+//! The per-library search index beside the graph (`search::index`), kept by
 //! each replica: which libraries it holds, how a search finds them fresh,
 //! how they catch up and how they are built.
 //!
@@ -34,9 +34,10 @@ use prometheus::{IntCounter, IntGauge, Opts};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
-use super::{scoped, GraphError, GraphStore};
-use crate::store::index::vectors::{self, CodeCache};
-use crate::store::index::{Applied, IndexedChunk, LibraryIndex};
+use super::{GraphError, GraphStore};
+use crate::search::index::vectors::{self, CodeCache};
+use crate::search::index::{Applied, IndexedChunk, LibraryIndex};
+use crate::search::scoped;
 use crate::store::pg::index_changes;
 
 /// Chunks read from the graph per page of a build.
@@ -247,7 +248,7 @@ impl SearchIndex {
                 || applied.epoch != epoch
                 || applied.model != self.model
             {
-                return Err(crate::store::index::IndexError::Corrupt(format!(
+                return Err(crate::search::index::IndexError::Corrupt(format!(
                     "holds library {:?} in analysis {} of database {:?} with vectors of {:?}",
                     applied.library_uid, applied.analysis, applied.epoch, applied.model
                 )));
@@ -439,7 +440,7 @@ impl SearchIndex {
 
     async fn build_now(&self, graph: &GraphStore, uid: &str) -> Result<u64, GraphError> {
         let pg = |e: sqlx::Error| GraphError::Unavailable(format!("postgres: {e}"));
-        let err = |e: crate::store::index::IndexError| GraphError::Query(e.to_string());
+        let err = |e: crate::search::index::IndexError| GraphError::Query(e.to_string());
         // The sequence first: whatever is written after it is caught up later.
         let seq = index_changes::sequences(&self.pg, &[uid.to_owned()])
             .await
@@ -587,7 +588,7 @@ pub async fn sweep_loop(pool: PgPool, every: std::time::Duration) {
 
 /// Runs index work (disk, CPU) off the async workers.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, crate::store::index::IndexError> + Send + 'static,
+    f: impl FnOnce() -> Result<T, crate::search::index::IndexError> + Send + 'static,
 ) -> Result<T, GraphError> {
     tokio::task::spawn_blocking(f)
         .await
@@ -620,7 +621,7 @@ fn chunk_of(r: &Row, key: &str, tkey: &str) -> Result<Option<IndexedChunk>, Grap
     ) else {
         return Ok(None);
     };
-    let (text_terms, title_terms) = crate::store::index::split_scoped(&scoped, key, tkey);
+    let (text_terms, title_terms) = crate::search::index::split_scoped(&scoped, key, tkey);
     Ok(Some(IndexedChunk {
         chunk_uid: uid,
         item_uid,

@@ -12,8 +12,8 @@ use chrono::{SecondsFormat, Utc};
 use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
-use super::analysis::Language;
 use super::{GraphError, GraphStore, Known, Step, Txn};
+use crate::search::analysis::Language;
 
 /// A workspace's library as the workspace API publishes it (`library` of
 /// `GET …/workspaces/{id}/`): a wire shape, kept apart from the admin
@@ -485,7 +485,7 @@ impl AdminGraph {
             .enumerate()
             .map(|(i, text)| {
                 let uid = derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]);
-                let indexed = super::scoped::scoped_text(w.library_uid, language, w.title, text);
+                let indexed = crate::search::scoped::scoped_text(w.library_uid, language, w.title, text);
                 let size = uid.len() + text.len() + indexed.scoped.len() + 64;
                 let mut m: HashMap<String, BoltType> = HashMap::new();
                 m.insert("uid".into(), uid.into());
@@ -570,7 +570,7 @@ impl AdminGraph {
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
-                    .param("analysis", super::scoped::ANALYSIS_VERSION)
+                    .param("analysis", crate::search::scoped::ANALYSIS_VERSION)
                     .param("chunks", batch),
             ));
         }

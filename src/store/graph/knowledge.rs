@@ -10,16 +10,17 @@ use neo4rs::{query, BoltType, Query, Row};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::analysis::Language;
+use crate::search::analysis::Language;
 use std::sync::Arc;
 
-use super::fusion::{fuse, Calibration, Ranked, CANDIDATES};
-pub use super::fusion::{Mode, Signal};
 use super::indexing::OpenLibrary;
-use super::{ingest, scoped, vanished, GraphError, GraphStore, Known};
+use super::{ingest, vanished, GraphError, GraphStore, Known};
 use crate::ids::Scope;
-use crate::store::index::rank;
-use crate::store::index::IndexedChunk;
+use crate::search::fusion::{fuse, Calibration, Ranked, CANDIDATES};
+pub use crate::search::fusion::{Mode, Signal};
+use crate::search::index::rank;
+use crate::search::index::IndexedChunk;
+use crate::search::scoped;
 
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SearchHit {
@@ -367,7 +368,7 @@ impl ScopedGraph {
                         });
                     }
                 }
-                Ok::<_, crate::store::index::IndexError>(out)
+                Ok::<_, crate::search::index::IndexError>(out)
             })
             .await
             .map_err(|e| GraphError::Query(format!("index task: {e}")))?
@@ -473,7 +474,7 @@ impl ScopedGraph {
                         out.push((s, uid, lib.uid().to_owned()));
                     }
                 }
-                Ok::<_, crate::store::index::IndexError>(out)
+                Ok::<_, crate::search::index::IndexError>(out)
             })
             .await
             .map_err(|e| GraphError::Query(format!("index task: {e}")))?
@@ -534,7 +535,7 @@ impl ScopedGraph {
                     out.insert(uid, c);
                 }
             }
-            Ok::<_, crate::store::index::IndexError>(out)
+            Ok::<_, crate::search::index::IndexError>(out)
         })
         .await
         .map_err(|e| GraphError::Query(format!("index task: {e}")))?

@@ -8,15 +8,12 @@
 //! leave `store/`.
 
 pub mod admin;
-pub mod analysis;
 pub mod backlog;
 pub mod flavor;
-pub mod fusion;
 pub mod indexing;
 pub mod ingest;
 pub mod knowledge;
 pub mod reindex;
-pub mod scoped;
 pub mod vectors;
 
 use std::collections::HashMap;
@@ -29,7 +26,7 @@ use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
 use tracing::Instrument;
 
 use crate::config::{GraphFlavor, Settings};
-use crate::store::index::rank;
+use crate::search::index::rank;
 
 pub use flavor::Flavor;
 
@@ -459,11 +456,7 @@ impl GraphStore {
     }
 
     /// Semantic search with this model (see `crate::embed`).
-    pub fn with_embedder(
-        mut self,
-        embedder: Arc<crate::embed::Embedder>,
-        status: Arc<crate::embed::worker::Status>,
-    ) -> Self {
+    pub fn with_embedder(mut self, embedder: Arc<crate::embed::Embedder>, status: Arc<crate::embed::Status>) -> Self {
         self.semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
         self
     }

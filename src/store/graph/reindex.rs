@@ -13,8 +13,8 @@ use std::sync::Arc;
 use neo4rs::{query, BoltType};
 
 use super::ingest::{message_batches, AdminGraph};
-use super::scoped::{scoped_text, ANALYSIS_VERSION};
 use super::{GraphError, Step};
+use crate::search::scoped::{scoped_text, ANALYSIS_VERSION};
 
 /// What one page of re-indexing did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //!
 //! **State.** Ingest creates every chunk with `pending_lib` (its library's
 //! uid, indexed): it waits for a vector. The embedding worker
-//! (`crate::embed::worker`) takes pending chunks library by library, and
+//! (`crate::service::embedding`) takes pending chunks library by library, and
 //! stores each vector with the model's id and a per-library sequence number
 //! (`Library.vectors`, bumped by every store), removing `pending_lib` — only
 //! if the chunk still holds the text it embedded (an item replaced meanwhile
@@ -351,14 +351,14 @@ impl GraphStore {
 /// base64 (one string property, `Chunk.vec`).
 pub fn encode(v: &[f32]) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(crate::store::index::vectors::to_bytes(v))
+    base64::engine::general_purpose::STANDARD.encode(crate::search::index::vectors::to_bytes(v))
 }
 
 /// A stored vector (`encode`); None when it is not one of `DIM` values.
 pub fn decode(s: &str) -> Option<Vec<f32>> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD.decode(s).ok()?;
-    crate::store::index::vectors::from_bytes(&bytes)
+    crate::search::index::vectors::from_bytes(&bytes)
 }
 
 /// The vector of a row with `vec` (`encode`d) and `vector` (a list of

@@ -100,7 +100,7 @@ pub fn score_library_grouped(stats: LibraryStats, groups: &[usize], candidates: 
 /// length `dl[j]` and frequencies `tf[j * terms + i]` (text) and
 /// `tf_title[j * terms + i]` (title) of query term `i`. Every candidate
 /// holds a term, so they count the library's document frequencies. Used by
-/// the graph path (`score_library`) and the index (`store::index`) alike.
+/// the graph path (`score_library`) and the index (`search::index`) alike.
 pub fn score(stats: LibraryStats, terms: usize, dl: &[i64], tf: &[i64], tf_title: &[i64]) -> Vec<(f64, f64)> {
     score_grouped(stats, &one_word_each(terms), dl, tf, tf_title)
 }

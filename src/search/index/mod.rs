@@ -4,7 +4,7 @@
 //! shows (stored fields). A derived artifact: the graph is the source of
 //! truth and `store::graph::indexing` builds and catches these up from it.
 //!
-//! The terms are this project's analysis (`store::graph::analysis`: NFKC,
+//! The terms are this project's analysis (`search::analysis`: NFKC,
 //! folding, Snowball per language, CJK bigrams), made once at ingest and kept
 //! in the chunk's `scoped` property; here they are indexed as they are
 //! (split on spaces), so a query's words — analyzed the same way — meet the

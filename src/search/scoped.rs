@@ -11,7 +11,7 @@
 //! ms at the same sizes).
 //!
 //! The index only finds candidates: ranking is BM25 computed by the server
-//! (`store::index::rank`) from each library's own statistics, because the
+//! (`search::index::rank`) from each library's own statistics, because the
 //! index's document count and average length are index-wide — with them, other
 //! tenants' data moved a tenant's ranking.
 //!

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::ModelKind;
-use crate::store::index::rank;
+use crate::search::index::rank;
 
 /// How `search` ranks.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub enum Signal {
 
 /// Candidates each signal contributes to a hybrid ranking (and the semantic
 /// candidates of a semantic search, at least).
-pub(super) const CANDIDATES: usize = 100;
+pub(crate) const CANDIDATES: usize = 100;
 
 /// The relevance below which hybrid search (the default mode) leaves a hit
 /// out unless the caller gives `min_relevance` (the search tool's
@@ -83,13 +83,13 @@ impl Calibration {
 
 /// A ranked chunk before its text is read.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Ranked {
-    pub(super) chunk_uid: String,
-    pub(super) library_uid: String,
-    pub(super) score: f64,
-    pub(super) relevance: f64,
-    pub(super) similarity: Option<f64>,
-    pub(super) found_by: Vec<Signal>,
+pub(crate) struct Ranked {
+    pub(crate) chunk_uid: String,
+    pub(crate) library_uid: String,
+    pub(crate) score: f64,
+    pub(crate) relevance: f64,
+    pub(crate) similarity: Option<f64>,
+    pub(crate) found_by: Vec<Signal>,
 }
 
 /// One ranking out of the keyword candidates (scored, any order) and the
@@ -104,7 +104,7 @@ pub(super) struct Ranked {
 /// keyword match and a close paraphrase both rank high, whichever signal
 /// found them, and BM25 orders the keyword matches among themselves. Every
 /// term is a function of the caller's libraries only.
-pub(super) fn fuse(
+pub(crate) fn fuse(
     mode: Mode,
     calibration: Calibration,
     mut keyword: Vec<rank::Scored>,

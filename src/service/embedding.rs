@@ -9,15 +9,15 @@
 //! Round-robin: each round takes one batch from every library with pending
 //! chunks (in uid order, starting after the library served last), so one
 //! tenant's bulk sync never starves another's. Its state is the graph's
-//! (`store::graph::vectors`), so a restart resumes where it stopped.
+//! (`store::graph::vectors`), so a restart resumes where it stopped. The model
+//! is `crate::embed`; what the worker reports, `embed::Status`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus::{IntCounter, IntGauge};
 use sqlx::PgPool;
 
-use super::Embedder;
+use crate::embed::{Embedder, Status};
 use crate::store::graph::ingest::AdminGraph;
 
 /// How long an idle worker (or one that is not the leader) waits before it
@@ -30,98 +30,6 @@ const RECOUNT: Duration = Duration::from_secs(10);
 const LOCK_KEY: i64 = 0x6d6e_656d_5f65_6d62; // "mnem_emb"
 /// Chunks marked pending per backfill page.
 const BACKFILL_PAGE: i64 = 1000;
-/// Ingest goes first: the worker holds its next batch while an item was
-/// written on this replica less than `QUIET` ago, but never longer than
-/// `YIELD_MAX` per batch, so a constant stream of ingests slows the drain
-/// (about one batch per `YIELD_MAX`) without stopping it.
-const QUIET: Duration = Duration::from_millis(250);
-const YIELD_MAX: Duration = Duration::from_secs(2);
-const YIELD_POLL: Duration = Duration::from_millis(50);
-
-/// Whether the worker keeps holding its batch: ingest was seen `since` ago
-/// and it has held for `held`.
-fn holds(since: Duration, held: Duration) -> bool {
-    since < QUIET && held < YIELD_MAX
-}
-
-/// What the worker reports (metrics, `get_health`, the console).
-pub struct Status {
-    /// Chunks waiting for a vector (as last counted).
-    pub backlog: IntGauge,
-    /// Chunks given a vector by this replica.
-    pub embedded: IntCounter,
-    /// Chunks that could not be embedded (left out of semantic search).
-    pub failed: IntCounter,
-    /// 1 while this replica is the one embedding.
-    pub leader: IntGauge,
-    /// When this replica last wrote an item (ms since `epoch`; 0: never).
-    ingest_seen: std::sync::atomic::AtomicU64,
-    epoch: std::time::Instant,
-}
-
-impl Status {
-    pub fn new(metrics: &crate::metrics::Metrics) -> Arc<Status> {
-        let s = Status {
-            backlog: IntGauge::new(
-                "mnemosyne_embedding_backlog",
-                "Chunks waiting for a vector (keyword-searchable already)",
-            )
-            .expect("valid metric"),
-            embedded: IntCounter::new(
-                "mnemosyne_embedded_chunks_total",
-                "Chunks given a vector by this replica's embedding worker",
-            )
-            .expect("valid metric"),
-            failed: IntCounter::new(
-                "mnemosyne_embedding_failures_total",
-                "Chunks whose text could not be embedded (left out of semantic search)",
-            )
-            .expect("valid metric"),
-            leader: IntGauge::new(
-                "mnemosyne_embedding_leader",
-                "1 while this replica runs the embedding worker",
-            )
-            .expect("valid metric"),
-            ingest_seen: std::sync::atomic::AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
-        };
-        for c in [
-            Box::new(s.backlog.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(s.embedded.clone()),
-            Box::new(s.failed.clone()),
-            Box::new(s.leader.clone()),
-        ] {
-            metrics.register(c);
-        }
-        Arc::new(s)
-    }
-
-    /// An item is being written on this replica (the worker yields to it).
-    pub fn note_ingest(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
-        self.ingest_seen.store(ms.max(1), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// How long ago this replica last wrote an item (None: never).
-    fn since_ingest(&self) -> Option<Duration> {
-        match self.ingest_seen.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => None,
-            ms => Some(self.epoch.elapsed().saturating_sub(Duration::from_millis(ms))),
-        }
-    }
-
-    /// Waits while ingest is busy on this replica (see `QUIET`, `YIELD_MAX`).
-    async fn yield_to_ingest(&self) {
-        let start = std::time::Instant::now();
-        while let Some(since) = self.since_ingest() {
-            if !holds(since, start.elapsed()) {
-                break;
-            }
-            tokio::time::sleep(YIELD_POLL).await;
-        }
-    }
-}
-
 /// Settings of the worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -336,7 +244,7 @@ async fn one_batch(
     let e = embedder.clone();
     let texts: Vec<String> = pending
         .iter()
-        .map(|(_, title, text)| super::chunk_text(title, text))
+        .map(|(_, title, text)| crate::embed::chunk_text(title, text))
         .collect();
     let vectors = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -375,17 +283,8 @@ async fn one_batch(
 
 #[cfg(test)]
 mod tests {
-    use super::{holds, round, Backlog, RECOUNT};
+    use super::{round, Backlog, RECOUNT};
     use std::time::Duration;
-
-    #[test]
-    fn the_worker_holds_only_while_ingest_is_recent_and_never_past_the_limit() {
-        let ms = Duration::from_millis;
-        assert!(holds(ms(0), ms(0)));
-        assert!(holds(ms(249), ms(1_999)));
-        assert!(!holds(ms(250), ms(0)), "ingest quiet for QUIET: go");
-        assert!(!holds(ms(0), ms(2_000)), "held YIELD_MAX: go anyway");
-    }
 
     #[test]
     fn rounds_rotate_after_the_last_library() {
