@@ -38,6 +38,69 @@ const TERMS: &str = "terms";
 /// Indexing memory of one library's writer (tantivy's minimum).
 const WRITER_MEMORY: usize = 15_000_000;
 
+/// Keyword scoring's working buffers, kept between searches (see
+/// `LibraryIndex::score_grouped`). At most `SCRATCH_KEPT` are kept, each
+/// only while it holds at most `SCRATCH_BYTES`: a 10,000-chunk broad query
+/// of two words fills ~0.6 MB, a 100,000-chunk one ~6 MB.
+#[derive(Default)]
+struct Scratch {
+    at: Vec<(u32, DocId)>,
+    dl: Vec<i64>,
+    tf: Vec<i64>,
+    tt: Vec<i64>,
+    slot: Vec<u32>,
+    scored: Vec<(f64, f64)>,
+    order: Vec<usize>,
+}
+
+/// How many scoring buffers are kept (about one per search running at once
+/// on a small machine; more run with fresh ones).
+const SCRATCH_KEPT: usize = 4;
+/// The largest scoring buffer kept, in bytes.
+const SCRATCH_BYTES: usize = 16 << 20;
+
+static SCRATCH: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
+
+impl Scratch {
+    /// A kept buffer, emptied, or a new one.
+    fn take() -> Scratch {
+        let mut s = SCRATCH
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        s.at.clear();
+        s.dl.clear();
+        s.tf.clear();
+        s.tt.clear();
+        s.slot.clear();
+        s.scored.clear();
+        s.order.clear();
+        s
+    }
+
+    /// The bytes it holds.
+    fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.at.capacity() * size_of::<(u32, DocId)>()
+            + (self.dl.capacity() + self.tf.capacity() + self.tt.capacity()) * size_of::<i64>()
+            + self.slot.capacity() * size_of::<u32>()
+            + self.scored.capacity() * size_of::<(f64, f64)>()
+            + self.order.capacity() * size_of::<usize>()
+    }
+
+    /// Keeps it for the next search, unless it is too big or enough are kept.
+    fn give_back(self) {
+        if self.bytes() > SCRATCH_BYTES {
+            return;
+        }
+        let mut kept = SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < SCRATCH_KEPT {
+            kept.push(self);
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error("index: {0}")]
@@ -390,15 +453,24 @@ impl LibraryIndex {
         let searcher = self.reader.searcher();
         let stats = self.stats(&searcher)?;
         let terms = words.len();
-        // Candidates of every segment: (segment, doc) and their frequencies.
-        let mut at: Vec<(u32, DocId)> = Vec::new();
-        let mut dl: Vec<i64> = Vec::new();
-        let mut tf: Vec<i64> = Vec::new();
-        let mut tt: Vec<i64> = Vec::new();
+        // Candidates of every segment: (segment, doc) and their frequencies,
+        // in buffers reused from earlier searches (a broad query fills
+        // megabytes: fresh ones cost more in page faults than the scoring).
+        let mut scratch = Scratch::take();
+        let Scratch {
+            at,
+            dl,
+            tf,
+            tt,
+            slot,
+            scored,
+            order,
+        } = &mut scratch;
         for (ord, seg) in searcher.segment_readers().iter().enumerate() {
             let alive = seg.alive_bitset();
             let in_collection = self.in_collection(seg, collection)?;
-            let mut slot: Vec<u32> = vec![u32::MAX; seg.max_doc() as usize];
+            slot.clear();
+            slot.resize(seg.max_doc() as usize, u32::MAX);
             let first = at.len();
             for (field, freqs) in [(f.text_terms, 0usize), (f.title_terms, 1usize)] {
                 let inv = seg.inverted_index(field)?;
@@ -440,8 +512,8 @@ impl LibraryIndex {
                 dl.push(dls.first(doc).unwrap_or(0) as i64);
             }
         }
-        let scored = rank::score_grouped(stats, groups, &dl, &tf, &tt);
-        let mut order: Vec<usize> = (0..at.len()).filter(|i| scored[*i].1 >= min_relevance).collect();
+        rank::score_grouped_into(stats, groups, dl, tf, tt, scored);
+        order.extend((0..at.len()).filter(|i| scored[*i].1 >= min_relevance));
         // The best k by score, and every candidate tied with the k-th (ties
         // are broken by chunk uid, which only those need).
         if order.len() > k {
@@ -455,7 +527,7 @@ impl LibraryIndex {
         }
         let mut hits = Vec::with_capacity(order.len());
         let mut buf = String::new();
-        for i in order {
+        for &i in order.iter() {
             let (seg, doc) = at[i];
             let Some(col) = &uids[seg as usize] else { continue };
             let Some(term_ord) = col.term_ords(doc).next() else {
@@ -468,6 +540,7 @@ impl LibraryIndex {
                 relevance: scored[i].1,
             });
         }
+        scratch.give_back();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
         if hits.len() > k {
             hits.truncate(k);

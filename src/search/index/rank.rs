@@ -119,10 +119,26 @@ pub fn score_grouped(
     tf: &[i64],
     tf_title: &[i64],
 ) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    score_grouped_into(stats, groups, dl, tf, tf_title, &mut out);
+    out
+}
+
+/// `score_grouped` into `out` (cleared first), so that a caller scoring
+/// many queries reuses one buffer.
+pub fn score_grouped_into(
+    stats: LibraryStats,
+    groups: &[usize],
+    dl: &[i64],
+    tf: &[i64],
+    tf_title: &[i64],
+    out: &mut Vec<(f64, f64)>,
+) {
+    out.clear();
     let terms = groups.len();
     let count = dl.len();
     if count == 0 || terms == 0 {
-        return Vec::new();
+        return;
     }
     // A library that grew since its statistics were read may have more
     // candidates than chunks.
@@ -162,42 +178,47 @@ pub fn score_grouped(
         })
         .collect();
     let total_weight: f64 = word_weight.iter().sum();
-    (0..count)
-        .map(|j| {
-            let norm = K1 * (1.0 - B + B * dl[j].max(0) as f64 / avgdl);
-            let mut score = 0.0;
-            let mut hit = vec![false; words.len()];
-            for i in 0..terms {
-                let tf = tf[j * terms + i].max(0) as f64;
-                let tt = tf_title[j * terms + i].max(0) as f64;
-                if tf > 0.0 {
-                    score += idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
-                }
-                if tt > 0.0 {
-                    score += TITLE_WEIGHT * idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
-                }
-                if tf > 0.0 || tt > 0.0 {
-                    if let Some(w) = words.iter().position(|w| *w == groups[i]) {
-                        hit[w] = true;
-                    }
-                }
+    // Each term's word, as an index into `words` (looked up once, not per
+    // candidate), and one buffer of matched words reused for every candidate.
+    let word_of: Vec<usize> = groups
+        .iter()
+        .map(|g| words.iter().position(|w| w == g).unwrap_or(0))
+        .collect();
+    let mut hit = vec![false; words.len()];
+    out.reserve(count);
+    for (j, len) in dl.iter().enumerate() {
+        let norm = K1 * (1.0 - B + B * (*len).max(0) as f64 / avgdl);
+        let mut score = 0.0;
+        hit.fill(false);
+        let row = j * terms;
+        for i in 0..terms {
+            let tf = tf[row + i].max(0) as f64;
+            let tt = tf_title[row + i].max(0) as f64;
+            if tf > 0.0 {
+                score += idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
             }
-            let mut matched = 0.0;
-            for (w, h) in hit.iter().enumerate() {
-                if *h {
-                    matched += word_weight[w];
-                }
+            if tt > 0.0 {
+                score += TITLE_WEIGHT * idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
             }
-            let relevance = if total_weight > 0.0 {
-                matched / total_weight
-            } else {
-                0.0
-            };
-            // Coordination: a chunk matching more of the query's weight
-            // ranks above one repeating a single rare word.
-            (score * relevance, relevance)
-        })
-        .collect()
+            if tf > 0.0 || tt > 0.0 {
+                hit[word_of[i]] = true;
+            }
+        }
+        let mut matched = 0.0;
+        for (w, h) in hit.iter().enumerate() {
+            if *h {
+                matched += word_weight[w];
+            }
+        }
+        let relevance = if total_weight > 0.0 {
+            matched / total_weight
+        } else {
+            0.0
+        };
+        // Coordination: a chunk matching more of the query's weight ranks
+        // above one repeating a single rare word.
+        out.push((score * relevance, relevance));
+    }
 }
 
 /// Groups candidates by library.
