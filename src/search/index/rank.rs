@@ -140,8 +140,7 @@ pub fn score_grouped_into(
     if count == 0 || terms == 0 {
         return;
     }
-    // A library that grew since its statistics were read may have more
-    // candidates than chunks.
+    // Every candidate holds a term: they count the document frequencies.
     let mut df = vec![0f64; terms];
     let mut df_title = vec![0f64; terms];
     for j in 0..count {
@@ -150,74 +149,132 @@ pub fn score_grouped_into(
             df_title[i] += f64::from(tf_title[j * terms + i] > 0);
         }
     }
-    let n = (stats.n.max(0) as f64).max(count as f64);
-    let avgdl = if stats.n > 0 && stats.tokens > 0 {
-        stats.tokens as f64 / stats.n as f64
-    } else {
-        1.0
-    };
-    let idf_text: Vec<f64> = df.iter().map(|d| idf(n, *d)).collect();
-    let idf_title: Vec<f64> = df_title.iter().map(|d| idf(n, *d)).collect();
-    // A term's weight for relevance: its IDF over the field that holds it
-    // most (absent from the library: the largest IDF there is).
-    let weight: Vec<f64> = (0..terms).map(|i| idf(n, df[i].max(df_title[i]))).collect();
-    // The words, in order of first appearance, and each one's weight.
-    let mut words: Vec<usize> = Vec::new();
-    for g in groups {
-        if !words.contains(g) {
-            words.push(*g);
+    Weights::new(stats, groups, &df, &df_title, count).score_into(dl, tf, tf_title, out);
+}
+
+/// One query's weights in one library: each term's IDF per field and each
+/// query word's share of relevance, from the library's statistics and the
+/// terms' document frequencies over its candidates (`candidates` chunks hold
+/// a term: a library that grew since its statistics were read may have more
+/// of them than chunks).
+pub struct Weights {
+    avgdl: f64,
+    idf_text: Vec<f64>,
+    idf_title: Vec<f64>,
+    /// Each term's word, as an index into `word_weight`.
+    word_of: Vec<usize>,
+    word_weight: Vec<f64>,
+    total_weight: f64,
+}
+
+impl Weights {
+    /// `groups[i]` is term `i`'s query word (see `score_grouped`); `df[i]`
+    /// and `df_title[i]` the candidates holding it in their text and title.
+    pub fn new(stats: LibraryStats, groups: &[usize], df: &[f64], df_title: &[f64], candidates: usize) -> Weights {
+        let terms = groups.len();
+        let n = (stats.n.max(0) as f64).max(candidates as f64);
+        let avgdl = if stats.n > 0 && stats.tokens > 0 {
+            stats.tokens as f64 / stats.n as f64
+        } else {
+            1.0
+        };
+        let idf_text: Vec<f64> = df.iter().map(|d| idf(n, *d)).collect();
+        let idf_title: Vec<f64> = df_title.iter().map(|d| idf(n, *d)).collect();
+        // A term's weight for relevance: its IDF over the field that holds
+        // it most (absent from the library: the largest IDF there is).
+        let weight: Vec<f64> = (0..terms).map(|i| idf(n, df[i].max(df_title[i]))).collect();
+        // The words, in order of first appearance, and each one's weight.
+        let mut words: Vec<usize> = Vec::new();
+        for g in groups {
+            if !words.contains(g) {
+                words.push(*g);
+            }
+        }
+        let word_weight: Vec<f64> = words
+            .iter()
+            .map(|w| {
+                (0..terms)
+                    .filter(|i| groups[*i] == *w)
+                    .map(|i| weight[i])
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .collect();
+        let total_weight: f64 = word_weight.iter().sum();
+        let word_of: Vec<usize> = groups
+            .iter()
+            .map(|g| words.iter().position(|w| w == g).unwrap_or(0))
+            .collect();
+        Weights {
+            avgdl,
+            idf_text,
+            idf_title,
+            word_of,
+            word_weight,
+            total_weight,
         }
     }
-    let word_weight: Vec<f64> = words
-        .iter()
-        .map(|w| {
-            (0..terms)
-                .filter(|i| groups[*i] == *w)
-                .map(|i| weight[i])
-                .fold(f64::INFINITY, f64::min)
-        })
-        .collect();
-    let total_weight: f64 = word_weight.iter().sum();
-    // Each term's word, as an index into `words` (looked up once, not per
-    // candidate), and one buffer of matched words reused for every candidate.
-    let word_of: Vec<usize> = groups
-        .iter()
-        .map(|g| words.iter().position(|w| w == g).unwrap_or(0))
-        .collect();
-    let mut hit = vec![false; words.len()];
-    out.reserve(count);
-    for (j, len) in dl.iter().enumerate() {
-        let norm = K1 * (1.0 - B + B * (*len).max(0) as f64 / avgdl);
-        let mut score = 0.0;
-        hit.fill(false);
-        let row = j * terms;
-        for i in 0..terms {
-            let tf = tf[row + i].max(0) as f64;
-            let tt = tf_title[row + i].max(0) as f64;
-            if tf > 0.0 {
-                score += idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
+
+    /// (score, relevance) of each candidate into `out` (appended): candidate
+    /// `j` has length `dl[j]` and frequencies `tf[j * terms + i]` (text) and
+    /// `tf_title[j * terms + i]` (title) of term `i`.
+    pub fn score_into(&self, dl: &[i64], tf: &[i64], tf_title: &[i64], out: &mut Vec<(f64, f64)>) {
+        let terms = self.word_of.len();
+        // One buffer of matched words, reused for every candidate.
+        let mut hit = vec![false; self.word_weight.len()];
+        out.reserve(dl.len());
+        for (j, len) in dl.iter().enumerate() {
+            let norm = K1 * (1.0 - B + B * (*len).max(0) as f64 / self.avgdl);
+            let mut score = 0.0;
+            hit.fill(false);
+            let row = j * terms;
+            for i in 0..terms {
+                let tf = tf[row + i].max(0) as f64;
+                let tt = tf_title[row + i].max(0) as f64;
+                if tf > 0.0 {
+                    score += self.idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
+                }
+                if tt > 0.0 {
+                    score += TITLE_WEIGHT * self.idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
+                }
+                if tf > 0.0 || tt > 0.0 {
+                    hit[self.word_of[i]] = true;
+                }
             }
-            if tt > 0.0 {
-                score += TITLE_WEIGHT * idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
-            }
-            if tf > 0.0 || tt > 0.0 {
-                hit[word_of[i]] = true;
-            }
+            let relevance = self.relevance(&hit);
+            // Coordination: a chunk matching more of the query's weight
+            // ranks above one repeating a single rare word.
+            out.push((score * relevance, relevance));
         }
+    }
+
+    /// The share of the query's weight of the words marked in `hit`.
+    fn relevance(&self, hit: &[bool]) -> f64 {
         let mut matched = 0.0;
         for (w, h) in hit.iter().enumerate() {
             if *h {
-                matched += word_weight[w];
+                matched += self.word_weight[w];
             }
         }
-        let relevance = if total_weight > 0.0 {
-            matched / total_weight
+        if self.total_weight > 0.0 {
+            matched / self.total_weight
         } else {
             0.0
-        };
-        // Coordination: a chunk matching more of the query's weight ranks
-        // above one repeating a single rare word.
-        out.push((score * relevance, relevance));
+        }
+    }
+
+    /// For a chunk holding no term outside the word of term `word_term`:
+    /// its relevance, and a bound its score stays strictly below (each
+    /// term's BM25 saturates below `idf · (K1 + 1)` in either field).
+    pub fn bound_of_word(&self, word_term: usize) -> (f64, f64) {
+        let w = self.word_of[word_term];
+        let mut hit = vec![false; self.word_weight.len()];
+        hit[w] = true;
+        let relevance = self.relevance(&hit);
+        let mut most = 0.0;
+        for i in (0..self.word_of.len()).filter(|i| self.word_of[*i] == w) {
+            most += self.idf_text[i] * (K1 + 1.0) + TITLE_WEIGHT * self.idf_title[i] * (K1 + 1.0);
+        }
+        (most * relevance, relevance)
     }
 }
 
