@@ -473,10 +473,7 @@ impl LibraryIndex {
         groups: &[usize],
         k: usize,
     ) -> Result<Option<usize>, IndexError> {
-        let mut distinct: Vec<usize> = groups.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() < 2 {
+        if groups.iter().all(|g| Some(g) == groups.first()) {
             return Ok(None);
         }
         let f = self.fields;
