@@ -438,9 +438,20 @@ async fn run() {
                         .collect(),
                 );
                 // Documents in rank order (a document's best chunk counts).
+                // Hits of equal score are ties, which the server breaks by
+                // chunk uid — new in every run of this bench, so a tie at
+                // the rank-10 cut moved a bucket by ±0.01 between runs.
+                // Each run of equal scores is ordered by document id here,
+                // so runs compare.
+                let mut docs: Vec<(f64, String)> = hits
+                    .iter()
+                    .map(|h| (h.score, doc_of.get(&h.item_uid).cloned().unwrap_or_default()))
+                    .collect();
+                for tie in docs.chunk_by_mut(|a, b| a.0 == b.0) {
+                    tie.sort_by(|a, b| a.1.cmp(&b.1));
+                }
                 let mut ranked: Vec<String> = Vec::new();
-                for h in &hits {
-                    let d = doc_of.get(&h.item_uid).cloned().unwrap_or_default();
+                for (_, d) in docs {
                     if !ranked.contains(&d) {
                         ranked.push(d);
                     }
