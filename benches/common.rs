@@ -43,6 +43,19 @@ pub fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// A deterministic pseudo-random unit vector of the model's width.
+pub fn unit_vector(seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let v: Vec<f32> = (0..mnemosyne::embed::DIM)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+    v.into_iter().map(|a| a / n).collect()
+}
+
 /// Runs the benchmark on two workers (the machines have two cores); `--list`
 /// (cargo's bench discovery) prints its name and runs nothing.
 pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {

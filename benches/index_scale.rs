@@ -29,6 +29,9 @@
 //!   (SCALE_LIBRARIES=100, SCALE_CHUNKS=10000; quick: SCALE_LIBRARIES=3 SCALE_CHUNKS=2000;
 //!    MNEMOSYNE_VECTOR_CACHE_CHUNKS and MNEMOSYNE_INDEX_OPEN_LIBRARIES as the server reads them)
 
+#[path = "common.rs"]
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -52,22 +55,6 @@ const CHUNK_CHARS: usize = 1_200;
 const ITEM_CHUNKS: usize = 10;
 /// Best candidates asked of every library in scope (`fusion::CANDIDATES`).
 const K: usize = 100;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn unit(seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let v: Vec<f32> = (0..DIM)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect();
-    let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-    v.into_iter().map(|a| a / n).collect()
-}
 
 /// splitmix64: the corpus position of each chunk.
 fn mix(mut z: u64) -> u64 {
@@ -216,7 +203,7 @@ fn page(
                     (item_no / 60) % 60,
                     item_no % 1000
                 )),
-                vector: Some(unit(((lib as u64) << 32) | i as u64)),
+                vector: Some(common::unit_vector(((lib as u64) << 32) | i as u64)),
             }
         })
         .collect()
@@ -337,8 +324,8 @@ struct Served {
 /// index dropped.
 fn serve(root: &Path, libraries: usize, per_library: usize, query: (&str, &str), label: &str) -> Served {
     let (query, query_note) = query;
-    let vector_chunks = env("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS);
-    let max_open = env("MNEMOSYNE_INDEX_OPEN_LIBRARIES", OPEN_LIBRARIES).max(1);
+    let vector_chunks = common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS);
+    let max_open = common::setting::<usize>("MNEMOSYNE_INDEX_OPEN_LIBRARIES", OPEN_LIBRARIES).max(1);
     let (words, groups) = scoped::query_words_grouped(Language::English, query);
     let codes = CodeCache::new(vector_chunks.saturating_mul(QUANTIZED));
     let mut open: Vec<(usize, LibraryIndex, u64)> = Vec::new();
@@ -361,7 +348,9 @@ fn serve(root: &Path, libraries: usize, per_library: usize, query: (&str, &str),
         assert!(!found.is_empty(), "the broad query finds chunks");
         hits += found.len();
         let t = Instant::now();
-        let near = index.nearest(&unit(u64::MAX - l as u64), K, None).expect("nearest");
+        let near = index
+            .nearest(&common::unit_vector(u64::MAX - l as u64), K, None)
+            .expect("nearest");
         vector.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(near.len(), K.min(per_library));
         open.push((l, index, l as u64));
@@ -417,8 +406,8 @@ fn main() {
         println!("index_scale: bench");
         return;
     }
-    let libraries = env("SCALE_LIBRARIES", 100);
-    let per_library = env("SCALE_CHUNKS", 10_000);
+    let libraries = common::setting::<usize>("SCALE_LIBRARIES", 100);
+    let per_library = common::setting::<usize>("SCALE_CHUNKS", 10_000);
     let total = libraries * per_library;
     let docs = corpus();
     let (query, query_note) = broad_query(&docs);
@@ -452,8 +441,9 @@ fn main() {
 
     // 1. Build, as `build_now` does: pages added, one commit, the writer
     //    closed, the staging directory renamed into place.
-    let build_cache =
-        CodeCache::new(env("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS).saturating_mul(QUANTIZED));
+    let build_cache = CodeCache::new(
+        common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS).saturating_mul(QUANTIZED),
+    );
     let (mut making, mut writing) = (Vec::new(), Vec::new());
     let mut analyzing = 0.0;
     let mut disk = 0u64;

@@ -10,9 +10,11 @@
 //! Prints p50/p90 per query, first search (cold) and warm, beside the
 //! baseline measured on main before the decoded-codes cache.
 
+#[path = "common.rs"]
+mod common;
+
 use std::time::Instant;
 
-use mnemosyne::embed::DIM;
 use mnemosyne::search::index::vectors::CodeCache;
 use mnemosyne::search::index::{Applied, IndexedChunk, LibraryIndex};
 
@@ -22,34 +24,18 @@ use mnemosyne::search::index::{Applied, IndexedChunk, LibraryIndex};
 /// k 100.
 const BASELINE: &str = "p50 6.58–7.47 ms as written, 9.07–12.07 ms merged (10,000 chunks, main ac81348)";
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn unit(seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let v: Vec<f32> = (0..DIM)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect();
-    let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-    v.into_iter().map(|a| a / n).collect()
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn run(idx: &LibraryIndex, label: &str, queries: usize, k: usize) {
     let t = Instant::now();
-    let first = idx.nearest(&unit(1_000_000), k, None).expect("nearest");
+    let first = idx.nearest(&common::unit_vector(1_000_000), k, None).expect("nearest");
     let cold = t.elapsed().as_secs_f64() * 1e3;
     assert_eq!(first.len(), k.min(idx.num_chunks() as usize));
     let mut ms = Vec::with_capacity(queries);
     for i in 0..queries {
-        let q = unit(2_000_000 + i as u64);
+        let q = common::unit_vector(2_000_000 + i as u64);
         let t = Instant::now();
         let got = idx.nearest(&q, k, None).expect("nearest");
         ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -64,9 +50,9 @@ fn run(idx: &LibraryIndex, label: &str, queries: usize, k: usize) {
 }
 
 fn main() {
-    let n = env("INDEX_CHUNKS", 10_000);
-    let queries = env("INDEX_QUERIES", 200);
-    let k = env("INDEX_K", 100);
+    let n = common::setting::<usize>("INDEX_CHUNKS", 10_000);
+    let queries = common::setting::<usize>("INDEX_QUERIES", 200);
+    let k = common::setting::<usize>("INDEX_K", 100);
     let path = std::env::temp_dir().join(format!("mnemosyne-bench-index-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&path);
     let idx = LibraryIndex::open_or_create(&path, CodeCache::unbounded()).expect("index");
@@ -79,7 +65,7 @@ fn main() {
                 collection_uid: "col".into(),
                 text_terms: "w".into(),
                 dl: 1,
-                vector: Some(unit(i as u64)),
+                vector: Some(common::unit_vector(i as u64)),
                 ..Default::default()
             })
             .collect();
