@@ -35,6 +35,16 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster")
 }
 
+/// Where the cluster's ports start: below the kernel's ephemeral range
+/// (32768–60999 by default), so that no connection's local port and no
+/// test's `127.0.0.1:0` listener can take one between the script's check and
+/// the replica's bind; random, so that the two tests of this file running at
+/// once start far apart (the script skips ports in use).
+fn base_port() -> u16 {
+    use rand::Rng;
+    20_000 + 32 * rand::thread_rng().gen_range(0..380u16)
+}
+
 impl Cluster {
     fn up(app: &TestApp) -> Cluster {
         Self::up_with(app, REPLICAS, &[])
@@ -43,11 +53,7 @@ impl Cluster {
     /// `replicas` replicas with `env` added to their settings.
     fn up_with(app: &TestApp, replicas: usize, env: &[(&str, String)]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("mnemosyne-cluster-{}", app.ns));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = base_port();
         let mut cmd = Command::new(script());
         cmd.args(["up", &replicas.to_string()])
             .env("MNEMOSYNE_BIN", env!("CARGO_BIN_EXE_mnemosyne"))
