@@ -379,22 +379,29 @@ async fn killing_the_embedding_leader_hands_the_queue_to_another_replica_within_
     let mut c = McpClient::new(http.clone(), format!("{other}/mcp/"), &token)
         .connect()
         .await;
+    // A search the survivor answers with a tool error (a store or the
+    // model's query slower than the search's deadline while it catches up
+    // with the vectors the dead leader stored) is asked again within the
+    // same bound; the last answer is shown if the bound passes.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let out = c
-            .call_ok(
+        let r = c
+            .call(
                 "search",
                 json!({"query": "mudflat carbon birds", "mode": "semantic", "limit": 50, "min_relevance": 0}),
             )
             .await;
-        let hits = out["results"].as_array().map_or(0, Vec::len) as i64;
-        if hits == CHUNKS {
+        let hits = r["structuredContent"]["results"].as_array().map_or(0, Vec::len) as i64;
+        if r["isError"] != json!(true) && hits == CHUNKS {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "semantic search finds {hits} of {CHUNKS} chunks"
+            "semantic search finds {hits} of {CHUNKS} chunks (last answer: {r})"
         );
+        if r["isError"] == json!(true) {
+            println!("the survivor answered a search with an error (asked again): {r}");
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
