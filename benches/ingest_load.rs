@@ -248,7 +248,7 @@ async fn run() {
         .max_connections(32)
         .build()
         .unwrap();
-    let bolt = Arc::new(Graph::connect(config).await.unwrap());
+    let bolt = Arc::new(Graph::connect(config).unwrap());
     let one_message = std::env::var("DIRECT_ONE_MESSAGE").is_ok_and(|v| v == "1");
     for clients in [1, 4, 16] {
         let tag = format!("{ns}-bolt{clients}");
@@ -275,7 +275,7 @@ async fn run() {
                         let mut m: HashMap<String, BoltType> = HashMap::new();
                         m.insert("uid".into(), format!("{item}-{k}").into());
                         m.insert("ordinal".into(), (k as i64).into());
-                        m.insert("text".into(), text.as_str().into());
+                        m.insert("text".into(), text.to_string().into());
                         m.insert("scoped".into(), indexed.scoped.into());
                         m.insert("dl".into(), indexed.dl.into());
                         (size, m.into())
@@ -318,7 +318,7 @@ async fn run() {
                     txn.commit().await
                 };
                 match write.await {
-                    Ok(()) => true,
+                    Ok(_) => true,
                     Err(e) => {
                         eprintln!("bolt write failed: {e}");
                         false

@@ -115,7 +115,7 @@ async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, lib
         .db(settings.bolt_database.as_str())
         .build()
         .unwrap();
-    let g = Graph::connect(config).await.unwrap();
+    let g = Graph::connect(config).unwrap();
     let mut total = 0;
     loop {
         let mut rows = Vec::new();

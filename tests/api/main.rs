@@ -20,6 +20,7 @@ mod observability;
 mod pgbouncer;
 mod rate_limits;
 mod replicas;
+mod routing;
 mod search;
 mod search_index;
 mod semantic;

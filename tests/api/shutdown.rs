@@ -178,28 +178,3 @@ async fn sigterm_drains_answers_the_request_in_flight_and_exits_0() {
     on_app.session = Some(sid);
     assert_eq!(on_app.list_tools().await.status, StatusCode::OK);
 }
-
-#[tokio::test]
-async fn a_routed_neo4j_uri_is_refused_at_start_without_its_password() {
-    let app = TestApp::spawn().await;
-    for scheme in ["neo4j", "neo4j+s", "neo4j+ssc", "NEO4J"] {
-        let uri = format!("{scheme}://neo:hunter2-secret@127.0.0.1:7687");
-        let mut child = serve(
-            &app,
-            free_port(),
-            &[
-                ("MNEMOSYNE_BOLT_URI", uri.as_str()),
-                ("MNEMOSYNE_BOLT_PASSWORD", "hunter2-password"),
-            ],
-            true,
-        );
-        let status = exit_within(&mut child, Duration::from_secs(20)).expect("serve exited");
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-        assert!(!status.success(), "{scheme}: served");
-        assert!(stderr.contains("does no routing"), "{scheme}: {stderr}");
-        assert!(stderr.contains("use `bolt://`"), "{scheme}: {stderr}");
-        assert!(stderr.contains("neo:****@127.0.0.1:7687"), "{scheme}: {stderr}");
-        assert!(!stderr.contains("hunter2"), "{scheme}: {stderr}");
-    }
-}

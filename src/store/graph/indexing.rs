@@ -647,7 +647,7 @@ async fn item_sources(graph: &GraphStore, lib: &str, items: &[String]) -> Result
     let q = query(include_str!("../../../cypher/index_items.cypher"))
         .param("items", items.to_vec())
         .param("lib", lib);
-    for r in graph.rows("index_items.cypher", q).await? {
+    for r in graph.rows_from_leader("index_items.cypher", q).await? {
         let Some(uid) = r.get::<Option<String>>("uid")? else {
             continue;
         };
@@ -677,7 +677,7 @@ async fn item_chunks(
             .param("items", batch.to_vec())
             .param("lib", lib)
             .param("model", model);
-        for r in graph.rows("index_item_chunks.cypher", q).await? {
+        for r in graph.rows_from_leader("index_item_chunks.cypher", q).await? {
             if let Some(c) = chunk_of(&r, &key, &tkey)? {
                 chunks.push(c);
             }

@@ -228,7 +228,7 @@ impl AdminGraph {
     /// (`src/layering.rs` checks).
     #[doc(hidden)]
     pub async fn rows_for_tests(&self, q: neo4rs::Query) -> Result<Vec<neo4rs::Row>, GraphError> {
-        self.0.rows("test inspection", q).await
+        self.0.rows_from_leader("test inspection", q).await
     }
 }
 

@@ -46,23 +46,86 @@ pub enum GraphError {
     Unsupported(String),
 }
 
-/// Refuses a routed Neo4j URI (`neo4j://`, `neo4j+s://`, `neo4j+ssc://`).
-/// neo4rs 0.8 parses them but does no client-side routing: against a
-/// cluster its writes land on followers and fail (NotALeader), reads never
-/// spread over the readers. A `bolt://` URI to one server is what it serves
-/// (docs/scaling.md compares the routed drivers). The message shows the URI
-/// without its password.
-pub fn refuse_routed_uri(uri: &str) -> Result<(), GraphError> {
-    let scheme = uri.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some(s @ ("neo4j" | "neo4j+s" | "neo4j+ssc")) => Err(GraphError::Unsupported(format!(
-            "MNEMOSYNE_BOLT_URI={}: `{s}://` asks for a routed Neo4j cluster, and this build's driver \
-             (neo4rs 0.8) does no routing (writes would reach followers and fail with NotALeader); \
-             use `bolt://` (or `bolt+s://`) to a single server, or to the cluster's leader",
-            crate::config::redact_url(uri)
-        ))),
-        _ => Ok(()),
+/// Rows fetched per PULL.
+const FETCH_SIZE: usize = 500;
+
+/// The Bolt driver. For `neo4j://` (and `neo4j+s://`) it routes: it asks the
+/// cluster for its routing table (ROUTE), sends writes to the writer and
+/// reads to the readers, round robin. neo4rs keeps a routing table until its
+/// TTL runs out, also after the writer it names says it is no longer the
+/// leader, so such a refusal (`NotALeader`, a read-only database) replaces
+/// the driver by a new one, whose first statement reads a fresh table
+/// (`reroute`); the transaction runs again. `bolt://` is one server.
+pub(crate) struct Driver {
+    config: neo4rs::Config,
+    database: String,
+    graph: std::sync::RwLock<Graph>,
+    /// The bookmarks of the last transactions this replica committed (a
+    /// few: commits finish out of order). A read waits until its server has
+    /// applied them, so this replica reads what it wrote.
+    bookmarks: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+/// How many of the latest commits' bookmarks a read carries.
+const BOOKMARKS: usize = 4;
+
+impl Driver {
+    fn new(config: neo4rs::Config, database: String) -> Result<Self, GraphError> {
+        Ok(Driver {
+            graph: std::sync::RwLock::new(Graph::connect(config.clone())?),
+            config,
+            database,
+            bookmarks: std::sync::Mutex::new(std::collections::VecDeque::new()),
+        })
     }
+
+    fn graph(&self) -> Graph {
+        self.graph.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A read's session: this database, after this replica's last writes.
+    fn read_session(&self) -> neo4rs::SessionConfig {
+        let bookmarks = self
+            .bookmarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        neo4rs::SessionConfig::builder()
+            .with_db(self.database.as_str().into())
+            .with_fetch_size(FETCH_SIZE)
+            .with_bookmarks(bookmarks)
+            .build()
+    }
+
+    fn committed(&self, bookmark: Option<String>) {
+        let Some(b) = bookmark else { return };
+        let mut q = self.bookmarks.lock().unwrap_or_else(|e| e.into_inner());
+        if !q.contains(&b) {
+            if q.len() == BOOKMARKS {
+                q.pop_front();
+            }
+            q.push_back(b);
+        }
+    }
+
+    /// A server refused a write as not the leader: a new driver (new pools,
+    /// a routing table read afresh on first use). Statements running on the
+    /// old one finish on their connections.
+    fn reroute(&self) {
+        match Graph::connect(self.config.clone()) {
+            Ok(g) => *self.graph.write().unwrap_or_else(|e| e.into_inner()) = g,
+            Err(e) => tracing::warn!(error = %e, "could not renew the graph driver"),
+        }
+    }
+}
+
+/// Whether a failure says that the server is not (or no longer) the one
+/// that takes writes.
+fn not_the_leader(cause: &str) -> bool {
+    cause.contains("Neo.ClientError.Cluster.NotALeader")
+        || cause.contains("Neo.ClientError.General.ForbiddenOnReadOnlyDatabase")
 }
 
 /// How a failed graph call is handled; `classify` is the one place that decides.
@@ -148,7 +211,10 @@ pub fn classify(e: &neo4rs::Error) -> (ErrorClass, String) {
         neo4rs::Error::IOError { .. }
         | neo4rs::Error::ConnectionError
         | neo4rs::Error::UnexpectedMessage(_)
-        | neo4rs::Error::UnsupportedVersion(_)
+        | neo4rs::Error::UnsupportedVersion(..)
+        | neo4rs::Error::ConnectionClosed(_)
+        | neo4rs::Error::IncompleteBoltExchange
+        | neo4rs::Error::ServerUnavailableError(_)
         | neo4rs::Error::AuthenticationError(_)
         | neo4rs::Error::InvalidDnsName(_)
         | neo4rs::Error::UnknownMessage(_) => (ErrorClass::Unavailable, e.to_string()),
@@ -281,7 +347,9 @@ pub enum Txn<A> {
 /// ```
 #[derive(Clone)]
 pub struct GraphStore {
-    graph: Graph,
+    /// The driver (its pools and, for `neo4j://`, its routing table); a new
+    /// one replaces it when a server says it is not the leader (`reroute`).
+    driver: Arc<Driver>,
     pub flavor: Flavor,
     timeout: Duration,
     /// Bolt exchanges running on tasks of their own (see `detached`).
@@ -391,18 +459,16 @@ impl GraphStore {
     /// Builds the pool; no connection is made until the first query, so `serve`
     /// starts while the graph is down and `/readyz` says so.
     pub async fn connect(settings: &Settings) -> Result<Self, GraphError> {
-        refuse_routed_uri(&settings.bolt_uri)?;
         let config = ConfigBuilder::default()
             .uri(settings.bolt_uri.as_str())
             .user(settings.bolt_user.as_str())
             .password(settings.bolt_password.expose())
             .db(settings.bolt_database.as_str())
             .max_connections(CONNECTIONS)
-            .fetch_size(500)
+            .fetch_size(FETCH_SIZE)
             .build()?;
-        let graph = Graph::connect(config).await?;
         Ok(GraphStore {
-            graph,
+            driver: Arc::new(Driver::new(config, settings.bolt_database.clone())?),
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
@@ -496,7 +562,7 @@ impl GraphStore {
             .clone()
             .try_acquire_owned()
             .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
-        let fut = work(self.graph.clone());
+        let fut = work(self.driver.graph());
         // A statement starts only while its caller still waits: the task
         // takes one of the pool's connections (`connections`, as many as the
         // pool holds, so neo4rs never queues) and then checks that the caller
@@ -530,7 +596,32 @@ impl GraphStore {
 
     /// Runs a read (`name`: its Cypher file, for metrics and traces) and
     /// collects its rows.
+    ///
+    /// On a routed cluster (`neo4j://`) it goes to a reader, after the last
+    /// write this replica committed (its bookmark): what this replica wrote,
+    /// its reads see.
     pub(super) async fn rows(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
+        let session = self.driver.read_session();
+        self.observed(
+            name,
+            self.detached(|graph| async move {
+                let mut session = graph.with_session(Some(session));
+                let mut stream = session.execute_read(q).await?;
+                let mut rows = Vec::new();
+                while let Some(row) = stream.next().await? {
+                    rows.push(row);
+                }
+                Ok(rows)
+            }),
+        )
+        .await
+    }
+
+    /// Runs a read on the writer of a routed cluster (elsewhere as `rows`):
+    /// for what the search index reads after a change another replica wrote
+    /// and recorded in Postgres. The leader holds every acknowledged write;
+    /// a reader may not yet, and this replica has no bookmark of that write.
+    pub(super) async fn rows_from_leader(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
         self.observed(
             name,
             self.detached(|graph| async move {
@@ -546,7 +637,8 @@ impl GraphStore {
     }
 
     /// Runs a read whose answer may be larger than memory should hold (an
-    /// index build reading a whole library) and hands its rows over in pages
+    /// index build reading a whole library; on a routed cluster from the
+    /// writer, see `rows_from_leader`) and hands its rows over in pages
     /// of `page`, through a channel that holds one page: at most two pages
     /// are in memory on this side. Each page must come within the store
     /// timeout (the whole statement may take longer). The exchange is always
@@ -558,7 +650,7 @@ impl GraphStore {
             .clone()
             .try_acquire_owned()
             .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
-        let (connections, graph) = (self.connections.clone(), self.graph.clone());
+        let (connections, graph) = (self.connections.clone(), self.driver.graph());
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Row>, GraphError>>(1);
         tokio::spawn(
             async move {
@@ -699,13 +791,19 @@ impl GraphStore {
                 .detached(|graph| async move { Ok(attempt_on(graph, steps).await) })
                 .await
             {
-                Ok(Ok(done)) => return Ok(done),
+                Ok(Ok((done, bookmark))) => {
+                    self.driver.committed(bookmark);
+                    return Ok(done);
+                }
                 Ok(Err(Attempt::Check(e))) => return Err(e),
                 Ok(Err(Attempt::Graph(e))) => e,
                 Err(GraphError::Unavailable(cause)) => return Err(GraphError::Unavailable(format!("{what}: {cause}"))),
                 Err(e) => return Err(e),
             };
             let (class, cause) = classify(&err);
+            if not_the_leader(&cause) {
+                self.driver.reroute();
+            }
             let retryable = class == ErrorClass::Transient || (find_or_create && class == ErrorClass::Duplicate);
             attempt += 1;
             if retryable {
@@ -745,8 +843,11 @@ impl GraphStore {
     }
 
     pub(super) async fn run(&self, name: &'static str, q: Query) -> Result<(), GraphError> {
-        self.observed(name, self.detached(|graph| async move { Ok(graph.run(q).await?) }))
-            .await
+        self.observed(
+            name,
+            self.detached(|graph| async move { Ok(graph.run(q).await.map(|_| ())?) }),
+        )
+        .await
     }
 
     /// Library uids of each workspace, in uid order: the team path's one graph
@@ -760,8 +861,11 @@ impl GraphStore {
         if workspace_ids.is_empty() {
             return Ok(out);
         }
+        // From the writer on a routed cluster: a library just moved out of
+        // a workspace (by any replica) is never still granted by a lagging
+        // reader.
         let rows = self
-            .rows(
+            .rows_from_leader(
                 "libraries_for_workspaces.cypher",
                 query(include_str!("../../../cypher/libraries_for_workspaces.cypher"))
                     .param("workspace_ids", workspace_ids.to_vec()),
@@ -820,13 +924,16 @@ impl WorkspaceLibraries {
 }
 
 /// One attempt of a transaction on a connection of `graph`'s pool.
-async fn attempt_on<A: Send + 'static>(graph: Graph, steps: Vec<Step<A>>) -> Result<Txn<A>, Attempt> {
+/// A commit gives its bookmark (None from servers without bookmarks).
+async fn attempt_on<A: Send + 'static>(graph: Graph, steps: Vec<Step<A>>) -> Result<(Txn<A>, Option<String>), Attempt> {
     // On an error the transaction is dropped: its connection goes back to
     // the pool, which resets it (rolling the transaction back) before reuse.
     let mut txn = graph.start_txn().await?;
     for step in &steps {
         match &step.check {
-            None => txn.run(step.query.clone()).await?,
+            None => {
+                txn.run(step.query.clone()).await?;
+            }
             Some(check) => {
                 let mut stream = txn.execute(step.query.clone()).await?;
                 let mut rows = Vec::new();
@@ -835,13 +942,13 @@ async fn attempt_on<A: Send + 'static>(graph: Graph, steps: Vec<Step<A>>) -> Res
                 }
                 if let Some(stop) = check(&rows).map_err(Attempt::Check)? {
                     let _ = txn.rollback().await;
-                    return Ok(Txn::Stopped(stop));
+                    return Ok((Txn::Stopped(stop), None));
                 }
             }
         }
     }
-    txn.commit().await?;
-    Ok(Txn::Committed)
+    let bookmark = txn.commit().await?;
+    Ok((Txn::Committed, bookmark))
 }
 
 /// Why an attempt failed: the graph said no (classified and maybe retried),
@@ -901,23 +1008,6 @@ mod vanished_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routed_uris_are_refused_without_their_password() {
-        for uri in [
-            "neo4j://neo:hunter2@db:7687",
-            "neo4j+s://neo:hunter2@db:7687",
-            "NEO4J+SSC://neo:hunter2@db:7687",
-        ] {
-            let e = refuse_routed_uri(uri).unwrap_err().to_string();
-            assert!(e.contains("does no routing"), "{e}");
-            assert!(e.contains("neo:****@db:7687"), "{e}");
-            assert!(!e.contains("hunter2"), "{e}");
-        }
-        for uri in ["bolt://db:7687", "bolt+s://db:7687", "127.0.0.1:7687"] {
-            assert!(refuse_routed_uri(uri).is_ok(), "{uri}");
-        }
-    }
 
     #[test]
     fn arcadedb_and_neo4j_conflicts_are_transient() {

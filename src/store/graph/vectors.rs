@@ -210,7 +210,7 @@ impl GraphStore {
     async fn vector_stamps(&self, libs: &[String]) -> Result<HashMap<String, Stamp>, GraphError> {
         let q = query(include_str!("../../../cypher/vector_versions.cypher")).param("libs", libs.to_vec());
         let mut out: HashMap<String, Stamp> = HashMap::new();
-        for row in self.rows("vector_versions.cypher", q).await? {
+        for row in self.rows_from_leader("vector_versions.cypher", q).await? {
             out.insert(
                 row.get("uid")?,
                 Stamp {
@@ -224,7 +224,7 @@ impl GraphStore {
         }
         let fences: Vec<String> = out.keys().flat_map(|l| ingest::fence_uids(l)).collect();
         let q = query(include_str!("../../../cypher/vector_stamps.cypher")).param("fences", fences);
-        for row in self.rows("vector_stamps.cypher", q).await? {
+        for row in self.rows_from_leader("vector_stamps.cypher", q).await? {
             let uid: String = row.get("uid")?;
             if let Some(s) = out.get_mut(&uid) {
                 s.writes = row.get("writes")?;
@@ -292,7 +292,7 @@ impl GraphStore {
             .param("library_uid", lib)
             .param("model", model)
             .param("since", old.since);
-        let rows = self.rows("vector_rows.cypher", q).await?;
+        let rows = self.rows_from_leader("vector_rows.cypher", q).await?;
         let known: HashMap<&str, usize> = old.uids.iter().enumerate().map(|(i, u)| (u.as_str(), i)).collect();
         let mut next = LibVectors {
             stamp,

@@ -342,7 +342,9 @@ impl CuttableProxy {
 
 #[tokio::test]
 async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
-    let bolt = base_settings().bolt_uri;
+    // host:port of the graph (the run's URI may name a scheme: neo4j://).
+    let uri = base_settings().bolt_uri;
+    let bolt = uri.split_once("://").map_or(uri.as_str(), |(_, a)| a).to_owned();
     let proxy = CuttableProxy::start(bolt).await;
     let port = proxy.port;
     let app = TestApp::spawn_with(|s| {
