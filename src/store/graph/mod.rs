@@ -58,11 +58,15 @@ const FETCH_SIZE: usize = 500;
 /// (`reroute`); the transaction runs again. `bolt://` is one server.
 pub(crate) struct Driver {
     config: neo4rs::Config,
-    database: String,
-    graph: std::sync::RwLock<Graph>,
+    /// Whether the URI asks for routing (`neo4j://…`): only then does a
+    /// refusal renew the driver.
+    routed: bool,
+    /// The driver and its generation (how many times it was renewed).
+    graph: std::sync::RwLock<(u64, Graph)>,
     /// The bookmarks of the last transactions this replica committed (a
-    /// few: commits finish out of order). A read waits until its server has
-    /// applied them, so this replica reads what it wrote.
+    /// few: commits finish out of order). A read carries them, and its
+    /// server waits until it has applied them, so this replica reads what it
+    /// wrote.
     bookmarks: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
 
@@ -70,33 +74,34 @@ pub(crate) struct Driver {
 const BOOKMARKS: usize = 4;
 
 impl Driver {
-    fn new(config: neo4rs::Config, database: String) -> Result<Self, GraphError> {
+    fn new(config: neo4rs::Config, uri: &str) -> Result<Self, GraphError> {
+        let scheme = uri.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         Ok(Driver {
-            graph: std::sync::RwLock::new(Graph::connect(config.clone())?),
+            graph: std::sync::RwLock::new((0, Graph::connect(config.clone())?)),
+            routed: scheme.is_some_and(|s| s.starts_with("neo4j")),
             config,
-            database,
             bookmarks: std::sync::Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
-    fn graph(&self) -> Graph {
+    /// The current driver and its generation.
+    fn current(&self) -> (u64, Graph) {
         self.graph.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// A read's session: this database, after this replica's last writes.
-    fn read_session(&self) -> neo4rs::SessionConfig {
-        let bookmarks = self
-            .bookmarks
+    fn graph(&self) -> Graph {
+        self.current().1
+    }
+
+    /// The bookmarks a read carries (none before this replica's first
+    /// commit, and never from servers that give none, such as ArcadeDB).
+    fn bookmarks(&self) -> Vec<String> {
+        self.bookmarks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .cloned()
-            .collect();
-        neo4rs::SessionConfig::builder()
-            .with_db(self.database.as_str().into())
-            .with_fetch_size(FETCH_SIZE)
-            .with_bookmarks(bookmarks)
-            .build()
+            .collect()
     }
 
     fn committed(&self, bookmark: Option<String>) {
@@ -110,15 +115,39 @@ impl Driver {
         }
     }
 
-    /// A server refused a write as not the leader: a new driver (new pools,
-    /// a routing table read afresh on first use). Statements running on the
-    /// old one finish on their connections.
-    fn reroute(&self) {
+    /// A server refused a statement of generation `seen` as not the leader:
+    /// a new driver (new pools, a routing table read afresh from the seed
+    /// address on first use), unless another refusal renewed it already.
+    /// Statements running on the old one finish on their connections.
+    fn reroute(&self, seen: u64) {
+        if !self.routed {
+            return;
+        }
+        let mut current = self.graph.write().unwrap_or_else(|e| e.into_inner());
+        if current.0 != seen {
+            return;
+        }
         match Graph::connect(self.config.clone()) {
-            Ok(g) => *self.graph.write().unwrap_or_else(|e| e.into_inner()) = g,
+            Ok(g) => *current = (seen + 1, g),
             Err(e) => tracing::warn!(error = %e, "could not renew the graph driver"),
         }
     }
+
+    /// Renews the driver when `result` says its server is not the leader.
+    fn notice<T>(&self, seen: u64, result: &Result<T, GraphError>) {
+        if let Err(e) = result {
+            if not_the_leader(&e.to_string()) {
+                self.reroute(seen);
+            }
+        }
+    }
+}
+
+/// A streamed read's rows: inside an explicit transaction, or of one
+/// statement.
+enum Rows {
+    InTxn(neo4rs::RowStream),
+    Detached(Box<neo4rs::DetachedRowStream>),
 }
 
 /// Whether a failure says that the server is not (or no longer) the one
@@ -215,6 +244,12 @@ pub fn classify(e: &neo4rs::Error) -> (ErrorClass, String) {
         | neo4rs::Error::ConnectionClosed(_)
         | neo4rs::Error::IncompleteBoltExchange
         | neo4rs::Error::ServerUnavailableError(_)
+        | neo4rs::Error::ConnectionTimedOut
+        | neo4rs::Error::RoutingTableError(_)
+        | neo4rs::Error::RoutingTableRefreshFailed(_)
+        | neo4rs::Error::RequestIgnoredError
+        | neo4rs::Error::Ignored(_)
+        | neo4rs::Error::ProtocolMismatch(_)
         | neo4rs::Error::AuthenticationError(_)
         | neo4rs::Error::InvalidDnsName(_)
         | neo4rs::Error::UnknownMessage(_) => (ErrorClass::Unavailable, e.to_string()),
@@ -468,7 +503,7 @@ impl GraphStore {
             .fetch_size(FETCH_SIZE)
             .build()?;
         Ok(GraphStore {
-            driver: Arc::new(Driver::new(config, settings.bolt_database.clone())?),
+            driver: Arc::new(Driver::new(config, &settings.bolt_uri)?),
             flavor: Flavor::new(settings.graph_flavor, settings),
             timeout: settings.store_timeout(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
@@ -601,12 +636,17 @@ impl GraphStore {
     /// write this replica committed (its bookmark): what this replica wrote,
     /// its reads see.
     pub(super) async fn rows(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
-        let session = self.driver.read_session();
+        // neo4rs hands its bookmarks to ROUTE only: they go on the RUN here.
+        let bookmarks = self.driver.bookmarks();
+        let q = if bookmarks.is_empty() {
+            q
+        } else {
+            q.extra("bookmarks", bookmarks)
+        };
         self.observed(
             name,
             self.detached(|graph| async move {
-                let mut session = graph.with_session(Some(session));
-                let mut stream = session.execute_read(q).await?;
+                let mut stream = graph.execute_read(q).await?;
                 let mut rows = Vec::new();
                 while let Some(row) = stream.next().await? {
                     rows.push(row);
@@ -619,21 +659,39 @@ impl GraphStore {
 
     /// Runs a read on the writer of a routed cluster (elsewhere as `rows`):
     /// for what the search index reads after a change another replica wrote
-    /// and recorded in Postgres. The leader holds every acknowledged write;
-    /// a reader may not yet, and this replica has no bookmark of that write.
+    /// and recorded in Postgres, and the auth path's workspace libraries. The
+    /// leader holds every acknowledged write; a reader may not yet, and this
+    /// replica has no bookmark of that write. An explicit transaction: neo4rs
+    /// retries a single statement refused with NotALeader for up to a minute
+    /// against the same stale table, a transaction it leaves to us (a
+    /// refusal renews the driver; the caller's next call uses the new one).
     pub(super) async fn rows_from_leader(&self, name: &'static str, q: Query) -> Result<Vec<Row>, GraphError> {
-        self.observed(
-            name,
-            self.detached(|graph| async move {
-                let mut stream = graph.execute(q).await?;
-                let mut rows = Vec::new();
-                while let Some(row) = stream.next().await? {
-                    rows.push(row);
-                }
-                Ok(rows)
-            }),
-        )
-        .await
+        let (seen, _) = self.driver.current();
+        let routed = self.driver.routed;
+        let result = self
+            .observed(
+                name,
+                self.detached(move |graph| async move {
+                    let mut rows = Vec::new();
+                    if !routed {
+                        let mut stream = graph.execute(q).await?;
+                        while let Some(row) = stream.next().await? {
+                            rows.push(row);
+                        }
+                        return Ok(rows);
+                    }
+                    let mut txn = graph.start_txn().await?;
+                    let mut stream = txn.execute(q).await?;
+                    while let Some(row) = stream.next(txn.handle()).await? {
+                        rows.push(row);
+                    }
+                    txn.commit().await?;
+                    Ok(rows)
+                }),
+            )
+            .await;
+        self.driver.notice(seen, &result);
+        result
     }
 
     /// Runs a read whose answer may be larger than memory should hold (an
@@ -650,7 +708,8 @@ impl GraphStore {
             .clone()
             .try_acquire_owned()
             .map_err(|_| GraphError::Unavailable("too many graph queries in flight".into()))?;
-        let (connections, graph) = (self.connections.clone(), self.driver.graph());
+        let (connections, driver) = (self.connections.clone(), self.driver.clone());
+        let (seen, graph) = driver.current();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Row>, GraphError>>(1);
         tokio::spawn(
             async move {
@@ -662,17 +721,45 @@ impl GraphStore {
                 if tx.is_closed() {
                     return;
                 }
-                let mut rows = match graph.execute(q).await {
+                // A refusal as not the leader renews the driver (see
+                // `rows_from_leader`).
+                let failed = |e: neo4rs::Error| -> GraphError {
+                    let e = GraphError::from(e);
+                    driver.notice(seen, &Err::<(), _>(GraphError::Query(e.to_string())));
+                    e
+                };
+                // On a routed cluster an explicit transaction (never
+                // retried inside neo4rs), on the writer; else one statement.
+                let mut txn = None;
+                if driver.routed {
+                    match graph.start_txn().await {
+                        Ok(t) => txn = Some(t),
+                        Err(e) => {
+                            let _ = tx.send(Err(failed(e))).await;
+                            return;
+                        }
+                    }
+                }
+                let started = match &mut txn {
+                    Some(t) => t.execute(q).await.map(Rows::InTxn),
+                    None => graph.execute(q).await.map(|r| Rows::Detached(Box::new(r))),
+                };
+                let mut rows = match started {
                     Ok(r) => r,
                     Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
+                        let _ = tx.send(Err(failed(e))).await;
                         return;
                     }
                 };
                 let mut buf = Vec::with_capacity(page);
                 let mut open = true;
                 loop {
-                    match rows.next().await {
+                    let next = match (&mut rows, &mut txn) {
+                        (Rows::InTxn(r), Some(t)) => r.next(t.handle()).await,
+                        (Rows::Detached(r), _) => r.next().await,
+                        (Rows::InTxn(_), None) => Ok(None),
+                    };
+                    match next {
                         Ok(Some(row)) if open => {
                             buf.push(row);
                             if buf.len() >= page {
@@ -682,6 +769,9 @@ impl GraphStore {
                         }
                         Ok(Some(_)) => {} // drained: nobody reads it
                         Ok(None) => {
+                            if let Some(t) = txn {
+                                let _ = t.commit().await;
+                            }
                             // The last rows, then an empty page: the end.
                             if open && (buf.is_empty() || tx.send(Ok(buf)).await.is_ok()) {
                                 let _ = tx.send(Ok(Vec::new())).await;
@@ -689,8 +779,9 @@ impl GraphStore {
                             return;
                         }
                         Err(e) => {
+                            let e = failed(e);
                             if open {
-                                let _ = tx.send(Err(e.into())).await;
+                                let _ = tx.send(Err(e)).await;
                             }
                             return;
                         }
@@ -787,6 +878,7 @@ impl GraphStore {
             // Each attempt runs detached: a timeout abandons the wait, not the
             // exchange (see `detached`).
             let steps = steps.clone();
+            let (seen, _) = self.driver.current();
             let err = match self
                 .detached(|graph| async move { Ok(attempt_on(graph, steps).await) })
                 .await
@@ -802,7 +894,7 @@ impl GraphStore {
             };
             let (class, cause) = classify(&err);
             if not_the_leader(&cause) {
-                self.driver.reroute();
+                self.driver.reroute(seen);
             }
             let retryable = class == ErrorClass::Transient || (find_or_create && class == ErrorClass::Duplicate);
             attempt += 1;
