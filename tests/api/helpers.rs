@@ -55,6 +55,13 @@ pub fn base_settings() -> Settings {
 }
 
 /// A port free on 127.0.0.1 now (another process may take it before use).
+/// host:port of the run's graph server (its URI may name a scheme:
+/// `neo4j://`), for tests that put a proxy in front of it.
+pub fn bolt_address() -> String {
+    let uri = base_settings().bolt_uri;
+    uri.split_once("://").map_or(uri.as_str(), |(_, rest)| rest).to_owned()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

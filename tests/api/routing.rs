@@ -311,16 +311,10 @@ fn failure(code: &str, text: &str) -> Vec<u8> {
     )
 }
 
-/// host:port of the run's graph server.
-fn upstream() -> String {
-    let uri = crate::helpers::base_settings().bolt_uri;
-    uri.split_once("://").map_or(uri.as_str(), |(_, rest)| rest).to_owned()
-}
-
 /// An app whose graph is the double's cluster, seeded with the writer;
 /// with `stale`, the first routing table names the reader the writer.
 async fn routed_app(stale: bool) -> (TestApp, Cluster) {
-    let cluster = Cluster::start(upstream()).await;
+    let cluster = Cluster::start(crate::helpers::bolt_address()).await;
     cluster.stale.store(stale, Ordering::SeqCst);
     let seed = format!("neo4j://127.0.0.1:{}", cluster.writer);
     let app = TestApp::spawn_with(|s| s.bolt_uri = seed).await;

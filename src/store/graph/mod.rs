@@ -133,12 +133,11 @@ impl Driver {
         }
     }
 
-    /// Renews the driver when `result` says its server is not the leader.
-    fn notice<T>(&self, seen: u64, result: &Result<T, GraphError>) {
-        if let Err(e) = result {
-            if not_the_leader(&e.to_string()) {
-                self.reroute(seen);
-            }
+    /// Renews the driver of generation `seen` when a failure's words say
+    /// its server is not the leader.
+    fn notice(&self, seen: u64, failure: &str) {
+        if not_the_leader(failure) {
+            self.reroute(seen);
         }
     }
 }
@@ -690,7 +689,9 @@ impl GraphStore {
                 }),
             )
             .await;
-        self.driver.notice(seen, &result);
+        if let Err(e) = &result {
+            self.driver.notice(seen, &e.to_string());
+        }
         result
     }
 
@@ -725,7 +726,7 @@ impl GraphStore {
                 // `rows_from_leader`).
                 let failed = |e: neo4rs::Error| -> GraphError {
                     let e = GraphError::from(e);
-                    driver.notice(seen, &Err::<(), _>(GraphError::Query(e.to_string())));
+                    driver.notice(seen, &e.to_string());
                     e
                 };
                 // On a routed cluster an explicit transaction (never
@@ -893,9 +894,7 @@ impl GraphStore {
                 Err(e) => return Err(e),
             };
             let (class, cause) = classify(&err);
-            if not_the_leader(&cause) {
-                self.driver.reroute(seen);
-            }
+            self.driver.notice(seen, &cause);
             let retryable = class == ErrorClass::Transient || (find_or_create && class == ErrorClass::Duplicate);
             attempt += 1;
             if retryable {

@@ -342,10 +342,7 @@ impl CuttableProxy {
 
 #[tokio::test]
 async fn a_graph_outage_during_ingest_is_503_with_nothing_half_written() {
-    // host:port of the graph (the run's URI may name a scheme: neo4j://).
-    let uri = base_settings().bolt_uri;
-    let bolt = uri.split_once("://").map_or(uri.as_str(), |(_, a)| a).to_owned();
-    let proxy = CuttableProxy::start(bolt).await;
+    let proxy = CuttableProxy::start(crate::helpers::bolt_address()).await;
     let port = proxy.port;
     let app = TestApp::spawn_with(|s| {
         s.bolt_uri = format!("127.0.0.1:{port}");
