@@ -54,7 +54,7 @@ struct Layer {
 /// 4-bit (multilingual-e5): integer products (`int8`).
 pub enum Dense {
     F32 { wt: Tensor, b: Tensor },
-    Int8(super::int8::Matrix),
+    Int8(mnemosyne_kernels::int8::Matrix),
 }
 
 impl Dense {
@@ -100,7 +100,7 @@ impl Dense {
             ms.push(m);
         }
         Ok(Dense::Int8(
-            super::int8::Matrix::stacked(ms).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            mnemosyne_kernels::int8::Matrix::stacked(ms).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
         ))
     }
 
@@ -128,7 +128,7 @@ impl Dense {
 /// (multilingual-e5's packed file), e.g. `encoder.layer.0.intermediate.dense`.
 pub enum DenseWeights {
     F32,
-    Q4(std::collections::HashMap<String, super::int8::Matrix>),
+    Q4(std::collections::HashMap<String, mnemosyne_kernels::int8::Matrix>),
 }
 
 impl DenseWeights {
@@ -296,91 +296,9 @@ impl CustomOp1 for Softmax {
         let v = contiguous_f32("softmax", storage, layout)?;
         let width = layout.dims().last().copied().unwrap_or(1).max(1);
         let mut out = v.to_vec();
-        softmax_rows(&mut out, width);
+        mnemosyne_kernels::softmax_rows(&mut out, width);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
-}
-
-/// Lanes of the partial maxima and sums below (an AVX-512 register).
-const LANES: usize = 16;
-
-/// One row's softmax. The maximum and the sum are taken in `LANES` partial
-/// results, so that they vectorize like the `exp` between them (a single
-/// running sum is a chain of dependent additions).
-#[inline(always)]
-fn softmax(row: &mut [f32]) {
-    let (blocks, rest) = row.as_chunks::<LANES>();
-    let mut maxima = [f32::NEG_INFINITY; LANES];
-    for b in blocks {
-        for (m, x) in maxima.iter_mut().zip(b) {
-            *m = m.max(*x);
-        }
-    }
-    let max = rest.iter().chain(&maxima).copied().fold(f32::NEG_INFINITY, f32::max);
-    for x in row.iter_mut() {
-        *x = exp(*x - max);
-    }
-    let (blocks, rest) = row.as_chunks::<LANES>();
-    let mut sums = [0f32; LANES];
-    for b in blocks {
-        for (s, x) in sums.iter_mut().zip(b) {
-            *s += *x;
-        }
-    }
-    let inv = 1.0 / (sums.iter().sum::<f32>() + rest.iter().sum::<f32>());
-    for x in row.iter_mut() {
-        *x *= inv;
-    }
-}
-
-widest! {
-    /// Softmax of each `width`-long row of `v`, in place.
-    fn softmax_rows(v: &mut [f32], width: usize) {
-        // A `for` loop, not `for_each`: the library's fold would be a
-        // function of its own, compiled for the baseline.
-        for row in v.chunks_exact_mut(width) {
-            softmax(row);
-        }
-    }
-}
-
-widest! {
-    /// BERT's exact GELU of each value.
-    fn gelu_all(v: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; v.len()];
-        for (o, &x) in out.iter_mut().zip(v) {
-            *o = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-        }
-        out
-    }
-}
-
-/// e^x for x ≤ 0 (softmax's arguments) to about 2 ulp: x = n·ln 2 + r with
-/// |r| ≤ ln 2 / 2, e^r by its degree-6 Taylor polynomial, 2^n by building the
-/// float's exponent; arguments below −87 count as −87 (e⁻⁸⁷ ≈ 10⁻³⁸, nothing
-/// beside the row's maximum). Plain arithmetic, so it vectorizes.
-#[inline(always)]
-pub fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // Rounds to the nearest integer without a call (1.5·2²³): the sum's
-    // low mantissa bits hold that integer.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 0.0);
-    let t = x * std::f32::consts::LOG2_E + ROUND;
-    let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    // 2ⁿ: n + 127 (1 to 127 here) shifted into the exponent field, read
-    // from t's mantissa (no float-to-integer cast, which would saturate
-    // element by element instead of vectorizing).
-    p * f32::from_bits(t.to_bits().wrapping_add(127) << 23)
 }
 
 /// BERT's exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with a rational `erf`.
@@ -393,29 +311,9 @@ impl CustomOp1 for Gelu {
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let v = contiguous_f32("gelu", storage, layout)?;
-        let out = gelu_all(v);
+        let out = mnemosyne_kernels::gelu(v);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
-}
-
-/// erf(x) as an odd rational function on [-4, 4] (±1 to f32 precision
-/// outside): the approximation Eigen and XLA use, |error| < 2·10⁻⁷. Plain
-/// arithmetic, so a loop over it vectorizes (libm's `erff` does not).
-#[inline(always)]
-pub fn erf(x: f32) -> f32 {
-    let x = x.clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let mut p = x2 * -2.726_142_3e-10 + 2.770_681_4e-8;
-    p = x2 * p + -2.101_024e-6;
-    p = x2 * p + -5.692_506_4e-5;
-    p = x2 * p + -7.349_906_3e-4;
-    p = x2 * p + -2.954_600_6e-3;
-    p = x2 * p + -1.609_603_3e-2;
-    let mut q = x2 * -1.456_607_2e-5 + -2.133_740_6e-4;
-    q = x2 * q + -1.682_827e-3;
-    q = x2 * q + -7.373_329_2e-3;
-    q = x2 * q + -1.426_474e-2;
-    x * p / q
 }
 
 /// The unit vector of `v` (L2-normalized; a zero vector stays zero).
@@ -423,59 +321,4 @@ pub fn normalized(v: &Tensor) -> candle_core::Result<Vec<f32>> {
     let v = v.to_dtype(DType::F32)?;
     let norm = v.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
     v.broadcast_div(&norm)?.to_vec1::<f32>()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{erf, exp};
-
-    #[test]
-    fn vectorizable_exp_matches_the_exact_one() {
-        let mut worst = 0f64;
-        for i in 0..=87_000 {
-            let x = -(i as f32) / 1000.0;
-            let exact = f64::from(x).exp();
-            worst = worst.max((f64::from(exp(x)) - exact).abs() / exact);
-        }
-        assert!(worst < 1e-6, "max relative error {worst}");
-        assert_eq!(exp(0.0), 1.0);
-        assert_eq!(exp(-1000.0), exp(-87.0));
-        assert_eq!(exp(f32::NEG_INFINITY), exp(-87.0));
-    }
-
-    #[test]
-    fn rational_erf_matches_the_exact_one() {
-        let mut worst = 0f64;
-        for i in -6000..=6000 {
-            let x = i as f32 / 1000.0;
-            let exact = libm_erf(f64::from(x));
-            worst = worst.max((f64::from(erf(x)) - exact).abs());
-        }
-        assert!(worst < 1e-6, "max |erf error| {worst}");
-        assert_eq!(erf(0.0), 0.0);
-        assert_eq!(erf(-1.5), -erf(1.5));
-    }
-
-    /// erf by its Taylor series (|x| ≤ 3) and continued fraction beyond:
-    /// slow and exact enough in f64 to judge an f32 approximation.
-    fn libm_erf(x: f64) -> f64 {
-        let a = x.abs();
-        let r = if a <= 3.0 {
-            let (mut term, mut sum, mut n) = (a, a, 0.0);
-            while term.abs() > 1e-17 {
-                n += 1.0;
-                term *= -a * a / n;
-                sum += term / (2.0 * n + 1.0);
-            }
-            sum * 2.0 / std::f64::consts::PI.sqrt()
-        } else {
-            // erfc(a) = exp(-a²)/√π · 1/(a + 1/2/(a + 1/(a + 3/2/(a + …))))
-            let mut f = a;
-            for k in (1..60).rev() {
-                f = a + (k as f64 / 2.0) / f;
-            }
-            1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
-        };
-        r.copysign(x)
-    }
 }

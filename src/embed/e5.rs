@@ -25,8 +25,8 @@ use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 
 use super::bert::{Bert, Config, DenseWeights, Words};
-use super::int8::Matrix;
 use super::q4::{Q4Rows, BLOCK_BYTES, QK};
+use mnemosyne_kernels::int8::Matrix;
 
 const MAGIC: &[u8; 4] = b"E5S1";
 /// U+2581, SentencePiece's word-start marker.

@@ -11,48 +11,10 @@
 //! reports: `Status`); a query is embedded
 //! when it is searched (and cached).
 
-/// Defines `fn $name` whose body is compiled for the widest vector unit the
-/// CPU has: AVX-512, else AVX2 with FMA (checked at run time), else the
-/// baseline. The crate is built for baseline x86-64, whose loops run 4 lanes
-/// wide; the body and what it inlines (`exp`, `erf`) are compiled again
-/// inside each version.
-#[cfg(feature = "embed")]
-macro_rules! widest {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? $body:block) => {
-        $(#[$m])*
-        fn $name($($a: $t),*) $(-> $r)? {
-            #[inline(always)]
-            fn body($($a: $t),*) $(-> $r)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($a: $t),*) $(-> $r)? {
-                    body($($a),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($a: $t),*) $(-> $r)? {
-                    body($($a),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked on the line above).
-                    return unsafe { avx512($($a),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                    // SAFETY: the CPU has AVX2 and FMA (checked on the line above).
-                    return unsafe { avx2($($a),*) };
-                }
-            }
-            body($($a),*)
-        }
-    };
-}
-
 #[cfg(feature = "embed")]
 mod bert;
 #[cfg(feature = "embed")]
 pub mod e5;
-#[cfg(feature = "embed")]
-mod int8;
 #[cfg(feature = "embed")]
 mod q4;
 mod status;

@@ -19,7 +19,10 @@
 
 use anyhow::{ensure, Context};
 
-use super::q4::{BLOCK_BYTES, QK};
+/// Weights per Q4_0 block.
+pub const QK: usize = 32;
+/// Bytes per Q4_0 block: an f16 scale and 16 bytes of nibbles.
+pub const BLOCK_BYTES: usize = 2 + QK / 2;
 
 /// Output columns per tile (an AVX-512 register of i32 or f32).
 const TILE: usize = 16;
@@ -312,8 +315,13 @@ mod tests {
                 blocks.push((next() & 0xff) as u8);
             }
         }
-        let mut wide = vec![0f32; outputs * inputs];
-        super::super::q4::dequantize(&blocks, &mut wide);
+        let mut wide = Vec::with_capacity(outputs * inputs);
+        for b in blocks.chunks_exact(BLOCK_BYTES) {
+            let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+            let low = b[2..].iter().map(|q| (f32::from(q & 0x0f) - 8.0) * d);
+            let high = b[2..].iter().map(|q| (f32::from(q >> 4) - 8.0) * d);
+            wide.extend(low.chain(high));
+        }
         (blocks, wide)
     }
 
