@@ -1,9 +1,11 @@
 //! Embedding throughput of the in-process model alone (no stores): chunks of
 //! 1,200 characters (the committed quality corpus, cut and joined) embedded
 //! in batches, as the worker does, and single short queries, as `search`
-//! does. Goal (issue 21): ≥ 20 chunks/s on this 2-core machine.
+//! does. Goals (issues 21, 33): ≥ 20 chunks/s on this 2-core machine, a query
+//! ≤ 15 ms p50 (docs/search.md, "Speed of e5", for both models' figures).
 //!
-//!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/all-minilm-l6-v2 cargo bench --bench embed_throughput
+//!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/multilingual-e5-small cargo bench --bench embed_throughput
+//!   (or .dev/models/all-minilm-l6-v2)
 //!
 //! `RAYON_NUM_THREADS=1` is what `mnemosyne serve` sets (one core per text,
 //! texts of a batch side by side); without it candle splits each text too.

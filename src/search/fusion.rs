@@ -39,7 +39,7 @@ pub(crate) const CANDIDATES: usize = 100;
 /// The relevance below which hybrid search (the default mode) leaves a hit
 /// out unless the caller gives `min_relevance` (the search tool's
 /// description says so). Measured on the committed set (docs/search.md).
-pub const DEFAULT_MIN_RELEVANCE: f64 = 0.4;
+pub const DEFAULT_MIN_RELEVANCE: f64 = 0.3;
 
 /// Weight of the relative keyword score in a hybrid score, after relevance:
 /// among hits of equal relevance (every chunk holding all the query's words
@@ -97,8 +97,14 @@ pub(crate) struct Ranked {
 ///
 /// A semantic hit's relevance is its similarity's `evidence`. In a hybrid
 /// ranking each signal is evidence that the chunk answers, and either may
-/// vouch for it: relevance = 1 − (1 − keyword relevance)(1 − evidence) (a
-/// noisy-or; a signal that did not find the chunk gives 0). The score is that
+/// vouch for it: relevance = 1 − (1 − keyword evidence)(1 − evidence) (a
+/// noisy-or; a signal that did not find the chunk gives 0). Keyword evidence
+/// is the chunk's keyword relevance (the share of the query it holds) times
+/// the largest share any candidate holds: when some chunk holds the whole
+/// question that factor is 1; when none does, the question is worded
+/// otherwise than the library (a paraphrase, another language) and a chunk
+/// sharing some of its words counts for less beside what the meaning finds.
+/// The score is that
 /// relevance plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative to the
 /// best keyword score of this search × the keyword relevance, so a whole-query
 /// keyword match and a close paraphrase both rank high, whichever signal
@@ -137,9 +143,13 @@ pub(crate) fn fuse(
             let mut out: Vec<Ranked> = Vec::with_capacity(keyword.len() + semantic.len());
             let mut order: Vec<f64> = Vec::with_capacity(keyword.len() + semantic.len());
             let mut at: HashMap<String, usize> = HashMap::new();
+            // The largest share of the query any candidate holds: 1 when some
+            // chunk holds the whole question.
+            let whole = keyword.iter().map(|k| k.relevance).fold(0.0, f64::max);
             for k in keyword {
-                let r = kw(k);
+                let mut r = kw(k);
                 order.push(KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance);
+                r.relevance *= whole;
                 at.insert(r.chunk_uid.clone(), out.len());
                 out.push(r);
             }
@@ -208,8 +218,34 @@ mod tests {
     }
 
     #[test]
+    fn without_a_whole_query_match_a_partial_one_yields_to_the_meaning() {
+        // No chunk holds the whole question (the best holds half of it): its
+        // words are not the library's, and a chunk sharing one of them is
+        // weaker evidence than the chunk whose meaning is close.
+        let keyword = vec![kw("common", 5.0, 0.5), kw("rare", 1.0, 0.25)];
+        let semantic = vec![sem("meaning", 0.84), sem("common", 0.80)];
+        let r = fuse(Mode::Hybrid, E5, keyword.clone(), semantic.clone(), 10);
+        assert_eq!(order(&r)[0], "meaning");
+        let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
+        assert!(
+            (rel("common") - 0.25).abs() < 1e-6,
+            "0.5 of the query × the best share 0.5"
+        );
+        assert!((rel("rare") - 0.125).abs() < 1e-6);
+        assert!((rel("meaning") - 0.4).abs() < 1e-6);
+        // With a whole-query match in the library, the same partial match
+        // keeps its full share.
+        let mut with_whole = keyword;
+        with_whole.push(kw("whole", 9.0, 1.0));
+        let r = fuse(Mode::Hybrid, E5, with_whole, semantic, 10);
+        let common = r.iter().find(|x| x.chunk_uid == "common").unwrap();
+        assert!((common.relevance - 0.5).abs() < 1e-6);
+        assert_eq!(order(&r)[..2], ["whole", "common"]);
+    }
+
+    #[test]
     fn either_signal_vouches_for_a_hit_and_both_vouch_more() {
-        let keyword = vec![kw("both", 4.0, 0.5), kw("words", 8.0, 0.5)];
+        let keyword = vec![kw("whole", 1.0, 1.0), kw("both", 4.0, 0.5), kw("words", 8.0, 0.5)];
         let r = fuse(
             Mode::Hybrid,
             E5,
@@ -221,9 +257,9 @@ mod tests {
         assert!((rel("both") - 0.75).abs() < 1e-6, "1 − 0.5 × 0.5");
         assert!((rel("words") - 0.5).abs() < 1e-6);
         assert!((rel("meaning") - 0.5).abs() < 1e-6);
-        assert_eq!(order(&r)[0], "both");
+        assert_eq!(order(&r)[..2], ["whole", "both"]);
         // Equal relevance: the stronger keyword match first.
-        assert_eq!(order(&r)[1..], ["words", "meaning"]);
+        assert_eq!(order(&r)[2..], ["words", "meaning"]);
     }
 
     #[test]

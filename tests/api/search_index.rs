@@ -453,7 +453,7 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
 /// word looks like) is one word for relevance: a chunk holding it is a whole
 /// match, on the graph path and from the index alike. CI's Python suite drew
 /// such a word and its exact-word search came back empty in hybrid mode
-/// (relevance 0.09, under the 0.4 default).
+/// (relevance 0.09, under the default threshold of the time, 0.4).
 #[tokio::test]
 async fn a_word_stemmed_two_ways_is_one_word_for_relevance() {
     let app = TestApp::spawn().await;

@@ -48,7 +48,7 @@ pub struct SearchArgs {
     /// Only this collection
     #[schemars(length(min = UID.min, max = UID.max))]
     pub collection_uid: Option<String>,
-    /// Leave out results whose relevance is below this (0–1). Default: 0.4 in
+    /// Leave out results whose relevance is below this (0–1). Default: 0.3 in
     /// hybrid mode (drops hits nothing in the library supports, so an
     /// off-topic question comes back empty or nearly), 0 in keyword and
     /// semantic mode. Give 0 to see every candidate
@@ -105,7 +105,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search leaves out hits of relevance below 0.4 (`min_relevance` changes that): few or no results mean the libraries probably hold nothing on the question.",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search leaves out hits of relevance below 0.3 (`min_relevance` changes that): few or no results mean the libraries probably hold nothing on the question.",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)

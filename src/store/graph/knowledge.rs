@@ -45,7 +45,7 @@ pub struct SearchHit {
     /// 0–1: the share of the query's weight the chunk matches (keyword), the
     /// similarity read on the model's calibration (semantic), or either
     /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic)); hybrid search
-    /// leaves out hits below 0.4 unless `min_relevance` says otherwise.
+    /// leaves out hits below 0.3 unless `min_relevance` says otherwise.
     pub relevance: f64,
     /// Cosine similarity of the chunk to the query, when semantic search
     /// ranked it.
