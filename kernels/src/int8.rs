@@ -11,9 +11,10 @@
 //!
 //!   y[i][j] = Σ_b dw[j][b] · da[i][b] · (Σ_t (q[j][t] − 8) · a[i][t]) + bias[j]
 //!
-//! The inner sum is `vpdpbusd` (AVX-512 VNNI) where the CPU has it, the same
-//! integer arithmetic in portable loops where not (`product_portable`); both
-//! give the same f32 results to the bit (`the_kernel_matches_the_portable_products`).
+//! The inner sum is `vpdpbusd` (AVX-512 VNNI) where the CPU has it,
+//! `vpmaddubsw` + `vpmaddwd` (AVX2) where it has that, the same integer
+//! arithmetic in portable loops elsewhere (`product_portable`); all give the
+//! same f32 results to the bit (`the_kernel_matches_the_portable_products`).
 //! The only approximation over the widened model is the activations' 8 bits:
 //! vectors stay at a cosine above 0.999 of the f32 path (`tests`).
 
@@ -134,6 +135,11 @@ impl Matrix {
             if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and VNNI (checked on the line above).
                 unsafe { vnni::product(self, &a, &mut y) };
+                return y;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has AVX2 and FMA (checked on the line above).
+                unsafe { avx2::product(self, &a, &mut y) };
                 return y;
             }
         }
@@ -294,6 +300,84 @@ mod vnni {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Activations, Matrix, GROUP, GROUPS, QK, ROWS, TILE};
+
+    /// The products with AVX2: a tile's 16 columns are two registers of 8
+    /// columns × 4 weights; `vpmaddubsw` multiplies the nibbles (0–15) by
+    /// the broadcast activations (±127) and adds pairs (at most 3,810: no
+    /// saturation), `vpmaddwd` by ones adds the pairs' pairs into i32.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [f32]) {
+        for tile in 0..w.outputs / TILE {
+            let mut first = 0;
+            while first + ROWS <= a.rows {
+                rows::<ROWS>(w, a, y, tile, first);
+                first += ROWS;
+            }
+            match a.rows - first {
+                3 => rows::<3>(w, a, y, tile, first),
+                2 => rows::<2>(w, a, y, tile, first),
+                1 => rows::<1>(w, a, y, tile, first),
+                _ => {}
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [f32], tile: usize, first: usize) {
+        let nb = w.inputs / QK;
+        assert!(
+            (tile + 1) * TILE <= w.outputs
+                && (first + N) * w.inputs <= a.values.len()
+                && (first + N) * nb <= a.scales.len()
+                && (first + N) * w.outputs <= y.len()
+        );
+        // SAFETY (every load and store below): inside its vector, by the
+        // assert above and the sizes `Matrix::from_q4` checked.
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        for b in 0..nb {
+            let mut dots = [[_mm256_setzero_si256(); 2]; N];
+            let tile_block = unsafe { w.weights.as_ptr().add((tile * nb + b) * GROUPS * TILE * GROUP) };
+            for g in 0..GROUPS {
+                let at = unsafe { tile_block.add(g * TILE * GROUP) };
+                let lo = unsafe { _mm256_loadu_si256(at.cast()) };
+                let hi = unsafe { _mm256_loadu_si256(at.add(32).cast()) };
+                for (r, dot) in dots.iter_mut().enumerate() {
+                    let x = (first + r) * w.inputs + b * QK + g * GROUP;
+                    let x4 = _mm256_set1_epi32(unsafe { a.values.as_ptr().add(x).cast::<i32>().read_unaligned() });
+                    dot[0] = _mm256_add_epi32(dot[0], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x4), ones));
+                    dot[1] = _mm256_add_epi32(dot[1], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x4), ones));
+                }
+            }
+            let scales = unsafe { w.scales.as_ptr().add((tile * nb + b) * TILE) };
+            let dw = unsafe { [_mm256_loadu_ps(scales), _mm256_loadu_ps(scales.add(8))] };
+            for (r, (sum, dot)) in acc.iter_mut().zip(dots).enumerate() {
+                let blk = (first + r) * nb + b;
+                let correction = _mm256_set1_epi32(8 * a.sums[blk]);
+                let da = _mm256_set1_ps(a.scales[blk]);
+                for h in 0..2 {
+                    let exact = _mm256_sub_epi32(dot[h], correction);
+                    let scale = _mm256_mul_ps(dw[h], da);
+                    sum[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scale, sum[h]);
+                }
+            }
+        }
+        let bias = unsafe { w.bias.as_ptr().add(tile * TILE) };
+        for (r, sum) in acc.into_iter().enumerate() {
+            for (h, half) in sum.into_iter().enumerate() {
+                let out = _mm256_add_ps(half, unsafe { _mm256_loadu_ps(bias.add(8 * h)) });
+                unsafe { _mm256_storeu_ps(y.as_mut_ptr().add((first + r) * w.outputs + tile * TILE + 8 * h), out) };
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +446,13 @@ mod tests {
             let mut portable = vec![0f32; m * o];
             product_portable(&w, &a, &mut portable);
             assert_eq!(w.forward(&x), portable, "{m} rows");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                let mut y = vec![0f32; m * o];
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                unsafe { avx2::product(&w, &a, &mut y) };
+                assert_eq!(y, portable, "AVX2, {m} rows");
+            }
         }
     }
 
