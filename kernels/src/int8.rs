@@ -53,7 +53,7 @@ impl Matrix {
     /// weight j + 16 in its high one) and the bias.
     pub fn from_q4(blocks: &[u8], outputs: usize, inputs: usize, bias: Vec<f32>) -> anyhow::Result<Matrix> {
         ensure!(
-            outputs.is_multiple_of(TILE) && inputs.is_multiple_of(QK),
+            outputs > 0 && inputs > 0 && outputs.is_multiple_of(TILE) && inputs.is_multiple_of(QK),
             "a {outputs} × {inputs} matrix does not tile"
         );
         let per_row = inputs / QK * BLOCK_BYTES;
@@ -126,7 +126,8 @@ impl Matrix {
         self.outputs
     }
 
-    /// `x·Wᵀ + b` for `x`, rows of `inputs` values; rows of `outputs` values.
+    /// `x·Wᵀ + b` for `x`, rows of `inputs` values (a partial last row is
+    /// not read; the caller checks the shape); rows of `outputs` values.
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
         let a = Activations::quantize(x, self.inputs);
         let mut y = vec![0f32; a.rows * self.outputs];
@@ -480,5 +481,7 @@ mod tests {
     fn a_matrix_that_does_not_tile_is_refused() {
         let (blocks, _) = random(8, 64, 3);
         assert!(Matrix::from_q4(&blocks, 8, 64, vec![0.0; 8]).is_err());
+        assert!(Matrix::from_q4(&[], 16, 0, vec![0.0; 16]).is_err());
+        assert!(Matrix::from_q4(&[], 0, 32, vec![]).is_err());
     }
 }

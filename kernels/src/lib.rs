@@ -65,10 +65,6 @@ widest! {
     }
 }
 
-/// e^x for x ≤ 0 (softmax's arguments) to about 2 ulp: x = n·ln 2 + r with
-/// |r| ≤ ln 2 / 2, e^r by its degree-6 Taylor polynomial, 2^n by building the
-/// float's exponent; arguments below −87 count as −87 (e⁻⁸⁷ ≈ 10⁻³⁸, nothing
-/// beside the row's maximum). Plain arithmetic, so it vectorizes.
 /// Lanes of the partial maxima and sums below (an AVX-512 register).
 const LANES: usize = 16;
 
@@ -101,6 +97,10 @@ fn softmax(row: &mut [f32]) {
     }
 }
 
+/// e^x for x ≤ 0 (softmax's arguments) to about 2 ulp: x = n·ln 2 + r with
+/// |r| ≤ ln 2 / 2, e^r by its degree-6 Taylor polynomial, 2^n by building the
+/// float's exponent; arguments below −87 count as −87 (e⁻⁸⁷ ≈ 10⁻³⁸, nothing
+/// beside the row's maximum). Plain arithmetic, so it vectorizes.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;

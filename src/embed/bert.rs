@@ -108,7 +108,10 @@ impl Dense {
         match self {
             Dense::F32 { wt, b } => x.matmul(wt)?.broadcast_add(b),
             Dense::Int8(m) => {
-                let rows = x.dim(0)?;
+                let (rows, inputs) = x.dims2()?;
+                if inputs != m.inputs() {
+                    candle_core::bail!("dense: {inputs} inputs where the layer takes {}", m.inputs());
+                }
                 let y = {
                     let x = x.contiguous()?;
                     let (storage, layout) = x.storage_and_layout();

@@ -103,7 +103,8 @@ pub(crate) struct Ranked {
 /// the largest share any candidate holds: when some chunk holds the whole
 /// question that factor is 1; when none does, the question is worded
 /// otherwise than the library (a paraphrase, another language) and a chunk
-/// sharing some of its words counts for less beside what the meaning finds.
+/// sharing some of its words counts for less beside what the meaning finds
+/// (when the meaning finds nothing, no vector yet, the factor is 1).
 /// The score is that
 /// relevance plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative to the
 /// best keyword score of this search × the keyword relevance, so a whole-query
@@ -144,8 +145,14 @@ pub(crate) fn fuse(
             let mut order: Vec<f64> = Vec::with_capacity(keyword.len() + semantic.len());
             let mut at: HashMap<String, usize> = HashMap::new();
             // The largest share of the query any candidate holds: 1 when some
-            // chunk holds the whole question.
-            let whole = keyword.iter().map(|k| k.relevance).fold(0.0, f64::max);
+            // chunk holds the whole question. Without semantic candidates (no
+            // vector in these libraries yet) there is no meaning to yield
+            // to, and a keyword share keeps its value.
+            let whole = if semantic.is_empty() {
+                1.0
+            } else {
+                keyword.iter().map(|k| k.relevance).fold(0.0, f64::max)
+            };
             for k in keyword {
                 let mut r = kw(k);
                 order.push(KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance);
@@ -241,6 +248,10 @@ mod tests {
         let common = r.iter().find(|x| x.chunk_uid == "common").unwrap();
         assert!((common.relevance - 0.5).abs() < 1e-6);
         assert_eq!(order(&r)[..2], ["whole", "common"]);
+        // No semantic candidate at all (chunks not embedded yet): nothing to
+        // yield to, the share stands.
+        let r = fuse(Mode::Hybrid, E5, vec![kw("common", 5.0, 0.5)], vec![], 10);
+        assert!((r[0].relevance - 0.5).abs() < 1e-6);
     }
 
     #[test]

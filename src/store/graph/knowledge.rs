@@ -44,7 +44,8 @@ pub struct SearchHit {
     pub score: f64,
     /// 0–1: the share of the query's weight the chunk matches (keyword), the
     /// similarity read on the model's calibration (semantic), or either
-    /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic)); hybrid search
+    /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic), keyword being the
+    /// chunk's share times the largest share any hit holds); hybrid search
     /// leaves out hits below 0.3 unless `min_relevance` says otherwise.
     pub relevance: f64,
     /// Cosine similarity of the chunk to the query, when semantic search
