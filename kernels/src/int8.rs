@@ -231,6 +231,43 @@ fn product_portable(w: &Matrix, a: &Activations, y: &mut [f32]) {
     }
 }
 
+/// Walks a product's tiles, `ROWS` rows of activations at a time and the
+/// 1–3 left over, through a kernel's `rows::<N>` (N known at compile time,
+/// so its accumulators stay in registers). A macro, so each kernel's walk is
+/// compiled with its own target features.
+#[cfg(target_arch = "x86_64")]
+macro_rules! walk {
+    ($w:expr, $a:expr, $y:expr, $rows:ident) => {
+        for tile in 0..$w.outputs / TILE {
+            let mut first = 0;
+            while first + ROWS <= $a.rows {
+                $rows::<ROWS>($w, $a, $y, tile, first);
+                first += ROWS;
+            }
+            match $a.rows - first {
+                3 => $rows::<3>($w, $a, $y, tile, first),
+                2 => $rows::<2>($w, $a, $y, tile, first),
+                1 => $rows::<1>($w, $a, $y, tile, first),
+                _ => {}
+            }
+        }
+    };
+}
+
+/// What a kernel's unchecked loads and stores rely on for rows
+/// `first..first + n` of tile `tile` (with the sizes `Matrix::from_q4`
+/// checked: weights, scales and bias per output column).
+#[cfg(target_arch = "x86_64")]
+fn in_bounds(w: &Matrix, a: &Activations, y: &[f32], tile: usize, first: usize, n: usize) {
+    let nb = w.inputs / QK;
+    assert!(
+        (tile + 1) * TILE <= w.outputs
+            && (first + n) * w.inputs <= a.values.len()
+            && (first + n) * nb <= a.scales.len()
+            && (first + n) * w.outputs <= y.len()
+    );
+}
+
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::*;
@@ -242,19 +279,7 @@ mod vnni {
     /// each row's 4 activations (broadcast), summed in i32 lanes per block.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [f32]) {
-        for tile in 0..w.outputs / TILE {
-            let mut first = 0;
-            while first + ROWS <= a.rows {
-                rows::<ROWS>(w, a, y, tile, first);
-                first += ROWS;
-            }
-            match a.rows - first {
-                3 => rows::<3>(w, a, y, tile, first),
-                2 => rows::<2>(w, a, y, tile, first),
-                1 => rows::<1>(w, a, y, tile, first),
-                _ => {}
-            }
-        }
+        walk!(w, a, y, rows);
     }
 
     /// Rows `first..first + N` of one tile (N known, so the accumulators
@@ -263,14 +288,9 @@ mod vnni {
     #[target_feature(enable = "avx512f,avx512vnni")]
     fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [f32], tile: usize, first: usize) {
         let nb = w.inputs / QK;
-        assert!(
-            (tile + 1) * TILE <= w.outputs
-                && (first + N) * w.inputs <= a.values.len()
-                && (first + N) * nb <= a.scales.len()
-                && (first + N) * w.outputs <= y.len()
-        );
-        // SAFETY (every load and store below): inside its vector, by the
-        // assert above and the sizes `Matrix::from_q4` checked (weights:
+        super::in_bounds(w, a, y, tile, first, N);
+        // SAFETY (every load and store below): inside its vector, by
+        // `in_bounds` above and the sizes `Matrix::from_q4` checked (weights:
         // tiles × blocks × GROUPS × TILE × GROUP bytes; scales and bias per
         // output column).
         let mut acc = [_mm512_setzero_ps(); N];
@@ -313,33 +333,16 @@ mod avx2 {
     /// saturation), `vpmaddwd` by ones adds the pairs' pairs into i32.
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [f32]) {
-        for tile in 0..w.outputs / TILE {
-            let mut first = 0;
-            while first + ROWS <= a.rows {
-                rows::<ROWS>(w, a, y, tile, first);
-                first += ROWS;
-            }
-            match a.rows - first {
-                3 => rows::<3>(w, a, y, tile, first),
-                2 => rows::<2>(w, a, y, tile, first),
-                1 => rows::<1>(w, a, y, tile, first),
-                _ => {}
-            }
-        }
+        walk!(w, a, y, rows);
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [f32], tile: usize, first: usize) {
         let nb = w.inputs / QK;
-        assert!(
-            (tile + 1) * TILE <= w.outputs
-                && (first + N) * w.inputs <= a.values.len()
-                && (first + N) * nb <= a.scales.len()
-                && (first + N) * w.outputs <= y.len()
-        );
-        // SAFETY (every load and store below): inside its vector, by the
-        // assert above and the sizes `Matrix::from_q4` checked.
+        super::in_bounds(w, a, y, tile, first, N);
+        // SAFETY (every load and store below): inside its vector, by
+        // `in_bounds` above and the sizes `Matrix::from_q4` checked.
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         for b in 0..nb {
