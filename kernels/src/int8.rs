@@ -130,24 +130,36 @@ impl Matrix {
     /// not read; the caller checks the shape); rows of `outputs` values.
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
         let a = Activations::quantize(x, self.inputs);
-        let mut y = vec![0f32; a.rows * self.outputs];
+        let n = a.rows * self.outputs;
+        // Not zeroed first: the product writes every value.
+        let mut y = Vec::with_capacity(n);
+        self.product(&a, &mut y.spare_capacity_mut()[..n]);
+        // SAFETY: `product` wrote all n values (every tile of every row).
+        unsafe { y.set_len(n) };
+        y
+    }
+
+    /// Writes each of y's `a.rows × outputs` values.
+    fn product(&self, a: &Activations, y: &mut [Out]) {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and VNNI (checked on the line above).
-                unsafe { vnni::product(self, &a, &mut y) };
-                return y;
+                unsafe { vnni::product(self, a, y) };
+                return;
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 // SAFETY: the CPU has AVX2 and FMA (checked on the line above).
-                unsafe { avx2::product(self, &a, &mut y) };
-                return y;
+                unsafe { avx2::product(self, a, y) };
+                return;
             }
         }
-        product_portable(self, &a, &mut y);
-        y
+        product_portable(self, a, y);
     }
 }
+
+/// A product's output value, written once (the buffer is not zeroed).
+type Out = std::mem::MaybeUninit<f32>;
 
 /// Rows of activations as i8 per block of 32, each block with its scale and
 /// the sum of its values (what the nibbles' +8 adds to a product).
@@ -175,30 +187,49 @@ impl Activations {
 
 widest! {
     /// Each block of 32 values as i8 (rounded half to even) times its scale
-    /// (the block's largest magnitude over 127), and the i8 values' sum.
+    /// (the block's largest magnitude over 127), and the i8 values' sum. A
+    /// NaN (and an infinity, whose block's inverse scale is 0) counts as 0.
+    ///
+    /// Written so that it vectorizes: the maximum in `LANES` partial results,
+    /// comparisons that pass over NaN where `f32::max` would be a call, and
+    /// a cast of a value known to fit where a saturating `as i8` would not.
     fn quantize_blocks(x: &[f32], values: &mut [i8], scales: &mut [f32], sums: &mut [i32]) {
         let blocks = x.chunks_exact(QK).zip(values.chunks_exact_mut(QK));
         for ((src, dst), (scale, sum)) in blocks.zip(scales.iter_mut().zip(sums.iter_mut())) {
-            let mut max = 0f32;
-            for v in src {
-                max = max.max(v.abs());
+            let mut lanes = [0f32; LANES];
+            for part in src.chunks_exact(LANES) {
+                for (m, v) in lanes.iter_mut().zip(part) {
+                    let a = v.abs();
+                    *m = if a > *m { a } else { *m };
+                }
             }
+            let max = lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m });
             *scale = max / 127.0;
             let inverse = if *scale > 0.0 { 1.0 / *scale } else { 0.0 };
             let mut total = 0i32;
             for (d, &v) in dst.iter_mut().zip(src) {
-                // |v · inverse| ≤ 127; a NaN casts to 0.
-                let q = (v * inverse).round_ties_even() as i8;
-                *d = q;
-                total += i32::from(q);
+                let r = (v * inverse).round_ties_even();
+                // |r| ≤ 127 unless r is NaN.
+                let q = if r.abs() <= 127.0 {
+                    // SAFETY: r is an integer of magnitude at most 127 (checked
+                    // on the line above), which i32 holds.
+                    unsafe { r.to_int_unchecked::<i32>() }
+                } else {
+                    0
+                };
+                *d = q as i8;
+                total += q;
             }
             *sum = total;
         }
     }
 }
 
+/// Lanes of `quantize_blocks`'s partial maxima (an AVX-512 register).
+const LANES: usize = 16;
+
 /// The products in plain loops, in the kernel's order of f32 operations.
-fn product_portable(w: &Matrix, a: &Activations, y: &mut [f32]) {
+fn product_portable(w: &Matrix, a: &Activations, y: &mut [Out]) {
     let nb = w.inputs / QK;
     for tile in 0..w.outputs / TILE {
         for i in 0..a.rows {
@@ -225,7 +256,7 @@ fn product_portable(w: &Matrix, a: &Activations, y: &mut [f32]) {
                 }
             }
             for c in 0..TILE {
-                y[i * w.outputs + tile * TILE + c] = acc[c] + w.bias[tile * TILE + c];
+                y[i * w.outputs + tile * TILE + c] = Out::new(acc[c] + w.bias[tile * TILE + c]);
             }
         }
     }
@@ -258,7 +289,7 @@ macro_rules! walk {
 /// `first..first + n` of tile `tile` (with the sizes `Matrix::from_q4`
 /// checked: weights, scales and bias per output column).
 #[cfg(target_arch = "x86_64")]
-fn in_bounds(w: &Matrix, a: &Activations, y: &[f32], tile: usize, first: usize, n: usize) {
+fn in_bounds(w: &Matrix, a: &Activations, y: &[Out], tile: usize, first: usize, n: usize) {
     let nb = w.inputs / QK;
     assert!(
         (tile + 1) * TILE <= w.outputs
@@ -272,13 +303,13 @@ fn in_bounds(w: &Matrix, a: &Activations, y: &[f32], tile: usize, first: usize, 
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{Activations, Matrix, GROUP, GROUPS, QK, ROWS, TILE};
+    use super::{Activations, Matrix, Out, GROUP, GROUPS, QK, ROWS, TILE};
 
     /// The products with `vpdpbusd`: for a tile of 16 output columns and up to
     /// `ROWS` rows, each group of 4 weights per column (one register) meets
     /// each row's 4 activations (broadcast), summed in i32 lanes per block.
     #[target_feature(enable = "avx512f,avx512vnni")]
-    pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [f32]) {
+    pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [Out]) {
         walk!(w, a, y, rows);
     }
 
@@ -286,7 +317,7 @@ mod vnni {
     /// stay in registers).
     #[inline]
     #[target_feature(enable = "avx512f,avx512vnni")]
-    fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [f32], tile: usize, first: usize) {
+    fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [Out], tile: usize, first: usize) {
         let nb = w.inputs / QK;
         super::in_bounds(w, a, y, tile, first, N);
         // SAFETY (every load and store below): inside its vector, by
@@ -316,7 +347,12 @@ mod vnni {
         let bias = unsafe { _mm512_loadu_ps(w.bias.as_ptr().add(tile * TILE)) };
         for (r, sum) in acc.into_iter().enumerate() {
             let out = _mm512_add_ps(sum, bias);
-            unsafe { _mm512_storeu_ps(y.as_mut_ptr().add((first + r) * w.outputs + tile * TILE), out) };
+            unsafe {
+                _mm512_storeu_ps(
+                    y.as_mut_ptr().cast::<f32>().add((first + r) * w.outputs + tile * TILE),
+                    out,
+                )
+            };
         }
     }
 }
@@ -325,20 +361,20 @@ mod vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Activations, Matrix, GROUP, GROUPS, QK, ROWS, TILE};
+    use super::{Activations, Matrix, Out, GROUP, GROUPS, QK, ROWS, TILE};
 
     /// The products with AVX2: a tile's 16 columns are two registers of 8
     /// columns × 4 weights; `vpmaddubsw` multiplies the nibbles (0–15) by
     /// the broadcast activations (±127) and adds pairs (at most 3,810: no
     /// saturation), `vpmaddwd` by ones adds the pairs' pairs into i32.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [f32]) {
+    pub(super) fn product(w: &Matrix, a: &Activations, y: &mut [Out]) {
         walk!(w, a, y, rows);
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [f32], tile: usize, first: usize) {
+    fn rows<const N: usize>(w: &Matrix, a: &Activations, y: &mut [Out], tile: usize, first: usize) {
         let nb = w.inputs / QK;
         super::in_bounds(w, a, y, tile, first, N);
         // SAFETY (every load and store below): inside its vector, by
@@ -376,7 +412,14 @@ mod avx2 {
         for (r, sum) in acc.into_iter().enumerate() {
             for (h, half) in sum.into_iter().enumerate() {
                 let out = _mm256_add_ps(half, unsafe { _mm256_loadu_ps(bias.add(8 * h)) });
-                unsafe { _mm256_storeu_ps(y.as_mut_ptr().add((first + r) * w.outputs + tile * TILE + 8 * h), out) };
+                unsafe {
+                    _mm256_storeu_ps(
+                        y.as_mut_ptr()
+                            .cast::<f32>()
+                            .add((first + r) * w.outputs + tile * TILE + 8 * h),
+                        out,
+                    )
+                };
             }
         }
     }
@@ -447,17 +490,65 @@ mod tests {
         for m in [1, 3, 4, 9] {
             let x = inputs(m, k);
             let a = Activations::quantize(&x, k);
-            let mut portable = vec![0f32; m * o];
-            product_portable(&w, &a, &mut portable);
+            // Each product starts from NaN and must write every value.
+            let written = |product: &dyn Fn(&mut [Out])| -> Vec<f32> {
+                let mut y = vec![Out::new(f32::NAN); m * o];
+                product(&mut y);
+                // SAFETY: every value was initialized (to NaN, above).
+                y.into_iter().map(|v| unsafe { v.assume_init() }).collect()
+            };
+            let portable = written(&|y| product_portable(&w, &a, y));
+            assert!(
+                portable.iter().all(|v| v.is_finite()),
+                "{m} rows: a value left unwritten"
+            );
             assert_eq!(w.forward(&x), portable, "{m} rows");
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                let mut y = vec![0f32; m * o];
                 // SAFETY: the CPU has AVX2 and FMA (checked above).
-                unsafe { avx2::product(&w, &a, &mut y) };
+                let y = written(&|y| unsafe { avx2::product(&w, &a, y) });
                 assert_eq!(y, portable, "AVX2, {m} rows");
             }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F and VNNI (checked above).
+                let y = written(&|y| unsafe { vnni::product(&w, &a, y) });
+                assert_eq!(y, portable, "VNNI, {m} rows");
+            }
         }
+    }
+
+    #[test]
+    fn quantized_blocks_round_half_to_even_and_count_nan_as_zero() {
+        // The plain statement of the rule, against the vectorized one.
+        fn reference(src: &[f32]) -> (Vec<i8>, f32, i32) {
+            let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = max / 127.0;
+            let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let q: Vec<i8> = src.iter().map(|&v| (v * inverse).round_ties_even() as i8).collect();
+            let sum = q.iter().map(|&v| i32::from(v)).sum();
+            (q, scale, sum)
+        }
+        let mut x = inputs(4, 2 * QK);
+        // Ties at ±0.5 steps (max 127 → scale 1), NaN, an infinity, −0.
+        for (i, v) in [127.0, 0.5, 1.5, -2.5, -0.5, 126.5, f32::NAN, -0.0]
+            .into_iter()
+            .enumerate()
+        {
+            x[i] = v;
+        }
+        x[QK + 3] = f32::INFINITY;
+        x[2 * QK + 1] = f32::NAN;
+        for v in &mut x[3 * QK..4 * QK] {
+            *v = 0.0;
+        }
+        let a = Activations::quantize(&x, 2 * QK);
+        for (b, src) in x.chunks_exact(QK).enumerate() {
+            let (q, scale, sum) = reference(src);
+            assert_eq!(&a.values[b * QK..(b + 1) * QK], &q[..], "block {b}");
+            assert_eq!((a.scales[b].to_bits(), a.sums[b]), (scale.to_bits(), sum), "block {b}");
+        }
+        assert_eq!(&a.values[..6], &[127, 0, 2, -2, 0, 126]);
     }
 
     #[test]

@@ -176,7 +176,6 @@ pub struct Bert {
     embeddings_norm: LayerNorm,
     layers: Vec<Layer>,
     heads: usize,
-    hidden: usize,
 }
 
 impl Bert {
@@ -240,33 +239,19 @@ impl Bert {
             embeddings_norm,
             layers,
             heads: c.num_attention_heads,
-            hidden: c.hidden_size,
         })
     }
 
     /// The mean of the last hidden states of one text's word pieces.
     pub fn mean_pooled(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
         let n = ids.len();
-        let (h, d) = (self.heads, self.hidden / self.heads);
+        let h = self.heads;
         let raw = ids;
         let ids = Tensor::from_slice(ids, n, &Device::Cpu)?;
         let x = self.words.rows(&ids, raw)?.add(&self.positions.narrow(0, 0, n)?)?;
         let mut x = self.embeddings_norm.forward(&x)?;
         for l in &self.layers {
-            // (n, 3·hidden) → (3, heads, n, d): Q, K, V per head.
-            let qkv = l
-                .qkv
-                .forward(&x)?
-                .reshape((n, 3, h, d))?
-                .permute((1, 2, 0, 3))?
-                .contiguous()?;
-            let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-            let probs = q.matmul(&k.t()?)?.apply_op1_no_bwd(&Softmax)?;
-            let context = probs
-                .matmul(&v)?
-                .transpose(0, 1)?
-                .contiguous()?
-                .reshape((n, self.hidden))?;
+            let context = l.qkv.forward(&x)?.apply_op1_no_bwd(&Attention { heads: h })?;
             let a = l.attention_norm.forward(&l.out.forward(&context)?.add(&x)?)?;
             let up = l.up.forward(&a)?.apply_op1_no_bwd(&Gelu)?;
             x = l.output_norm.forward(&l.down.forward(&up)?.add(&a)?)?;
@@ -286,21 +271,104 @@ fn contiguous_f32<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> can
     Ok(&v[start..end])
 }
 
-/// Softmax over the last dimension, with an `exp` the compiler vectorizes
-/// (candle's fused softmax calls libm's `expf` per element: most of its time).
-struct Softmax;
+/// Self-attention of one text: from its rows of Q (scaled by 1/√d), K and V
+/// side by side (n × 3·hidden, heads of d columns each), the heads' contexts
+/// side by side (n × hidden).
+///
+/// One op rather than candle's permute, two batched products, softmax and
+/// transpose: the products read Q, K and V where they lie and write each
+/// head's context into its columns (gemm takes strides), and a head's n × n
+/// scores live in a buffer each thread keeps (no copies, and no 4 MB of
+/// scores per layer allocated, zeroed and freed for a 300-piece chunk).
+struct Attention {
+    heads: usize,
+}
 
-impl CustomOp1 for Softmax {
+thread_local! {
+    /// One head's attention scores (n × n), kept between calls.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl CustomOp1 for Attention {
     fn name(&self) -> &'static str {
-        "softmax-last-dim"
+        "self-attention"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let v = contiguous_f32("softmax", storage, layout)?;
-        let width = layout.dims().last().copied().unwrap_or(1).max(1);
-        let mut out = v.to_vec();
-        mnemosyne_kernels::softmax_rows(&mut out, width);
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+        let qkv = contiguous_f32("attention", storage, layout)?;
+        let (n, width) = layout.shape().dims2()?;
+        if self.heads == 0 || !width.is_multiple_of(3 * self.heads) {
+            candle_core::bail!("attention: {width} columns are not Q, K and V of {} heads", self.heads);
+        }
+        let (hidden, d) = (width / 3, width / 3 / self.heads);
+        let mut context = vec![0f32; n * hidden];
+        let parallelism = match candle_core::utils::get_num_threads() {
+            1 => gemm::Parallelism::None,
+            threads => gemm::Parallelism::Rayon(threads),
+        };
+        let (n_i, width_i, hidden_i) = (n as isize, width as isize, hidden as isize);
+        SCORES.with_borrow_mut(|scores| {
+            scores.resize(n * n, 0.0);
+            for head in 0..self.heads {
+                // SAFETY: every matrix below lies inside its buffer: Q, K and
+                // V of this head are n rows of d values, `width` apart, from
+                // columns head·d, hidden + head·d and 2·hidden + head·d of
+                // `qkv` (n × width); the scores are n × n; the context is n
+                // rows of d values, `hidden` apart, from column head·d of
+                // `context` (n × hidden).
+                unsafe {
+                    let q = qkv.as_ptr().add(head * d);
+                    let k = q.add(hidden);
+                    let v = k.add(hidden);
+                    // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
+                    gemm::gemm(
+                        n,
+                        n,
+                        d,
+                        scores.as_mut_ptr(),
+                        1,
+                        n_i,
+                        false,
+                        q,
+                        1,
+                        width_i,
+                        k,
+                        width_i,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                    mnemosyne_kernels::softmax_rows(&mut scores[..n * n], n.max(1));
+                    // context = softmax(scores)·V, into this head's columns.
+                    gemm::gemm(
+                        n,
+                        d,
+                        n,
+                        context.as_mut_ptr().add(head * d),
+                        1,
+                        hidden_i,
+                        false,
+                        scores.as_ptr(),
+                        1,
+                        n_i,
+                        v,
+                        1,
+                        width_i,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                }
+            }
+        });
+        Ok((CpuStorage::F32(context), Shape::from((n, hidden))))
     }
 }
 
