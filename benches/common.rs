@@ -63,8 +63,10 @@ pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {
         println!("{name}: bench");
         return None;
     }
-    // One core per text, as `serve` sets it (main.rs): the embedding model
-    // then runs on its caller's thread, at the worker's priority.
+    // The allocator and one core per text, as `serve` sets them (main.rs):
+    // the embedding model then runs on its caller's thread, at the worker's
+    // priority.
+    mnemosyne::startup::tune_allocator();
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }

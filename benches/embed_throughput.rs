@@ -70,6 +70,8 @@ fn main() {
         println!("embed_throughput: bench");
         return;
     }
+    // The allocator as `serve` tunes it (main.rs).
+    mnemosyne::startup::tune_allocator();
     let Some(dir) =
         std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
     else {

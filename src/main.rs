@@ -10,7 +10,7 @@ use mnemosyne::config::env_file;
 /// `set_var` is only sound while no other thread reads the environment
 /// (it is `unsafe` from Rust 2024 on).
 fn main() -> ExitCode {
-    release_large_blocks();
+    mnemosyne::startup::tune_allocator();
     one_core_per_text();
     let args: Vec<String> = std::env::args().collect();
     let env_file = match env_file::load(&args) {
@@ -68,19 +68,5 @@ fn one_core_per_text() {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         // Before the runtime (or any other thread) exists: see `main`.
         std::env::set_var("RAYON_NUM_THREADS", "1");
-    }
-}
-
-/// Large blocks (argon2's 19 MiB per verification) come straight from mmap
-/// and go back to the OS when freed. glibc otherwise raises its mmap
-/// threshold after the first such free and keeps later blocks in per-thread
-/// arenas: measured +328 MB RSS during a flood of wrong Basic passwords
-/// (benches/flood_load.rs).
-fn release_large_blocks() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes the allocator (it takes glibc's own lock);
-    // called once at start-up.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
