@@ -487,7 +487,7 @@ mod tests {
         let (o, k) = (64, 128);
         let (blocks, _) = random(o, k, 42);
         let w = Matrix::from_q4(&blocks, o, k, vec![0.5; o]).unwrap().scaled(0.25);
-        for m in [1, 3, 4, 9] {
+        for m in [1, 3, 4, 9, 15, 16, 21] {
             let x = inputs(m, k);
             let a = Activations::quantize(&x, k);
             // Each product starts from NaN and must write every value.

@@ -1,7 +1,7 @@
 //! The numeric kernels of Mnemosyne's in-process embedding models: the
-//! integer products of a 4-bit model's dense layers (`int8`), softmax and
-//! GELU with an `exp` and an `erf` that vectorize, each compiled for the
-//! widest vector unit the CPU has.
+//! integer products of a 4-bit model's dense layers (`int8`), softmax's
+//! exponentials and GELU with an `exp` and an `erf` that vectorize, each
+//! compiled for the widest vector unit the CPU has.
 //!
 //! A crate of its own so that the test profile can optimize it (the tests
 //! embed with these kernels; unoptimized, intrinsics are calls).
@@ -44,12 +44,15 @@ macro_rules! widest {
 pub mod int8;
 
 widest! {
-    /// Softmax of each `width`-long row of `v`, in place.
-    pub fn softmax_rows(v: &mut [f32], width: usize) {
+    /// Softmax of each `width`-long row of `v` but for its division: each
+    /// value becomes e^(value − the row's maximum), in place, and `sums`
+    /// gets each row's sum. The caller divides where it is cheaper
+    /// (attention: the n × d context rather than the n × n scores).
+    pub fn exp_rows(v: &mut [f32], width: usize, sums: &mut [f32]) {
         // A `for` loop, not `for_each`: the library's fold would be a
         // function of its own, compiled for the baseline.
-        for row in v.chunks_exact_mut(width) {
-            softmax(row);
+        for (row, sum) in v.chunks_exact_mut(width).zip(sums.iter_mut()) {
+            *sum = exp_row(row);
         }
     }
 }
@@ -73,11 +76,12 @@ widest! {
 /// Lanes of the partial maxima and sums below (an AVX-512 register).
 const LANES: usize = 16;
 
-/// One row's softmax. The maximum and the sum are taken in `LANES` partial
-/// results, so that they vectorize like the `exp` between them (a single
-/// running sum is a chain of dependent additions).
+/// One row of `exp_rows`: e^(x − max) in place, and their sum. The maximum
+/// and the sum are taken in `LANES` partial results, so that they vectorize
+/// like the `exp` (a single running sum is a chain of dependent additions);
+/// the sum is taken as each value is written (one pass, not two).
 #[inline(always)]
-fn softmax(row: &mut [f32]) {
+fn exp_row(row: &mut [f32]) -> f32 {
     let (blocks, rest) = row.as_chunks::<LANES>();
     let mut maxima = [f32::NEG_INFINITY; LANES];
     for b in blocks {
@@ -86,20 +90,20 @@ fn softmax(row: &mut [f32]) {
         }
     }
     let max = rest.iter().chain(&maxima).copied().fold(f32::NEG_INFINITY, f32::max);
-    for x in row.iter_mut() {
-        *x = exp(*x - max);
-    }
-    let (blocks, rest) = row.as_chunks::<LANES>();
+    let (blocks, rest) = row.as_chunks_mut::<LANES>();
     let mut sums = [0f32; LANES];
     for b in blocks {
         for (s, x) in sums.iter_mut().zip(b) {
+            *x = exp(*x - max);
             *s += *x;
         }
     }
-    let inv = 1.0 / (sums.iter().sum::<f32>() + rest.iter().sum::<f32>());
-    for x in row.iter_mut() {
-        *x *= inv;
+    let mut tail = 0f32;
+    for x in rest {
+        *x = exp(*x - max);
+        tail += *x;
     }
+    sums.iter().sum::<f32>() + tail
 }
 
 /// e^x for x ≤ 0 (softmax's arguments) to about 2 ulp: x = n·ln 2 + r with
@@ -152,7 +156,28 @@ pub fn erf(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{erf, exp};
+    use super::{erf, exp, exp_rows};
+
+    #[test]
+    fn exp_rows_divided_by_their_sums_are_the_softmax() {
+        // Rows of 37: two blocks of 16 lanes and a tail of 5.
+        let width = 37;
+        let mut v: Vec<f32> = (0..3 * width).map(|i| ((i * 7919 % 101) as f32 - 50.0) / 7.0).collect();
+        v[width + 3] = 90.0; // one value far above the rest of its row
+        let original = v.clone();
+        let mut sums = [0f32; 3];
+        exp_rows(&mut v, width, &mut sums);
+        for (r, row) in original.chunks_exact(width).enumerate() {
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, |m, x| m.max(f64::from(x)));
+            let total: f64 = row.iter().map(|&x| (f64::from(x) - max).exp()).sum();
+            for (t, &x) in row.iter().enumerate() {
+                let want = (f64::from(x) - max).exp() / total;
+                let got = f64::from(v[r * width + t]) / f64::from(sums[r]);
+                assert!((got - want).abs() < 1e-6, "row {r}, value {t}: {got} against {want}");
+            }
+        }
+        assert_eq!(v[width + 3], 1.0, "the maximum's exponential is 1");
+    }
 
     #[test]
     fn vectorizable_exp_matches_the_exact_one() {

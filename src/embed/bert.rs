@@ -276,7 +276,7 @@ fn contiguous_f32<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> can
 /// side by side (n × hidden).
 ///
 /// One op rather than candle's permute, two batched products, softmax and
-/// transpose: the products read Q, K and V where they lie and write each
+/// transpose (softmax divides the context, not the scores): the products read Q, K and V where they lie and write each
 /// head's context into its columns (gemm takes strides), and a head's n × n
 /// scores live in a buffer each thread keeps (no copies, and no 4 MB of
 /// scores per layer allocated, zeroed and freed for a 300-piece chunk).
@@ -302,25 +302,29 @@ impl CustomOp1 for Attention {
         }
         let (hidden, d) = (width / 3, width / 3 / self.heads);
         let mut context = vec![0f32; n * hidden];
+        if n == 0 {
+            return Ok((CpuStorage::F32(context), Shape::from((n, hidden))));
+        }
         let parallelism = match candle_core::utils::get_num_threads() {
             1 => gemm::Parallelism::None,
             threads => gemm::Parallelism::Rayon(threads),
         };
         let (n_i, width_i, hidden_i) = (n as isize, width as isize, hidden as isize);
+        // Each row's sum of exponentials, for one head.
+        let mut sums = vec![0f32; n];
         SCORES.with_borrow_mut(|scores| {
             scores.resize(n * n, 0.0);
             for head in 0..self.heads {
-                // SAFETY: every matrix below lies inside its buffer: Q, K and
-                // V of this head are n rows of d values, `width` apart, from
-                // columns head·d, hidden + head·d and 2·hidden + head·d of
-                // `qkv` (n × width); the scores are n × n; the context is n
-                // rows of d values, `hidden` apart, from column head·d of
-                // `context` (n × hidden).
+                // SAFETY (both products): every matrix lies inside its
+                // buffer: Q, K and V of this head are n rows of d values,
+                // `width` apart, from columns head·d, hidden + head·d and
+                // 2·hidden + head·d of `qkv` (n × width); the scores are
+                // n × n; the context is n rows of d values, `hidden` apart,
+                // from column head·d of `context` (n × hidden).
+                let q = qkv[head * d..].as_ptr();
+                let (k, v) = (qkv[hidden + head * d..].as_ptr(), qkv[2 * hidden + head * d..].as_ptr());
+                // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
                 unsafe {
-                    let q = qkv.as_ptr().add(head * d);
-                    let k = q.add(hidden);
-                    let v = k.add(hidden);
-                    // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
                     gemm::gemm(
                         n,
                         n,
@@ -341,14 +345,16 @@ impl CustomOp1 for Attention {
                         false,
                         false,
                         parallelism,
-                    );
-                    mnemosyne_kernels::softmax_rows(&mut scores[..n * n], n.max(1));
-                    // context = softmax(scores)·V, into this head's columns.
+                    )
+                };
+                mnemosyne_kernels::exp_rows(&mut scores[..n * n], n.max(1), &mut sums);
+                // context = exp(scores)·V, into this head's columns …
+                unsafe {
                     gemm::gemm(
                         n,
                         d,
                         n,
-                        context.as_mut_ptr().add(head * d),
+                        context[head * d..].as_mut_ptr(),
                         1,
                         hidden_i,
                         false,
@@ -364,7 +370,13 @@ impl CustomOp1 for Attention {
                         false,
                         false,
                         parallelism,
-                    );
+                    )
+                };
+                // … divided by the row's sum (softmax's division, on n × d
+                // values rather than n × n).
+                for (row, sum) in context.chunks_exact_mut(hidden).zip(&sums) {
+                    let inverse = 1.0 / sum;
+                    row[head * d..(head + 1) * d].iter_mut().for_each(|c| *c *= inverse);
                 }
             }
         });
