@@ -11,8 +11,8 @@
 //! architecture: vectors match the reference to a cosine of 0.99999
 //! (`tests/fixtures/minilm_reference.json`).
 
-use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor, D};
-use candle_nn::{embedding, layer_norm, Embedding, LayerNorm, VarBuilder};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Module, Shape, Tensor, D};
+use candle_nn::{embedding, Embedding, VarBuilder};
 
 /// The fields of the model's config.json this encoder reads.
 #[derive(serde::Deserialize)]
@@ -37,10 +37,10 @@ struct Layer {
     /// Q (pre-scaled by 1/√head size), K and V stacked: one product.
     qkv: Dense,
     out: Dense,
-    attention_norm: LayerNorm,
+    attention_norm: Norm,
     up: Dense,
     down: Dense,
-    output_norm: LayerNorm,
+    output_norm: Norm,
 }
 
 /// A dense layer, `x·Wᵀ + b`.
@@ -173,7 +173,7 @@ pub struct Bert {
     /// Position embeddings plus the token-type-0 embedding (every text here
     /// is one segment), added once at load.
     positions: Tensor,
-    embeddings_norm: LayerNorm,
+    embeddings_norm: Norm,
     layers: Vec<Layer>,
     heads: usize,
 }
@@ -212,7 +212,7 @@ impl Bert {
                 &e.get((c.type_vocab_size, c.hidden_size), "token_type_embeddings.weight")?
                     .get(0)?,
             )?;
-        let embeddings_norm = layer_norm(c.hidden_size, c.layer_norm_eps, e.pp("LayerNorm"))?;
+        let embeddings_norm = Norm::load(c.hidden_size, c.layer_norm_eps, e.pp("LayerNorm"))?;
         let scale = 1.0 / ((c.hidden_size / c.num_attention_heads) as f64).sqrt();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -227,10 +227,10 @@ impl Bert {
             layers.push(Layer {
                 qkv,
                 out: dense.take(&l, "attention.output.dense", h, h)?,
-                attention_norm: layer_norm(c.hidden_size, c.layer_norm_eps, l.pp("attention.output.LayerNorm"))?,
+                attention_norm: Norm::load(c.hidden_size, c.layer_norm_eps, l.pp("attention.output.LayerNorm"))?,
                 up: dense.take(&l, "intermediate.dense", h, m)?,
                 down: dense.take(&l, "output.dense", m, h)?,
-                output_norm: layer_norm(c.hidden_size, c.layer_norm_eps, l.pp("output.LayerNorm"))?,
+                output_norm: Norm::load(c.hidden_size, c.layer_norm_eps, l.pp("output.LayerNorm"))?,
             });
         }
         Ok(Bert {
@@ -248,13 +248,13 @@ impl Bert {
         let h = self.heads;
         let raw = ids;
         let ids = Tensor::from_slice(ids, n, &Device::Cpu)?;
-        let x = self.words.rows(&ids, raw)?.add(&self.positions.narrow(0, 0, n)?)?;
-        let mut x = self.embeddings_norm.forward(&x)?;
+        let words = self.words.rows(&ids, raw)?;
+        let mut x = self.embeddings_norm.of_sum(&words, &self.positions.narrow(0, 0, n)?)?;
         for l in &self.layers {
             let context = l.qkv.forward(&x)?.apply_op1_no_bwd(&Attention { heads: h })?;
-            let a = l.attention_norm.forward(&l.out.forward(&context)?.add(&x)?)?;
+            let a = l.attention_norm.of_sum(&l.out.forward(&context)?, &x)?;
             let up = l.up.forward(&a)?.apply_op1_no_bwd(&Gelu)?;
-            x = l.output_norm.forward(&l.down.forward(&up)?.add(&a)?)?;
+            x = l.output_norm.of_sum(&l.down.forward(&up)?, &a)?;
         }
         x.mean(0)
     }
@@ -381,6 +381,56 @@ impl CustomOp1 for Attention {
             }
         });
         Ok((CpuStorage::F32(context), Shape::from((n, hidden))))
+    }
+}
+
+/// A LayerNorm that takes the sum before it too (BERT adds each residual
+/// connection and normalizes the sum): one op where candle has an addition
+/// and a norm whose sums are single chains of dependent additions.
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn load(size: usize, eps: f64, vb: VarBuilder) -> candle_core::Result<Norm> {
+        Ok(Norm {
+            weight: vb.get(size, "weight")?.to_vec1()?,
+            bias: vb.get(size, "bias")?.to_vec1()?,
+            eps: eps as f32,
+        })
+    }
+
+    /// LayerNorm(a + b), row by row.
+    fn of_sum(&self, a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+        a.contiguous()?.apply_op2_no_bwd(&b.contiguous()?, self)
+    }
+}
+
+impl CustomOp2 for Norm {
+    fn name(&self) -> &'static str {
+        "add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (a, b) = (contiguous_f32("norm", s1, l1)?, contiguous_f32("norm", s2, l2)?);
+        if l1.shape() != l2.shape() || l1.dims().last() != Some(&self.weight.len()) {
+            candle_core::bail!(
+                "norm: {:?} + {:?} rows are not {} wide",
+                l1.dims(),
+                l2.dims(),
+                self.weight.len()
+            );
+        }
+        let out = mnemosyne_kernels::add_layer_norm(a, b, &self.weight, &self.bias, self.eps);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
 
