@@ -173,6 +173,8 @@ struct Activations {
 impl Activations {
     fn quantize(x: &[f32], inputs: usize) -> Activations {
         let rows = x.len() / inputs;
+        // Whole rows only: a partial last row is not read.
+        let x = &x[..rows * inputs];
         let blocks = rows * inputs / QK;
         let mut a = Activations {
             rows,
@@ -194,7 +196,9 @@ impl Activations {
 widest! {
     /// Each block of 32 values as i8 (rounded half to even) times its scale
     /// (the block's largest magnitude over 127), and the i8 values' sum. A
-    /// NaN (and an infinity, whose block's inverse scale is 0) counts as 0.
+    /// NaN counts as 0, and so does every value of a block holding an
+    /// infinity (its inverse scale is 0) or whose largest magnitude is below
+    /// ~4·10⁻³⁷ (its inverse scale is infinite).
     ///
     /// Written so that it vectorizes: the maximum in `LANES` partial results,
     /// comparisons that pass over NaN where `f32::max` would be a call, and
@@ -215,7 +219,7 @@ widest! {
             let mut total = 0i32;
             for (d, &v) in dst.iter_mut().zip(src) {
                 let r = (v * inverse).round_ties_even();
-                // |r| ≤ 127 unless r is NaN.
+                // |r| ≤ 127 unless r is NaN or infinite (see above).
                 let q = if r.abs() <= 127.0 {
                     // SAFETY: r is an integer of magnitude at most 127 (checked
                     // on the line above), which i32 holds.
@@ -341,7 +345,8 @@ mod vnni {
             let max = _mm512_reduce_max_ps(_mm512_max_ps(ordered(lo), ordered(hi)));
             let scale = max / 127.0;
             let inverse = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
-            // Rounded half to even; |r| ≤ 127 unless NaN, which counts as 0.
+            // Rounded half to even; |r| ≤ 127 unless NaN or infinite
+            // (`quantize_blocks`), which counts as 0.
             let quantized = |v: __m512| {
                 let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
                     v, inverse,
@@ -571,11 +576,22 @@ mod tests {
             let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
             let scale = max / 127.0;
             let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let q: Vec<i8> = src.iter().map(|&v| (v * inverse).round_ties_even() as i8).collect();
+            let q: Vec<i8> = src
+                .iter()
+                .map(|&v| {
+                    let r = (v * inverse).round_ties_even();
+                    if r.is_finite() {
+                        r as i8
+                    } else {
+                        0
+                    }
+                })
+                .collect();
             let sum = q.iter().map(|&v| i32::from(v)).sum();
             (q, scale, sum)
         }
-        let mut x = inputs(4, 2 * QK);
+        // 3 rows of 64 and a partial fourth of 40 (not read).
+        let mut x = inputs(4, 2 * QK)[..6 * QK + 40].to_vec();
         // Ties at ±0.5 steps (max 127 → scale 1), NaN, an infinity, −0.
         for (i, v) in [127.0, 0.5, 1.5, -2.5, -0.5, 126.5, f32::NAN, -0.0]
             .into_iter()
@@ -588,17 +604,23 @@ mod tests {
         for v in &mut x[3 * QK..4 * QK] {
             *v = 0.0;
         }
+        // A block too small for its scale's inverse (infinite): all 0.
+        for (i, v) in x[5 * QK..6 * QK].iter_mut().enumerate() {
+            *v = if i % 2 == 0 { 1e-38 } else { -2e-38 };
+        }
         // The path this CPU takes, and the compiler-vectorized one.
         let a = Activations::quantize(&x, 2 * QK);
         let mut plain = Activations::quantize(&x, 2 * QK);
         quantize_blocks(&x, &mut plain.values, &mut plain.scales, &mut plain.sums);
         for a in [a, plain] {
-            for (b, src) in x.chunks_exact(QK).enumerate() {
+            for (b, src) in x[..6 * QK].chunks_exact(QK).enumerate() {
                 let (q, scale, sum) = reference(src);
                 assert_eq!(&a.values[b * QK..(b + 1) * QK], &q[..], "block {b}");
                 assert_eq!((a.scales[b].to_bits(), a.sums[b]), (scale.to_bits(), sum), "block {b}");
             }
             assert_eq!(&a.values[..6], &[127, 0, 2, -2, 0, 126]);
+            assert_eq!((a.rows, a.values.len()), (3, 6 * QK));
+            assert!(a.values[5 * QK..].iter().all(|&q| q == 0));
         }
     }
 

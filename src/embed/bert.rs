@@ -297,7 +297,7 @@ impl CustomOp1 for Attention {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let qkv = contiguous_f32("attention", storage, layout)?;
         let (n, width) = layout.shape().dims2()?;
-        if self.heads == 0 || !width.is_multiple_of(3 * self.heads) {
+        if self.heads == 0 || width == 0 || !width.is_multiple_of(3 * self.heads) {
             candle_core::bail!("attention: {width} columns are not Q, K and V of {} heads", self.heads);
         }
         let (hidden, d) = (width / 3, width / 3 / self.heads);
@@ -312,7 +312,16 @@ impl CustomOp1 for Attention {
         let (n_i, width_i, hidden_i) = (n as isize, width as isize, hidden as isize);
         // Each row's sum of exponentials, for one head.
         let mut sums = vec![0f32; n];
-        SCORES.with_borrow_mut(|scores| {
+        // The thread's buffer, or (should this thread already be inside
+        // this op, e.g. a rayon worker that took another text while gemm
+        // waited) one of its own.
+        SCORES.with(|kept| {
+            let mut own = Vec::new();
+            let mut kept = kept.try_borrow_mut();
+            let scores = match kept.as_deref_mut() {
+                Ok(v) => v,
+                Err(_) => &mut own,
+            };
             scores.resize(n * n, 0.0);
             for head in 0..self.heads {
                 // SAFETY (both products): every matrix lies inside its
