@@ -66,7 +66,7 @@ pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {
     // The allocator and one core per text, as `serve` sets them (main.rs):
     // the embedding model then runs on its caller's thread, at the worker's
     // priority.
-    mnemosyne::startup::tune_allocator();
+    mnemosyne::memory::tune_allocator();
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }

@@ -71,7 +71,7 @@ fn main() {
         return;
     }
     // The allocator as `serve` tunes it (main.rs).
-    mnemosyne::startup::tune_allocator();
+    mnemosyne::memory::tune_allocator();
     let Some(dir) =
         std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
     else {

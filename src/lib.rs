@@ -12,6 +12,7 @@ pub mod error;
 pub mod ids;
 pub mod limits;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod proxies;
 pub mod search;

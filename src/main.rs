@@ -10,7 +10,7 @@ use mnemosyne::config::env_file;
 /// `set_var` is only sound while no other thread reads the environment
 /// (it is `unsafe` from Rust 2024 on).
 fn main() -> ExitCode {
-    mnemosyne::startup::tune_allocator();
+    mnemosyne::memory::tune_allocator();
     one_core_per_text();
     let args: Vec<String> = std::env::args().collect();
     let env_file = match env_file::load(&args) {

@@ -11,31 +11,6 @@ use tokio::net::TcpListener;
 use crate::config::Settings;
 use crate::state::AppState;
 
-/// glibc's allocator, tuned for what this process allocates; `main` calls it
-/// first, and the benchmarks that embed do too (so they measure what `serve`
-/// runs).
-///
-/// - Blocks of 4 MiB and more (argon2's 19 MiB per verification) come
-///   straight from mmap and go back to the OS when freed. glibc otherwise
-///   raises its mmap threshold after the first such free and keeps later
-///   blocks in per-thread arenas: measured +328 MB RSS during a flood of
-///   wrong Basic passwords (benches/flood_load.rs).
-/// - An arena keeps up to 16 MiB free at its top rather than 128 KiB. The
-///   embedding model allocates and frees a few MB per layer of a text (a
-///   300-piece chunk: 1.4 MB for Q, K and V, 1.8 MB for the feed-forward's
-///   activations); returned to the OS and faulted back at every layer, they
-///   cost a quarter of e5's chunk throughput (benches/embed_throughput.rs:
-///   14.1 chunks/s with the previous 1 MiB mmap threshold and default trim,
-///   19.2 with this).
-pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes the allocator (it takes glibc's own lock).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 16 << 20);
-    }
-}
-
 pub struct Application {
     listener: TcpListener,
     router: Router,
