@@ -334,50 +334,26 @@ impl CustomOp1 for Attention {
                 let (k, v) = (qkv[hidden + head * d..].as_ptr(), qkv[2 * hidden + head * d..].as_ptr());
                 // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
                 unsafe {
-                    gemm::gemm(
+                    product(
                         n,
                         n,
                         d,
-                        scores.as_mut_ptr(),
-                        1,
-                        n_i,
-                        false,
-                        q,
-                        1,
-                        width_i,
-                        k,
-                        width_i,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
+                        (scores.as_mut_ptr(), n_i),
+                        (q, width_i, 1),
+                        (k, 1, width_i),
                         parallelism,
                     )
                 };
                 mnemosyne_kernels::exp_rows(&mut scores[..n * n], n.max(1), &mut sums);
                 // context = exp(scores)·V, into this head's columns …
                 unsafe {
-                    gemm::gemm(
+                    product(
                         n,
                         d,
                         n,
-                        context[head * d..].as_mut_ptr(),
-                        1,
-                        hidden_i,
-                        false,
-                        scores.as_ptr(),
-                        1,
-                        n_i,
-                        v,
-                        1,
-                        width_i,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
+                        (context[head * d..].as_mut_ptr(), hidden_i),
+                        (scores.as_ptr(), n_i, 1),
+                        (v, width_i, 1),
                         parallelism,
                     )
                 };
@@ -390,6 +366,48 @@ impl CustomOp1 for Attention {
             }
         });
         Ok((CpuStorage::F32(context), Shape::from((n, hidden))))
+    }
+}
+
+/// dst = lhs · rhs for an m × k `lhs` and a k × n `rhs`, each given as its
+/// first element, row stride and column stride (`dst`: first element and
+/// row stride, columns adjacent), through gemm on this thread or candle's
+/// thread count.
+///
+/// # Safety
+/// Every element the strides reach lies inside its buffer.
+unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: (*mut f32, isize),
+    lhs: (*const f32, isize, isize),
+    rhs: (*const f32, isize, isize),
+    parallelism: gemm::Parallelism,
+) {
+    // SAFETY: the caller's (gemm reads and writes only what the strides reach).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.0,
+            1,
+            dst.1,
+            false,
+            lhs.0,
+            lhs.2,
+            lhs.1,
+            rhs.0,
+            rhs.2,
+            rhs.1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
     }
 }
 
