@@ -129,14 +129,23 @@ impl Matrix {
     /// `x·Wᵀ + b` for `x`, rows of `inputs` values (a partial last row is
     /// not read; the caller checks the shape); rows of `outputs` values.
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let a = Activations::quantize(x, self.inputs);
+        let mut y = Vec::new();
+        self.forward_into(x, &mut Activations::default(), &mut y);
+        y
+    }
+
+    /// `forward` into `y` (its values replaced), with `a` for the quantized
+    /// activations: buffers the caller keeps from one product to the next,
+    /// so that a text's layers allocate nothing once they are large enough.
+    pub fn forward_into(&self, x: &[f32], a: &mut Activations, y: &mut Vec<f32>) {
+        a.quantize(x, self.inputs);
         let n = a.rows * self.outputs;
         // Not zeroed first: the product writes every value.
-        let mut y = Vec::with_capacity(n);
-        self.product(&a, &mut y.spare_capacity_mut()[..n]);
+        y.clear();
+        y.reserve(n);
+        self.product(a, &mut y.spare_capacity_mut()[..n]);
         // SAFETY: `product` wrote all n values (every tile of every row).
         unsafe { y.set_len(n) };
-        y
     }
 
     /// Writes each of y's `a.rows × outputs` values.
@@ -162,8 +171,10 @@ impl Matrix {
 type Out = std::mem::MaybeUninit<f32>;
 
 /// Rows of activations as i8 per block of 32, each block with its scale and
-/// the sum of its values (what the nibbles' +8 adds to a product).
-struct Activations {
+/// the sum of its values (what the nibbles' +8 adds to a product). Kept by
+/// the caller between products (`Matrix::forward_into`).
+#[derive(Default)]
+pub struct Activations {
     rows: usize,
     values: Vec<i8>,
     scales: Vec<f32>,
@@ -171,25 +182,24 @@ struct Activations {
 }
 
 impl Activations {
-    fn quantize(x: &[f32], inputs: usize) -> Activations {
+    /// `x`'s whole rows of `inputs` values, quantized into these buffers
+    /// (a partial last row is not read).
+    fn quantize(&mut self, x: &[f32], inputs: usize) {
         let rows = x.len() / inputs;
-        // Whole rows only: a partial last row is not read.
         let x = &x[..rows * inputs];
         let blocks = rows * inputs / QK;
-        let mut a = Activations {
-            rows,
-            values: vec![0i8; rows * inputs],
-            scales: vec![0f32; blocks],
-            sums: vec![0i32; blocks],
-        };
+        self.rows = rows;
+        // Sized, not cleared: quantization writes every value.
+        self.values.resize(rows * inputs, 0);
+        self.scales.resize(blocks, 0.0);
+        self.sums.resize(blocks, 0);
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F (checked on the line above).
-            unsafe { vnni::quantize(x, &mut a.values, &mut a.scales, &mut a.sums) };
-            return a;
+            unsafe { vnni::quantize(x, &mut self.values, &mut self.scales, &mut self.sums) };
+            return;
         }
-        quantize_blocks(x, &mut a.values, &mut a.scales, &mut a.sums);
-        a
+        quantize_blocks(x, &mut self.values, &mut self.scales, &mut self.sums);
     }
 }
 
@@ -540,7 +550,8 @@ mod tests {
         let w = Matrix::from_q4(&blocks, o, k, vec![0.5; o]).unwrap().scaled(0.25);
         for m in [1, 3, 4, 9, 15, 16, 21] {
             let x = inputs(m, k);
-            let a = Activations::quantize(&x, k);
+            let mut a = Activations::default();
+            a.quantize(&x, k);
             // Each product starts from NaN and must write every value.
             let written = |product: &dyn Fn(&mut [Out])| -> Vec<f32> {
                 let mut y = vec![Out::new(f32::NAN); m * o];
@@ -609,8 +620,10 @@ mod tests {
             *v = if i % 2 == 0 { 1e-38 } else { -2e-38 };
         }
         // The path this CPU takes, and the compiler-vectorized one.
-        let a = Activations::quantize(&x, 2 * QK);
-        let mut plain = Activations::quantize(&x, 2 * QK);
+        let mut a = Activations::default();
+        a.quantize(&x, 2 * QK);
+        let mut plain = Activations::default();
+        plain.quantize(&x, 2 * QK);
         quantize_blocks(&x, &mut plain.values, &mut plain.scales, &mut plain.sums);
         for a in [a, plain] {
             for (b, src) in x[..6 * QK].chunks_exact(QK).enumerate() {
@@ -621,6 +634,21 @@ mod tests {
             assert_eq!(&a.values[..6], &[127, 0, 2, -2, 0, 126]);
             assert_eq!((a.rows, a.values.len()), (3, 6 * QK));
             assert!(a.values[5 * QK..].iter().all(|&q| q == 0));
+        }
+    }
+
+    #[test]
+    fn reused_buffers_give_what_fresh_ones_give() {
+        let (o, k) = (32, 64);
+        let (blocks, _) = random(o, k, 7);
+        let w = Matrix::from_q4(&blocks, o, k, vec![0.25; o]).unwrap();
+        let (mut a, mut y) = (Activations::default(), Vec::new());
+        // Larger, smaller, larger again: stale values must not show through.
+        for m in [9, 2, 5, 9] {
+            let x: Vec<f32> = inputs(m, k).iter().map(|v| v * m as f32).collect();
+            w.forward_into(&x, &mut a, &mut y);
+            assert_eq!(y, w.forward(&x), "{m} rows");
+            assert_eq!(y.len(), m * o);
         }
     }
 

@@ -58,36 +58,31 @@ widest! {
 }
 
 widest! {
-    /// BERT's exact GELU of each value, x·Φ(x) = x/2·(1 + erf(x/√2)).
-    pub fn gelu(v: &[f32]) -> Vec<f32> {
-        // Written into spare capacity, not into zeros (no pass to clear
-        // it), by a loop (`collect` would be a function of its own, compiled
-        // for the baseline).
-        let mut out = Vec::with_capacity(v.len());
-        for (o, &x) in out.spare_capacity_mut().iter_mut().zip(v) {
-            o.write(0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)));
+    /// BERT's exact GELU of each value, x·Φ(x) = x/2·(1 + erf(x/√2)), in
+    /// place.
+    pub fn gelu(v: &mut [f32]) {
+        // A loop, not `for_each`: the closure would be a function of its
+        // own, compiled for the baseline.
+        for x in v.iter_mut() {
+            *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
         }
-        // SAFETY: the loop wrote the first v.len() values.
-        unsafe { out.set_len(v.len()) };
-        out
     }
 }
 
 widest! {
     /// LayerNorm of `a + b` (a residual connection and the norm after it),
-    /// row by row, rows as long as `weight`: each row less its mean, over
-    /// √(its variance + eps), times `weight`, plus `bias`. Mean and variance
-    /// in two passes and `LANES` partial sums (candle's own takes Σx and Σx²
-    /// in single chains of dependent additions, 3 % of an e5 chunk).
-    pub fn add_layer_norm(a: &[f32], b: &[f32], weight: &[f32], bias: &[f32], eps: f32) -> Vec<f32> {
-        let (n, width) = (a.len().min(b.len()), weight.len().max(1));
-        let mut out = Vec::with_capacity(n);
-        for (o, (x, y)) in out.spare_capacity_mut().iter_mut().zip(a.iter().zip(b)) {
-            o.write(x + y);
+    /// into `a`, row by row, rows as long as `weight`: each row less its
+    /// mean, over √(its variance + eps), times `weight`, plus `bias`. Mean
+    /// and variance in two passes and `LANES` partial sums (candle's own
+    /// takes Σx and Σx² in single chains of dependent additions, 3 % of an
+    /// e5 chunk). Values past the shorter of `a` and `b` are left alone.
+    pub fn add_layer_norm(a: &mut [f32], b: &[f32], weight: &[f32], bias: &[f32], eps: f32) {
+        let n = a.len().min(b.len());
+        let (a, width) = (&mut a[..n], weight.len().max(1));
+        for (x, y) in a.iter_mut().zip(b) {
+            *x += y;
         }
-        // SAFETY: the loop wrote the first n values.
-        unsafe { out.set_len(n) };
-        for row in out.chunks_exact_mut(width) {
+        for row in a.chunks_exact_mut(width) {
             let mean = lane_sum(row, |x| x) / width as f32;
             let variance = lane_sum(row, |x| (x - mean) * (x - mean)) / width as f32;
             let inverse = 1.0 / (variance + eps).sqrt();
@@ -95,7 +90,6 @@ widest! {
                 *x = (*x - mean) * inverse * w + c;
             }
         }
-        out
     }
 }
 
@@ -196,7 +190,7 @@ pub fn erf(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_layer_norm, erf, exp, exp_rows};
+    use super::{add_layer_norm, erf, exp, exp_rows, gelu};
 
     #[test]
     fn layer_norm_of_a_sum_matches_the_plain_formula() {
@@ -211,8 +205,8 @@ mod tests {
             .collect();
         let weight: Vec<f32> = (0..width).map(|i| 0.5 + i as f32 / 40.0).collect();
         let bias: Vec<f32> = (0..width).map(|i| i as f32 / 100.0 - 0.2).collect();
-        let got = add_layer_norm(&a, &b, &weight, &bias, 1e-12);
-        assert_eq!(got.len(), a.len());
+        let mut got = a.clone();
+        add_layer_norm(&mut got, &b, &weight, &bias, 1e-12);
         for r in 0..3 {
             let row: Vec<f64> = (0..width)
                 .map(|t| f64::from(a[r * width + t]) + f64::from(b[r * width + t]))
@@ -224,6 +218,18 @@ mod tests {
                 let diff = (f64::from(got[r * width + t]) - want).abs();
                 assert!(diff < 1e-4, "row {r}, value {t}: {} against {want}", got[r * width + t]);
             }
+        }
+    }
+
+    #[test]
+    fn gelu_in_place_is_x_times_phi_of_x() {
+        // 37 values: two blocks of 16 lanes and a tail.
+        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) / 3.0).collect();
+        let mut v = x.clone();
+        gelu(&mut v);
+        for (got, x) in v.iter().zip(&x) {
+            let want = 0.5 * f64::from(*x) * (1.0 + libm_erf(f64::from(*x) / 2f64.sqrt()));
+            assert!((f64::from(*got) - want).abs() < 1e-5, "gelu({x}) = {got}, not {want}");
         }
     }
 

@@ -10,9 +10,15 @@
 //! text is encoded alone (no padding, so no mask). Same weights, same
 //! architecture: vectors match the reference to a cosine of 0.99999
 //! (`tests/fixtures/minilm_reference.json`).
+//!
+//! candle loads the weights; the forward pass runs on plain buffers that the
+//! caller keeps from one text to the next (`Scratch`), so a text's layers
+//! allocate nothing once the buffers are large enough. Through candle's ops
+//! every layer allocated its outputs (megabytes for a long chunk), and with
+//! `serve`'s 1 MiB mmap threshold (`memory::tune_allocator`) each of those
+//! was a fresh mapping and its page faults: a third of e5's throughput.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Module, Shape, Tensor, D};
-use candle_nn::{embedding, Embedding, VarBuilder};
+use candle_nn::VarBuilder;
 
 /// The fields of the model's config.json this encoder reads.
 #[derive(serde::Deserialize)]
@@ -53,7 +59,11 @@ struct Layer {
 ///
 /// 4-bit (multilingual-e5): integer products (`int8`).
 pub enum Dense {
-    F32 { wt: Tensor, b: Tensor },
+    /// Wᵀ (inputs × outputs, row-major) and b.
+    F32 {
+        wt: Vec<f32>,
+        b: Vec<f32>,
+    },
     Int8(mnemosyne_kernels::int8::Matrix),
 }
 
@@ -61,36 +71,45 @@ impl Dense {
     fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> candle_core::Result<Dense> {
         let (w, b) = (vb.get((outputs, inputs), "weight")?, vb.get(outputs, "bias")?);
         Ok(Dense::F32 {
-            wt: w.t()?.contiguous()?,
-            b,
+            wt: w.t()?.contiguous()?.flatten_all()?.to_vec1()?,
+            b: b.to_vec1()?,
         })
     }
 
     /// W and b times `factor`.
-    fn scaled(self, factor: f64) -> candle_core::Result<Dense> {
-        Ok(match self {
-            Dense::F32 { wt, b } => Dense::F32 {
-                wt: (wt * factor)?,
-                b: (b * factor)?,
-            },
+    fn scaled(self, factor: f64) -> Dense {
+        match self {
+            Dense::F32 { mut wt, mut b } => {
+                let factor = factor as f32;
+                wt.iter_mut().chain(b.iter_mut()).for_each(|v| *v *= factor);
+                Dense::F32 { wt, b }
+            }
             Dense::Int8(m) => Dense::Int8(m.scaled(factor as f32)),
-        })
+        }
     }
 
     /// The layers' outputs side by side, as one product.
     fn stacked(parts: Vec<Dense>) -> candle_core::Result<Dense> {
         if parts.iter().all(|p| matches!(p, Dense::F32 { .. })) {
-            let (mut wts, mut bs) = (Vec::new(), Vec::new());
+            let mut f32s = Vec::new();
             for p in parts {
                 if let Dense::F32 { wt, b } = p {
-                    wts.push(wt);
-                    bs.push(b);
+                    f32s.push((wt, b));
                 }
             }
-            return Ok(Dense::F32 {
-                wt: Tensor::cat(&wts, 1)?.contiguous()?,
-                b: Tensor::cat(&bs, 0)?,
-            });
+            let inputs = f32s.first().map_or(0, |(wt, b)| wt.len() / b.len().max(1));
+            if f32s.iter().any(|(wt, b)| wt.len() != inputs * b.len()) {
+                candle_core::bail!("cannot stack layers of different inputs");
+            }
+            // Row r of the stacked Wᵀ: row r of each part's Wᵀ, side by side.
+            let mut wt = Vec::with_capacity(f32s.iter().map(|(w, _)| w.len()).sum());
+            for r in 0..inputs {
+                for (w, b) in &f32s {
+                    wt.extend_from_slice(&w[r * b.len()..(r + 1) * b.len()]);
+                }
+            }
+            let b = f32s.into_iter().flat_map(|(_, b)| b).collect();
+            return Ok(Dense::F32 { wt, b });
         }
         let mut ms = Vec::new();
         for p in parts {
@@ -104,25 +123,50 @@ impl Dense {
         ))
     }
 
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+    fn inputs(&self) -> usize {
         match self {
-            Dense::F32 { wt, b } => x.matmul(wt)?.broadcast_add(b),
-            Dense::Int8(m) => {
-                let (rows, inputs) = x.dims2()?;
-                if inputs != m.inputs() {
-                    candle_core::bail!("dense: {inputs} inputs where the layer takes {}", m.inputs());
-                }
-                let y = {
-                    let x = x.contiguous()?;
-                    let (storage, layout) = x.storage_and_layout();
-                    let candle_core::Storage::Cpu(cpu) = &*storage else {
-                        candle_core::bail!("dense: CPU tensors only");
-                    };
-                    m.forward(contiguous_f32("dense", cpu, layout)?)
-                };
-                Tensor::from_vec(y, (rows, m.outputs()), x.device())
-            }
+            Dense::F32 { wt, b } => wt.len() / b.len().max(1),
+            Dense::Int8(m) => m.inputs(),
         }
+    }
+
+    /// `x·Wᵀ + b` into `y` (its values replaced) for `x`, rows of the
+    /// layer's inputs.
+    fn forward_into(
+        &self,
+        x: &[f32],
+        s: &mut mnemosyne_kernels::int8::Activations,
+        y: &mut Vec<f32>,
+    ) -> candle_core::Result<()> {
+        let inputs = self.inputs();
+        if inputs == 0 || !x.len().is_multiple_of(inputs) {
+            candle_core::bail!("dense: {} values are not rows of {inputs}", x.len());
+        }
+        match self {
+            Dense::F32 { wt, b } => {
+                let (rows, outputs) = (x.len() / inputs, b.len());
+                // Sized, not cleared: the product writes every value.
+                y.resize(rows * outputs, 0.0);
+                // SAFETY: x is rows × inputs, Wᵀ inputs × outputs and y
+                // rows × outputs, each row-major (checked and sized above).
+                unsafe {
+                    product(
+                        rows,
+                        outputs,
+                        inputs,
+                        (y.as_mut_ptr(), outputs as isize),
+                        (x.as_ptr(), inputs as isize, 1),
+                        (wt.as_ptr(), outputs as isize, 1),
+                        parallelism(),
+                    )
+                };
+                for row in y.chunks_exact_mut(outputs) {
+                    row.iter_mut().zip(b).for_each(|(v, c)| *v += c);
+                }
+            }
+            Dense::Int8(m) => m.forward_into(x, s, y),
+        }
+        Ok(())
     }
 }
 
@@ -155,15 +199,27 @@ impl DenseWeights {
 /// The word-embedding table: f32 (MiniLM's safetensors) or 4-bit rows
 /// widened per text (multilingual-e5's 250,037 × 384 table, `e5.rs`).
 pub enum Words {
-    Table(Embedding),
+    /// Rows of `hidden` values, one per token id.
+    Table(Vec<f32>),
     Q4(super::q4::Q4Rows),
 }
 
 impl Words {
-    fn rows(&self, ids: &Tensor, raw: &[u32]) -> candle_core::Result<Tensor> {
+    /// The rows of `ids`, into `out` (its values replaced).
+    fn rows_into(&self, ids: &[u32], hidden: usize, out: &mut Vec<f32>) -> candle_core::Result<()> {
         match self {
-            Words::Table(t) => t.forward(ids),
-            Words::Q4(q) => q.rows(raw),
+            Words::Table(t) => {
+                out.clear();
+                for &id in ids {
+                    let at = id as usize * hidden;
+                    let Some(row) = t.get(at..at + hidden) else {
+                        candle_core::bail!("token id {id} outside the vocabulary of {}", t.len() / hidden);
+                    };
+                    out.extend_from_slice(row);
+                }
+                Ok(())
+            }
+            Words::Q4(q) => q.rows_into(ids, out),
         }
     }
 }
@@ -171,21 +227,45 @@ impl Words {
 pub struct Bert {
     words: Words,
     /// Position embeddings plus the token-type-0 embedding (every text here
-    /// is one segment), added once at load.
-    positions: Tensor,
+    /// is one segment), added once at load: rows of `hidden` values.
+    positions: Vec<f32>,
     embeddings_norm: Norm,
     layers: Vec<Layer>,
     heads: usize,
+    hidden: usize,
+}
+
+/// The buffers of one text's forward pass, kept by the caller from one text
+/// to the next (one per thread): each grows to the longest text it has seen
+/// and is then reused, so the layers allocate nothing.
+#[derive(Default)]
+pub struct Scratch {
+    /// The hidden states (n × hidden).
+    x: Vec<f32>,
+    /// A dense layer's output before its residual sum (n × hidden).
+    y: Vec<f32>,
+    /// Q, K and V side by side (n × 3·hidden).
+    qkv: Vec<f32>,
+    /// The heads' contexts side by side (n × hidden).
+    context: Vec<f32>,
+    /// The intermediate layer (n × intermediate).
+    up: Vec<f32>,
+    /// One head's attention scores (n × n), and each row's sum.
+    scores: Vec<f32>,
+    sums: Vec<f32>,
+    /// A dense layer's quantized inputs (4-bit models).
+    activations: mnemosyne_kernels::int8::Activations,
 }
 
 impl Bert {
     pub fn load(vb: VarBuilder, c: &Config) -> candle_core::Result<Bert> {
-        let words = Words::Table(embedding(
-            c.vocab_size,
-            c.hidden_size,
-            vb.pp("embeddings").pp("word_embeddings"),
-        )?);
-        Bert::load_with_words(vb, c, words, DenseWeights::F32)
+        let words = vb
+            .pp("embeddings")
+            .pp("word_embeddings")
+            .get((c.vocab_size, c.hidden_size), "weight")?
+            .flatten_all()?
+            .to_vec1()?;
+        Bert::load_with_words(vb, c, Words::Table(words), DenseWeights::F32)
     }
 
     /// `load` with the word embeddings and the dense layers given (the rest
@@ -211,7 +291,9 @@ impl Bert {
             .broadcast_add(
                 &e.get((c.type_vocab_size, c.hidden_size), "token_type_embeddings.weight")?
                     .get(0)?,
-            )?;
+            )?
+            .flatten_all()?
+            .to_vec1()?;
         let embeddings_norm = Norm::load(c.hidden_size, c.layer_norm_eps, e.pp("LayerNorm"))?;
         let scale = 1.0 / ((c.hidden_size / c.num_attention_heads) as f64).sqrt();
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
@@ -220,7 +302,7 @@ impl Bert {
             let s = l.pp("attention.self");
             let (h, m) = (c.hidden_size, c.intermediate_size);
             let qkv = Dense::stacked(vec![
-                dense.take(&s, "query", h, h)?.scaled(scale)?,
+                dense.take(&s, "query", h, h)?.scaled(scale),
                 dense.take(&s, "key", h, h)?,
                 dense.take(&s, "value", h, h)?,
             ])?;
@@ -239,134 +321,128 @@ impl Bert {
             embeddings_norm,
             layers,
             heads: c.num_attention_heads,
+            hidden: c.hidden_size,
         })
     }
 
-    /// The mean of the last hidden states of one text's word pieces.
-    pub fn mean_pooled(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
-        let n = ids.len();
-        let h = self.heads;
-        let raw = ids;
-        let ids = Tensor::from_slice(ids, n, &Device::Cpu)?;
-        let words = self.words.rows(&ids, raw)?;
-        let mut x = self.embeddings_norm.of_sum(&words, &self.positions.narrow(0, 0, n)?)?;
-        for l in &self.layers {
-            let context = l.qkv.forward(&x)?.apply_op1_no_bwd(&Attention { heads: h })?;
-            let a = l.attention_norm.of_sum(&l.out.forward(&context)?, &x)?;
-            let up = l.up.forward(&a)?.apply_op1_no_bwd(&Gelu)?;
-            x = l.output_norm.of_sum(&l.down.forward(&up)?, &a)?;
-        }
-        x.mean(0)
-    }
-}
-
-/// The f32 values of a contiguous CPU tensor (what both ops below accept).
-fn contiguous_f32<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(v) = storage else {
-        candle_core::bail!("{op}: f32 only");
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("{op}: contiguous input only");
-    };
-    Ok(&v[start..end])
-}
-
-/// Self-attention of one text: from its rows of Q (scaled by 1/√d), K and V
-/// side by side (n × 3·hidden, heads of d columns each), the heads' contexts
-/// side by side (n × hidden).
-///
-/// One op rather than candle's permute, two batched products, softmax and
-/// transpose (softmax divides the context, not the scores): the products read Q, K and V where they lie and write each
-/// head's context into its columns (gemm takes strides), and a head's n × n
-/// scores live in a buffer each thread keeps (no copies, and no 4 MB of
-/// scores per layer allocated, zeroed and freed for a 300-piece chunk).
-struct Attention {
-    heads: usize,
-}
-
-thread_local! {
-    /// One head's attention scores (n × n), kept between calls.
-    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl CustomOp1 for Attention {
-    fn name(&self) -> &'static str {
-        "self-attention"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let qkv = contiguous_f32("attention", storage, layout)?;
-        let (n, width) = layout.shape().dims2()?;
-        if self.heads == 0 || width == 0 || !width.is_multiple_of(3 * self.heads) {
-            candle_core::bail!("attention: {width} columns are not Q, K and V of {} heads", self.heads);
-        }
-        let (hidden, d) = (width / 3, width / 3 / self.heads);
-        let mut context = vec![0f32; n * hidden];
-        if n == 0 {
-            return Ok((CpuStorage::F32(context), Shape::from((n, hidden))));
-        }
-        let parallelism = match candle_core::utils::get_num_threads() {
-            1 => gemm::Parallelism::None,
-            threads => gemm::Parallelism::Rayon(threads),
+    /// The mean of the last hidden states of one text's word pieces, with
+    /// the caller's buffers.
+    pub fn mean_pooled(&self, ids: &[u32], s: &mut Scratch) -> candle_core::Result<Vec<f32>> {
+        let (n, hidden) = (ids.len(), self.hidden);
+        let Some(positions) = self.positions.get(..n * hidden) else {
+            candle_core::bail!(
+                "{n} word pieces where the model has {} positions",
+                self.positions.len() / hidden
+            );
         };
-        let (n_i, width_i, hidden_i) = (n as isize, width as isize, hidden as isize);
-        // Each row's sum of exponentials, for one head.
-        let mut sums = vec![0f32; n];
-        // The thread's buffer, or (should this thread already be inside
-        // this op, e.g. a rayon worker that took another text while gemm
-        // waited) one of its own.
-        SCORES.with(|kept| {
-            let mut own = Vec::new();
-            let mut kept = kept.try_borrow_mut();
-            let scores = match kept.as_deref_mut() {
-                Ok(v) => v,
-                Err(_) => &mut own,
-            };
-            scores.resize(n * n, 0.0);
-            for head in 0..self.heads {
-                // SAFETY (both products): every matrix lies inside its
-                // buffer: Q, K and V of this head are n rows of d values,
-                // `width` apart, from columns head·d, hidden + head·d and
-                // 2·hidden + head·d of `qkv` (n × width); the scores are
-                // n × n; the context is n rows of d values, `hidden` apart,
-                // from column head·d of `context` (n × hidden).
-                let q = qkv[head * d..].as_ptr();
-                let (k, v) = (qkv[hidden + head * d..].as_ptr(), qkv[2 * hidden + head * d..].as_ptr());
-                // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
-                unsafe {
-                    product(
-                        n,
-                        n,
-                        d,
-                        (scores.as_mut_ptr(), n_i),
-                        (q, width_i, 1),
-                        (k, 1, width_i),
-                        parallelism,
-                    )
-                };
-                mnemosyne_kernels::exp_rows(&mut scores[..n * n], n.max(1), &mut sums);
-                // context = exp(scores)·V, into this head's columns …
-                unsafe {
-                    product(
-                        n,
-                        d,
-                        n,
-                        (context[head * d..].as_mut_ptr(), hidden_i),
-                        (scores.as_ptr(), n_i, 1),
-                        (v, width_i, 1),
-                        parallelism,
-                    )
-                };
-                // … divided by the row's sum (softmax's division, on n × d
-                // values rather than n × n).
-                for (row, sum) in context.chunks_exact_mut(hidden).zip(&sums) {
-                    let inverse = 1.0 / sum;
-                    row[head * d..(head + 1) * d].iter_mut().for_each(|c| *c *= inverse);
-                }
-            }
-        });
-        Ok((CpuStorage::F32(context), Shape::from((n, hidden))))
+        self.words.rows_into(ids, hidden, &mut s.x)?;
+        self.embeddings_norm.of_sum(&mut s.x, positions)?;
+        for l in &self.layers {
+            l.qkv.forward_into(&s.x, &mut s.activations, &mut s.qkv)?;
+            attention(&s.qkv, n, self.heads, &mut s.context, &mut s.scores, &mut s.sums)?;
+            // y = LN(context·Wᵀ + b + x), then x = y.
+            l.out.forward_into(&s.context, &mut s.activations, &mut s.y)?;
+            l.attention_norm.of_sum(&mut s.y, &s.x)?;
+            std::mem::swap(&mut s.x, &mut s.y);
+            l.up.forward_into(&s.x, &mut s.activations, &mut s.up)?;
+            mnemosyne_kernels::gelu(&mut s.up);
+            l.down.forward_into(&s.up, &mut s.activations, &mut s.y)?;
+            l.output_norm.of_sum(&mut s.y, &s.x)?;
+            std::mem::swap(&mut s.x, &mut s.y);
+        }
+        let mut mean = vec![0f32; hidden];
+        for row in s.x.chunks_exact(hidden) {
+            mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
+        }
+        let count = n.max(1) as f32;
+        mean.iter_mut().for_each(|m| *m /= count);
+        Ok(mean)
     }
+}
+
+/// Threads for a product: candle's count (1 on the embedding worker's
+/// threads, see `main::one_core_per_text`).
+fn parallelism() -> gemm::Parallelism {
+    match candle_core::utils::get_num_threads() {
+        1 => gemm::Parallelism::None,
+        threads => gemm::Parallelism::Rayon(threads),
+    }
+}
+
+/// Self-attention of one text: from its n rows of Q (scaled by 1/√d), K and
+/// V side by side (n × 3·hidden, heads of d columns each), the heads'
+/// contexts side by side (n × hidden) into `context`.
+///
+/// One pass per head rather than candle's permute, two batched products,
+/// softmax and transpose (softmax divides the context, not the scores): the
+/// products read Q, K and V where they lie and write each head's context
+/// into its columns (gemm takes strides), and a head's n × n scores live in
+/// the caller's buffer (no copies, and no 4 MB of scores per layer
+/// allocated, zeroed and freed for a 300-piece chunk).
+fn attention(
+    qkv: &[f32],
+    n: usize,
+    heads: usize,
+    context: &mut Vec<f32>,
+    scores: &mut Vec<f32>,
+    sums: &mut Vec<f32>,
+) -> candle_core::Result<()> {
+    let width = qkv.len().checked_div(n).unwrap_or(0);
+    if heads == 0 || width == 0 || !width.is_multiple_of(3 * heads) || width * n != qkv.len() {
+        candle_core::bail!(
+            "attention: {} values are not Q, K and V of {heads} heads in {n} rows",
+            qkv.len()
+        );
+    }
+    let (hidden, d) = (width / 3, width / 3 / heads);
+    // Sized, not cleared: each head's product writes its columns.
+    context.resize(n * hidden, 0.0);
+    scores.resize(n * n, 0.0);
+    sums.resize(n, 0.0);
+    let parallelism = parallelism();
+    let (n_i, width_i, hidden_i) = (n as isize, width as isize, hidden as isize);
+    for head in 0..heads {
+        // SAFETY (both products): every matrix lies inside its buffer: Q, K
+        // and V of this head are n rows of d values, `width` apart, from
+        // columns head·d, hidden + head·d and 2·hidden + head·d of `qkv`
+        // (n × width); the scores are n × n; the context is n rows of d
+        // values, `hidden` apart, from column head·d of `context`
+        // (n × hidden).
+        let q = qkv[head * d..].as_ptr();
+        let (k, v) = (qkv[hidden + head * d..].as_ptr(), qkv[2 * hidden + head * d..].as_ptr());
+        // scores = Q·Kᵀ (Kᵀ: K read with its strides swapped).
+        unsafe {
+            product(
+                n,
+                n,
+                d,
+                (scores.as_mut_ptr(), n_i),
+                (q, width_i, 1),
+                (k, 1, width_i),
+                parallelism,
+            )
+        };
+        mnemosyne_kernels::exp_rows(&mut scores[..n * n], n, sums);
+        // context = exp(scores)·V, into this head's columns …
+        unsafe {
+            product(
+                n,
+                d,
+                n,
+                (context[head * d..].as_mut_ptr(), hidden_i),
+                (scores.as_ptr(), n_i, 1),
+                (v, width_i, 1),
+                parallelism,
+            )
+        };
+        // … divided by the row's sum (softmax's division, on n × d values
+        // rather than n × n).
+        for (row, sum) in context.chunks_exact_mut(hidden).zip(sums.iter()) {
+            let inverse = 1.0 / sum;
+            row[head * d..(head + 1) * d].iter_mut().for_each(|c| *c *= inverse);
+        }
+    }
+    Ok(())
 }
 
 /// dst = lhs · rhs for an m × k `lhs` and a k × n `rhs`, each given as its
@@ -412,8 +488,8 @@ unsafe fn product(
 }
 
 /// A LayerNorm that takes the sum before it too (BERT adds each residual
-/// connection and normalizes the sum): one op where candle has an addition
-/// and a norm whose sums are single chains of dependent additions.
+/// connection and normalizes the sum): one pass where candle has an
+/// addition and a norm whose sums are single chains of dependent additions.
 struct Norm {
     weight: Vec<f32>,
     bias: Vec<f32>,
@@ -429,56 +505,24 @@ impl Norm {
         })
     }
 
-    /// LayerNorm(a + b), row by row.
-    fn of_sum(&self, a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-        a.contiguous()?.apply_op2_no_bwd(&b.contiguous()?, self)
-    }
-}
-
-impl CustomOp2 for Norm {
-    fn name(&self) -> &'static str {
-        "add-layer-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (a, b) = (contiguous_f32("norm", s1, l1)?, contiguous_f32("norm", s2, l2)?);
-        if l1.shape() != l2.shape() || l1.dims().last() != Some(&self.weight.len()) {
+    /// a = LayerNorm(a + b), row by row.
+    fn of_sum(&self, a: &mut [f32], b: &[f32]) -> candle_core::Result<()> {
+        if a.len() != b.len() || !a.len().is_multiple_of(self.weight.len()) {
             candle_core::bail!(
-                "norm: {:?} + {:?} rows are not {} wide",
-                l1.dims(),
-                l2.dims(),
+                "norm: {} + {} values are not rows of {}",
+                a.len(),
+                b.len(),
                 self.weight.len()
             );
         }
-        let out = mnemosyne_kernels::add_layer_norm(a, b, &self.weight, &self.bias, self.eps);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-}
-
-/// BERT's exact GELU, x·Φ(x) = x/2·(1 + erf(x/√2)), with a rational `erf`.
-struct Gelu;
-
-impl CustomOp1 for Gelu {
-    fn name(&self) -> &'static str {
-        "gelu-erf-rational"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let v = contiguous_f32("gelu", storage, layout)?;
-        let out = mnemosyne_kernels::gelu(v);
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+        mnemosyne_kernels::add_layer_norm(a, b, &self.weight, &self.bias, self.eps);
+        Ok(())
     }
 }
 
 /// The unit vector of `v` (L2-normalized; a zero vector stays zero).
-pub fn normalized(v: &Tensor) -> candle_core::Result<Vec<f32>> {
-    let v = v.to_dtype(DType::F32)?;
-    let norm = v.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12f32, f32::MAX)?;
-    v.broadcast_div(&norm)?.to_vec1::<f32>()
+pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
 }

@@ -24,7 +24,7 @@ use anyhow::{bail, ensure, Context};
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 
-use super::bert::{Bert, Config, DenseWeights, Words};
+use super::bert::{Bert, Config, DenseWeights, Scratch, Words};
 use super::q4::{Q4Rows, BLOCK_BYTES, QK};
 use mnemosyne_kernels::int8::Matrix;
 
@@ -164,9 +164,10 @@ impl E5 {
         ids
     }
 
-    /// The mean of the last hidden states (not normalized).
-    pub fn mean_pooled(&self, text: &str, role: Role) -> anyhow::Result<Tensor> {
-        Ok(self.bert.mean_pooled(&self.ids(text, role))?)
+    /// The mean of the last hidden states (not normalized), with the
+    /// caller's buffers.
+    pub fn mean_pooled(&self, text: &str, role: Role, scratch: &mut Scratch) -> anyhow::Result<Vec<f32>> {
+        Ok(self.bert.mean_pooled(&self.ids(text, role), scratch)?)
     }
 }
 

@@ -246,7 +246,7 @@ mod model {
     use sha2::{Digest, Sha256};
     use tokenizers::{Tokenizer, TruncationParams};
 
-    use super::bert::{normalized, Bert, Config};
+    use super::bert::{normalized, Bert, Config, Scratch};
     pub use super::e5::Role;
     use super::e5::E5;
     use super::ModelKind;
@@ -350,7 +350,9 @@ mod model {
             self.embed_each(texts, role)
         }
 
+        /// The texts one after the other, through one set of buffers.
         fn embed_each(&self, texts: &[&str], role: Role) -> anyhow::Result<Vec<Vec<f32>>> {
+            let mut scratch = Scratch::default();
             texts
                 .iter()
                 .map(|t| match self {
@@ -358,9 +360,9 @@ mod model {
                         let e = tokenizer
                             .encode(*t, true)
                             .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
-                        Ok(normalized(&bert.mean_pooled(e.get_ids())?)?)
+                        Ok(normalized(bert.mean_pooled(e.get_ids(), &mut scratch)?))
                     }
-                    Model::E5(m) => Ok(normalized(&m.mean_pooled(t, role)?)?),
+                    Model::E5(m) => Ok(normalized(m.mean_pooled(t, role, &mut scratch)?)),
                 })
                 .collect()
         }

@@ -2,8 +2,6 @@
 //! block, an f16 scale and 16 bytes of nibbles; and a matrix of such rows
 //! that the encoder (`bert`) widens one row at a time.
 
-use candle_core::{Device, Tensor};
-
 /// Weights per Q4_0 block.
 pub const QK: usize = 32;
 /// Bytes per Q4_0 block: an f16 scale and 16 bytes of nibbles.
@@ -23,10 +21,11 @@ impl Q4Rows {
         Q4Rows { blocks, dim, rows }
     }
 
-    /// The rows `ids`, as an (ids, dim) f32 tensor.
-    pub fn rows(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
+    /// The rows `ids`, widened into `out` (its values replaced): ids × dim.
+    pub fn rows_into(&self, ids: &[u32], out: &mut Vec<f32>) -> candle_core::Result<()> {
         let per_row = self.dim / QK * BLOCK_BYTES;
-        let mut out = vec![0f32; ids.len() * self.dim];
+        // Sized, not cleared: every row is written.
+        out.resize(ids.len() * self.dim, 0.0);
         for (o, &id) in out.chunks_exact_mut(self.dim).zip(ids) {
             let id = id as usize;
             if id >= self.rows {
@@ -34,7 +33,7 @@ impl Q4Rows {
             }
             dequantize(&self.blocks[id * per_row..(id + 1) * per_row], o);
         }
-        Tensor::from_vec(out, (ids.len(), self.dim), &Device::Cpu)
+        Ok(())
     }
 }
 
