@@ -1,12 +1,13 @@
-//! The BERT encoder of MiniLM, one text at a time, on candle's CPU kernels.
+//! The BERT encoder of MiniLM and multilingual-e5, one text at a time, on
+//! gemm (f32 products) and the project's `kernels` crate.
 //!
 //! Why not `candle_transformers::models::bert`: profiled on this machine, its
 //! forward spent more than half of a 256-token chunk outside the matrix
 //! products — the exact GELU calls libm's `erff` element by element, softmax
 //! runs as five separate passes, the attention scale and the padding mask are
 //! passes of their own, and Q, K and V are three products. Here Q, K and V are
-//! one product with the scale folded into Q's weights, softmax is our own
-//! op (a vectorizable `exp`), GELU uses a rational `erf` the compiler vectorizes, and each
+//! one product with the scale folded into Q's weights, softmax is one pass
+//! of a vectorizable `exp`, GELU uses a rational `erf` the compiler vectorizes, and each
 //! text is encoded alone (no padding, so no mask). Same weights, same
 //! architecture: vectors match the reference to a cosine of 0.99999
 //! (`tests/fixtures/minilm_reference.json`).
@@ -211,8 +212,10 @@ impl Words {
             Words::Table(t) => {
                 out.clear();
                 for &id in ids {
-                    let at = id as usize * hidden;
-                    let Some(row) = t.get(at..at + hidden) else {
+                    let row = (id as usize)
+                        .checked_mul(hidden)
+                        .and_then(|at| t.get(at..at.checked_add(hidden)?));
+                    let Some(row) = row else {
                         candle_core::bail!("token id {id} outside the vocabulary of {}", t.len() / hidden);
                     };
                     out.extend_from_slice(row);
@@ -236,8 +239,9 @@ pub struct Bert {
 }
 
 /// The buffers of one text's forward pass, kept by the caller from one text
-/// to the next (one per thread): each grows to the longest text it has seen
-/// and is then reused, so the layers allocate nothing.
+/// to the next (one per batch and thread: `Model::embed_each`): each grows to
+/// the longest text it has seen and is then reused, so the layers allocate
+/// nothing. A one-text query allocates them once, small.
 #[derive(Default)]
 pub struct Scratch {
     /// The hidden states (n × hidden).
@@ -282,8 +286,8 @@ impl Bert {
                 c.hidden_act
             );
         }
-        if !c.hidden_size.is_multiple_of(c.num_attention_heads) {
-            candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
+        if c.hidden_size == 0 || c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
+            candle_core::bail!("hidden_size must be a positive multiple of num_attention_heads (both above 0)");
         }
         let e = vb.pp("embeddings");
         let positions = e
@@ -329,6 +333,9 @@ impl Bert {
     /// the caller's buffers.
     pub fn mean_pooled(&self, ids: &[u32], s: &mut Scratch) -> candle_core::Result<Vec<f32>> {
         let (n, hidden) = (ids.len(), self.hidden);
+        if n == 0 {
+            candle_core::bail!("no word pieces to encode");
+        }
         let Some(positions) = self.positions.get(..n * hidden) else {
             candle_core::bail!(
                 "{n} word pieces where the model has {} positions",
@@ -525,4 +532,109 @@ pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     v.iter_mut().for_each(|x| *x /= norm);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use candle_core::{DType, Device, Tensor};
+
+    use super::*;
+
+    /// A 2-layer BERT of random f32 weights (xorshift, fixed seed): hidden
+    /// 64, 4 heads, intermediate 128, 100 word pieces, 40 positions.
+    fn tiny() -> Bert {
+        let c = Config {
+            vocab_size: 100,
+            hidden_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            intermediate_size: 128,
+            max_position_embeddings: 40,
+            type_vocab_size: 2,
+            layer_norm_eps: 1e-12,
+            hidden_act: "gelu".into(),
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed % 2001) as f32 / 1000.0 - 1.0
+                })
+                .collect();
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+        };
+        let (h, m) = (c.hidden_size, c.intermediate_size);
+        let mut t: HashMap<String, Tensor> = HashMap::new();
+        t.insert("embeddings.word_embeddings.weight".into(), random(&[c.vocab_size, h]));
+        t.insert(
+            "embeddings.position_embeddings.weight".into(),
+            random(&[c.max_position_embeddings, h]),
+        );
+        t.insert("embeddings.token_type_embeddings.weight".into(), random(&[2, h]));
+        let mut norms = vec!["embeddings.LayerNorm".to_string()];
+        for i in 0..c.num_hidden_layers {
+            let l = format!("encoder.layer.{i}");
+            norms.push(format!("{l}.attention.output.LayerNorm"));
+            norms.push(format!("{l}.output.LayerNorm"));
+            for (name, outputs, inputs) in [
+                ("attention.self.query", h, h),
+                ("attention.self.key", h, h),
+                ("attention.self.value", h, h),
+                ("attention.output.dense", h, h),
+                ("intermediate.dense", m, h),
+                ("output.dense", h, m),
+            ] {
+                t.insert(format!("{l}.{name}.weight"), random(&[outputs, inputs]));
+                t.insert(format!("{l}.{name}.bias"), random(&[outputs]));
+            }
+        }
+        for at in norms {
+            t.insert(format!("{at}.weight"), random(&[h]));
+            t.insert(format!("{at}.bias"), random(&[h]));
+        }
+        Bert::load(VarBuilder::from_tensors(t, DType::F32, &Device::Cpu), &c).unwrap()
+    }
+
+    #[test]
+    fn reused_buffers_give_what_fresh_ones_give() {
+        let bert = tiny();
+        let mut kept = Scratch::default();
+        // Longer, shorter, longest, one piece: nothing of a previous text
+        // may show through.
+        for n in [7, 2, 40, 1, 33] {
+            let ids: Vec<u32> = (0..n as u32).map(|i| (i * 37 + 5) % 100).collect();
+            let reused = bert.mean_pooled(&ids, &mut kept).unwrap();
+            let fresh = bert.mean_pooled(&ids, &mut Scratch::default()).unwrap();
+            assert_eq!(reused.len(), 64);
+            assert!(reused.iter().all(|v| v.is_finite()), "{n} pieces");
+            assert_eq!(reused, fresh, "{n} pieces");
+        }
+    }
+
+    #[test]
+    fn a_text_the_model_cannot_read_is_an_error_not_a_panic() {
+        let bert = tiny();
+        let mut s = Scratch::default();
+        assert!(bert.mean_pooled(&[], &mut s).is_err(), "no pieces");
+        assert!(
+            bert.mean_pooled(&[1, 100], &mut s).is_err(),
+            "an id outside the vocabulary"
+        );
+        assert!(bert.mean_pooled(&[1, u32::MAX], &mut s).is_err(), "the largest id");
+        assert!(
+            bert.mean_pooled(&[1; 41], &mut s).is_err(),
+            "more pieces than positions"
+        );
+        // The buffers still serve the next text.
+        assert_eq!(
+            bert.mean_pooled(&[1, 2, 3], &mut s).unwrap(),
+            bert.mean_pooled(&[1, 2, 3], &mut Scratch::default()).unwrap()
+        );
+    }
 }
