@@ -16,11 +16,17 @@ mod common;
 
 use std::time::Instant;
 
-use mnemosyne::embed::{chunk_text, Embedder};
+use mnemosyne::embed::{chunk_text, Embedder, ModelKind};
 
-/// Measured on main before this benchmark existed (the queue's drain on the
-/// quality corpus, issue 21's first half): 7–10.5 chunks/s.
-const BASELINE: &str = "7–10.5 chunks/s (queue drain, main 490fcda)";
+/// The build before the encoder kept its buffers (`a5af0e9`), run with this
+/// benchmark's settings above and `EMBED_CHUNKS=48` beside the new build:
+/// chunks/s at batch 1 and 16, and the query p50, per model.
+fn baseline(kind: ModelKind) -> (&'static str, &'static str) {
+    match kind {
+        ModelKind::E5 => ("9.2 / 17.4 chunks/s at batch 1 / 16", "3.4 ms"),
+        ModelKind::MiniLm => ("11.2–11.8 / 22.1–22.8 chunks/s at batch 1 / 16", "6.5 ms"),
+    }
+}
 
 fn chunks(n: usize) -> Vec<String> {
     let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
@@ -94,6 +100,7 @@ fn main() {
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "all cores".into())
     );
     embedder.embed(&refs[..2]).expect("warm-up");
+    let (chunks_before, query_before) = baseline(embedder.kind());
     for &b in &batches {
         let t = Instant::now();
         let c = cpu_seconds();
@@ -103,7 +110,7 @@ fn main() {
         let s = t.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - c;
         println!(
-            "  batch {b:>3}: {:>6.1} chunks/s  ({:.0} ms per chunk; {:.1} chunks per CPU-second)   baseline {BASELINE}",
+            "  batch {b:>3}: {:>6.1} chunks/s  ({:.0} ms per chunk; {:.1} chunks per CPU-second)   before (a5af0e9): {chunks_before}",
             n as f64 / s,
             s * 1000.0 / n as f64,
             n as f64 / cpu.max(0.01)
@@ -125,7 +132,7 @@ fn main() {
         .collect();
     ms.sort_by(f64::total_cmp);
     println!(
-        "  query (one short text): p50 {:.1} ms, p95 {:.1} ms   baseline 13–16 ms (issue 21, candle, 2 threads)",
+        "  query (one short text): p50 {:.1} ms, p95 {:.1} ms   before (a5af0e9): p50 {query_before}",
         ms[ms.len() / 2],
         ms[(ms.len() * 95 / 100).min(ms.len() - 1)]
     );
