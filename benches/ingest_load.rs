@@ -13,6 +13,12 @@
 //!
 //! Quick run: `INGEST_CHUNKS=2000 cargo bench --bench ingest_load`; without
 //! the embedding worker beside the ingests: `INGEST_WITHOUT_MODEL=1`.
+//!
+//! With the model, the ingests over, it then reads the embedding worker's
+//! steady rate from `/metrics` (chunks given a vector per second, nothing
+//! else running) for `INGEST_DRAIN_SECONDS` (120) or until the backlog is
+//! empty: what `embed_throughput` measures, as the server runs it (its
+//! batches, priority, reads and writes of the graph).
 
 mod common;
 
@@ -366,7 +372,49 @@ async fn run() {
     }
     let (txns, retries, gave_up) = state.admin.txn_stats();
     println!("graph transactions of the server: {txns}, retried {retries}, gave up {gave_up}");
+    if settings.embed_model.is_some() {
+        drain(&http, &base).await;
+    }
 
     graph.delete_libraries(&libraries).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
+}
+
+/// A sample of `/metrics`: the chunks embedded so far and the backlog.
+async fn embedding_counts(http: &reqwest::Client, base: &str) -> (f64, f64) {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let read = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (
+        read("mnemosyne_embedded_chunks_total"),
+        read("mnemosyne_embedding_backlog"),
+    )
+}
+
+/// The embedding worker's rate once nothing else runs (bounded in time).
+async fn drain(http: &reqwest::Client, base: &str) {
+    let limit = Duration::from_secs(common::setting("INGEST_DRAIN_SECONDS", 120));
+    let start = Instant::now();
+    let (first, backlog_at_start) = embedding_counts(http, base).await;
+    let (mut last, mut backlog) = (first, backlog_at_start);
+    while start.elapsed() < limit && backlog > 0.0 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        (last, backlog) = embedding_counts(http, base).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "embedding worker after the ingests: {:.0} chunks of ~800 characters in {secs:.0} s = {:.1} chunks/s (backlog as the worker last counted it: {backlog_at_start:.0} at the start, {backlog:.0} at the end; the goal, ≥ 20 chunks/s of 1,200 characters, is embed_throughput's batch 16)",
+        last - first,
+        (last - first) / secs
+    );
 }
