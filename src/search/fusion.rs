@@ -105,12 +105,18 @@ pub(crate) struct Ranked {
 /// otherwise than the library (a paraphrase, another language) and a chunk
 /// sharing some of its words counts for less beside what the meaning finds
 /// (when the meaning finds nothing, no vector yet, the factor is 1).
-/// The score is that
-/// relevance plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative to the
-/// best keyword score of this search × the keyword relevance, so a whole-query
-/// keyword match and a close paraphrase both rank high, whichever signal
-/// found them, and BM25 orders the keyword matches among themselves. Every
-/// term is a function of the caller's libraries only.
+///
+/// The order follows the same noisy-or, except that without a whole-query
+/// match a partial keyword share is no evidence at all: the meaning orders
+/// the hits, and a chunk that only shares words with the question comes
+/// after those the meaning vouches for (its relevance, which the threshold
+/// reads, keeps the scaled share: when the meaning misses the page, a
+/// stemmer gap or jargon, the hit is still there to read). The score is that
+/// ordering evidence plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative
+/// to the best keyword score of this search × the keyword relevance, so a
+/// whole-query keyword match and a close paraphrase both rank high,
+/// whichever signal found them, and BM25 orders the keyword matches among
+/// themselves. Every term is a function of the caller's libraries only.
 pub(crate) fn fuse(
     mode: Mode,
     calibration: Calibration,
@@ -142,7 +148,6 @@ pub(crate) fn fuse(
             keyword.truncate(CANDIDATES);
             let best = keyword.first().map(|k| k.score).filter(|s| *s > 0.0).unwrap_or(1.0);
             let mut out: Vec<Ranked> = Vec::with_capacity(keyword.len() + semantic.len());
-            let mut order: Vec<f64> = Vec::with_capacity(keyword.len() + semantic.len());
             let mut at: HashMap<String, usize> = HashMap::new();
             // The largest share of the query any candidate holds: 1 when some
             // chunk holds the whole question. Without semantic candidates (no
@@ -153,9 +158,16 @@ pub(crate) fn fuse(
             } else {
                 keyword.iter().map(|k| k.relevance).fold(0.0, f64::max)
             };
+            // Whether a keyword share orders the hits: only beside a
+            // whole-query match (relevance 1, to rounding).
+            let shares_order = whole >= 1.0 - 1e-9;
+            // Per hit: the evidence that orders it (before the noisy-or with
+            // the meaning's) and the keyword term of its score.
+            let mut ordering: Vec<(f64, f64)> = Vec::with_capacity(keyword.len() + semantic.len());
             for k in keyword {
                 let mut r = kw(k);
-                order.push(KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance);
+                let evidence = if shares_order { r.relevance } else { 0.0 };
+                ordering.push((evidence, KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance));
                 r.relevance *= whole;
                 at.insert(r.chunk_uid.clone(), out.len());
                 out.push(r);
@@ -166,17 +178,18 @@ pub(crate) fn fuse(
                     Some(&i) => {
                         let hit = &mut out[i];
                         hit.relevance = 1.0 - (1.0 - hit.relevance) * (1.0 - r.relevance);
+                        ordering[i].0 = 1.0 - (1.0 - ordering[i].0) * (1.0 - r.relevance);
                         hit.similarity = r.similarity;
                         hit.found_by.push(Signal::Semantic);
                     }
                     None => {
-                        order.push(0.0);
+                        ordering.push((r.relevance, 0.0));
                         out.push(r);
                     }
                 }
             }
-            for (r, o) in out.iter_mut().zip(order) {
-                r.score = r.relevance + o;
+            for (r, (evidence, keyword_order)) in out.iter_mut().zip(ordering) {
+                r.score = evidence + keyword_order;
             }
             out
         }
@@ -252,6 +265,25 @@ mod tests {
         // yield to, the share stands.
         let r = fuse(Mode::Hybrid, E5, vec![kw("common", 5.0, 0.5)], vec![], 10);
         assert!((r[0].relevance - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_a_whole_query_match_the_meaning_orders_and_the_share_stays_in_the_relevance() {
+        // No chunk holds the whole question (a paraphrase, another language):
+        // "shared" holds half its words and nothing of its meaning, "faint"
+        // only a little of its meaning, "close" more of it than "both",
+        // which also shares half the words.
+        let keyword = vec![kw("shared", 5.0, 0.5), kw("both", 4.0, 0.5)];
+        let semantic = vec![sem("close", 0.86), sem("both", 0.85), sem("faint", 0.82)];
+        let r = fuse(Mode::Hybrid, E5, keyword, semantic, 10);
+        assert_eq!(order(&r), ["close", "both", "faint", "shared"]);
+        let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
+        // The relevance still counts the scaled share (0.5 × 0.5): the
+        // threshold keeps a page the meaning missed.
+        assert!((rel("shared") - 0.25).abs() < 1e-6);
+        assert!((rel("both") - (1.0 - 0.75 * 0.5)).abs() < 1e-6);
+        assert!((rel("faint") - 0.2).abs() < 1e-6);
+        assert!((rel("close") - 0.6).abs() < 1e-6);
     }
 
     #[test]
