@@ -110,13 +110,13 @@ pub(crate) struct Ranked {
 /// match a partial keyword share is no evidence at all: the meaning orders
 /// the hits, and a chunk that only shares words with the question comes
 /// after those the meaning vouches for (its relevance, which the threshold
-/// reads, keeps the scaled share: when the meaning misses the page, a
-/// stemmer gap or jargon, the hit is still there to read). The score is that
-/// ordering evidence plus `KEYWORD_ORDER_WEIGHT` × the keyword score relative
-/// to the best keyword score of this search × the keyword relevance, so a
-/// whole-query keyword match and a close paraphrase both rank high,
-/// whichever signal found them, and BM25 orders the keyword matches among
-/// themselves. Every term is a function of the caller's libraries only.
+/// reads, keeps the scaled share: the threshold keeps the same hits). The
+/// score is that ordering evidence plus `KEYWORD_ORDER_WEIGHT` × the keyword
+/// score relative to the best keyword score of this search × the keyword
+/// relevance, so a whole-query keyword match and a close paraphrase both
+/// rank high, whichever signal found them, and BM25 orders the keyword
+/// matches among themselves. Every term is a function of the caller's
+/// libraries only.
 pub(crate) fn fuse(
     mode: Mode,
     calibration: Calibration,
