@@ -41,8 +41,9 @@ pub(crate) const CANDIDATES: usize = 100;
 /// description says so). Measured on the committed set (docs/search.md).
 pub const DEFAULT_MIN_RELEVANCE: f64 = 0.3;
 
-/// Weight of the relative keyword score in a hybrid score, after relevance:
-/// among hits of equal relevance (every chunk holding all the query's words
+/// Weight of the relative keyword score in a hybrid score, after the
+/// ordering evidence (the relevance when some chunk holds the whole query):
+/// among hits of equal evidence (every chunk holding all the query's words
 /// has keyword relevance 1) BM25 orders them as keyword search would.
 const KEYWORD_ORDER_WEIGHT: f64 = 0.1;
 
@@ -109,8 +110,10 @@ pub(crate) struct Ranked {
 /// The order follows the same noisy-or, except that without a whole-query
 /// match a partial keyword share is no evidence at all: the meaning orders
 /// the hits, and a chunk that only shares words with the question comes
-/// after those the meaning vouches for (its relevance, which the threshold
-/// reads, keeps the scaled share: the threshold keeps the same hits). The
+/// after those the meaning vouches for by more than its keyword term below
+/// (at most `KEYWORD_ORDER_WEIGHT` × its share). Its relevance, which the
+/// threshold reads, keeps the scaled share: the threshold keeps the same
+/// hits (though under a `limit` the order decides which of them fit). The
 /// score is that ordering evidence plus `KEYWORD_ORDER_WEIGHT` × the keyword
 /// score relative to the best keyword score of this search × the keyword
 /// relevance, so a whole-query keyword match and a close paraphrase both
@@ -158,17 +161,19 @@ pub(crate) fn fuse(
             } else {
                 keyword.iter().map(|k| k.relevance).fold(0.0, f64::max)
             };
-            // Whether a keyword share orders the hits: only beside a
-            // whole-query match (relevance 1, to rounding).
-            let shares_order = whole >= 1.0 - 1e-9;
+            // Whether a keyword share orders the hits: beside a whole-query
+            // match (its relevance is exactly 1: the matched words' weights
+            // over their own sum, `rank::Weights`), or with no meaning to
+            // order them.
+            let shares_order = whole >= 1.0;
             // Per hit: the evidence that orders it (before the noisy-or with
             // the meaning's) and the keyword term of its score.
             let mut ordering: Vec<(f64, f64)> = Vec::with_capacity(keyword.len() + semantic.len());
             for k in keyword {
                 let mut r = kw(k);
-                let evidence = if shares_order { r.relevance } else { 0.0 };
-                ordering.push((evidence, KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance));
+                let keyword_order = KEYWORD_ORDER_WEIGHT * (r.score / best) * r.relevance;
                 r.relevance *= whole;
+                ordering.push((if shares_order { r.relevance } else { 0.0 }, keyword_order));
                 at.insert(r.chunk_uid.clone(), out.len());
                 out.push(r);
             }
@@ -284,6 +289,30 @@ mod tests {
         assert!((rel("both") - (1.0 - 0.75 * 0.5)).abs() < 1e-6);
         assert!((rel("faint") - 0.2).abs() < 1e-6);
         assert!((rel("close") - 0.6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn with_a_whole_query_match_or_no_meaning_the_score_is_relevance_plus_keyword_order() {
+        // The order rule changes nothing here: score = relevance + 0.1 ×
+        // (score ÷ best score) × keyword relevance, to the bit.
+        let keyword = vec![kw("whole", 8.0, 1.0), kw("half", 4.0, 0.5), kw("third", 2.0, 1.0 / 3.0)];
+        let cases = [
+            vec![sem("half", 0.85), sem("meaning", 0.83), sem("whole", 0.81)],
+            vec![],
+        ];
+        for semantic in cases {
+            let r = fuse(Mode::Hybrid, E5, keyword.clone(), semantic, 10);
+            for hit in &r {
+                let k = keyword.iter().find(|k| k.chunk_uid == hit.chunk_uid);
+                let term = k.map_or(0.0, |k| KEYWORD_ORDER_WEIGHT * (k.score / 8.0) * k.relevance);
+                assert_eq!(
+                    hit.score.to_bits(),
+                    (hit.relevance + term).to_bits(),
+                    "{}",
+                    hit.chunk_uid
+                );
+            }
+        }
     }
 
     #[test]
