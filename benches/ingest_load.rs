@@ -15,7 +15,7 @@
 //! the embedding worker beside the ingests: `INGEST_WITHOUT_MODEL=1`.
 //!
 //! With the model, the ingests over, it then reads the embedding worker's
-//! steady rate from `/metrics` (chunks given a vector per second, nothing
+//! steady rate from the server's metrics (chunks given a vector per second, nothing
 //! else running) for `INGEST_DRAIN_SECONDS` (120) or until the backlog is
 //! empty: what `embed_throughput` measures, as the server runs it (its
 //! batches, priority, reads and writes of the graph).
@@ -373,23 +373,17 @@ async fn run() {
     let (txns, retries, gave_up) = state.admin.txn_stats();
     println!("graph transactions of the server: {txns}, retried {retries}, gave up {gave_up}");
     if settings.embed_model.is_some() {
-        drain(&http, &base).await;
+        drain(&state.metrics).await;
     }
 
     graph.delete_libraries(&libraries).await.unwrap();
     common::drop_db(&admin, &settings.database_url).await;
 }
 
-/// A sample of `/metrics`: the chunks embedded so far and the backlog.
-async fn embedding_counts(http: &reqwest::Client, base: &str) -> (f64, f64) {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+/// The chunks embedded so far and the backlog, from the server's metrics
+/// registry (what `/metrics` serves; the server runs in this process).
+fn embedding_counts(metrics: &mnemosyne::metrics::Metrics) -> (f64, f64) {
+    let text = metrics.render();
     let read = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
@@ -402,14 +396,14 @@ async fn embedding_counts(http: &reqwest::Client, base: &str) -> (f64, f64) {
 }
 
 /// The embedding worker's rate once nothing else runs (bounded in time).
-async fn drain(http: &reqwest::Client, base: &str) {
+async fn drain(metrics: &mnemosyne::metrics::Metrics) {
     let limit = Duration::from_secs(common::setting("INGEST_DRAIN_SECONDS", 120));
     let start = Instant::now();
-    let (first, backlog_at_start) = embedding_counts(http, base).await;
+    let (first, backlog_at_start) = embedding_counts(metrics);
     let (mut last, mut backlog) = (first, backlog_at_start);
     while start.elapsed() < limit && backlog > 0.0 {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        (last, backlog) = embedding_counts(http, base).await;
+        (last, backlog) = embedding_counts(metrics);
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
