@@ -529,7 +529,7 @@ impl Norm {
 
 /// The unit vector of `v` (L2-normalized; a zero vector stays zero).
 pub fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    let norm = super::dot(&v, &v).sqrt().max(1e-12);
     v.iter_mut().for_each(|x| *x /= norm);
     v
 }
