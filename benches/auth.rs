@@ -31,7 +31,6 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let (settings, pool, admin) = common::fresh_settings("auth").await;
     let graph = GraphStore::connect(&settings).await.unwrap();
-    graph.bootstrap_schema().await.unwrap();
     let graph = graph.into_handles();
     let ws = format!("bench_{}", &Uuid::new_v4().simple().to_string()[..8]);
     let (lib, _) = graph.admin.ensure_workspace_library(&ws).await.unwrap().unwrap();

@@ -4,7 +4,11 @@
 use mnemosyne::config::Settings;
 use mnemosyne::store::pg;
 
-/// Settings pointing at a new, migrated database named `mnemosyne_bench_<tag>_<rand>`.
+/// Settings pointing at a new, migrated database named `mnemosyne_bench_<tag>_<rand>`,
+/// and the graph's schema in place (constraints, scoping indexes, the full-text
+/// index; idempotent), as `mnemosyne migrate` leaves it: on a graph `scripts/dev up`
+/// has just created, a search would otherwise fail and concurrent ingests could
+/// duplicate a uid no constraint guards yet.
 pub async fn fresh_settings(tag: &str) -> (Settings, sqlx::PgPool, String) {
     let mut s = Settings::from_env().expect("settings (run scripts/dev up)");
     let (server, _) = s.database_url.rsplit_once('/').expect("database URL");
@@ -26,6 +30,13 @@ pub async fn fresh_settings(tag: &str) -> (Settings, sqlx::PgPool, String) {
     let pool = pg::pool(&s.database_url, std::time::Duration::from_secs(5)).unwrap();
     pg::migrate(&pool).await.unwrap();
     pg::keys::ensure_active(&pool).await.unwrap();
+    mnemosyne::store::graph::GraphStore::connect(&s)
+        .await
+        .expect("graph reachable (run scripts/dev up)")
+        .with_timeout(std::time::Duration::from_secs(600))
+        .bootstrap_schema()
+        .await
+        .expect("graph schema");
     (s, pool, admin)
 }
 

@@ -173,7 +173,6 @@ async fn run() {
         .await
         .unwrap()
         .with_timeout(Duration::from_secs(600));
-    graph.bootstrap_schema().await.unwrap();
     let graph = graph.into_handles().admin;
     let hash = mnemosyne::auth::basic::hash_password(PASSWORD).unwrap();
     mnemosyne::store::pg::users::create(&pool, USER, Some(&hash), true)

@@ -582,7 +582,6 @@ async fn run() {
         .await
         .unwrap()
         .with_timeout(Duration::from_secs(600));
-    graph.bootstrap_schema().await.unwrap();
     let graph = graph.into_handles();
     let ns = format!("ld{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let tenant = format!("{ns}_tenant");
