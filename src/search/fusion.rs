@@ -36,10 +36,48 @@ pub enum Signal {
 /// candidates of a semantic search, at least).
 pub(crate) const CANDIDATES: usize = 100;
 
-/// The relevance below which hybrid search (the default mode) leaves a hit
-/// out unless the caller gives `min_relevance` (the search tool's
-/// description says so). Measured on the committed set (docs/search.md).
+/// The relevance some hit must reach for hybrid search (the default mode)
+/// to answer at all, unless the caller gives `min_relevance` (`Floor`; the
+/// search tool's description says so). Measured on the committed set
+/// (docs/search.md).
 pub const DEFAULT_MIN_RELEVANCE: f64 = 0.3;
+
+/// Which hits a search leaves out, by their `relevance`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Floor {
+    /// Every hit below this relevance: the caller's `min_relevance` (0 keeps
+    /// every candidate), and keyword and semantic search's default (0).
+    Hit(f64),
+    /// The whole answer when no hit reaches this relevance (the libraries
+    /// most likely hold nothing on the question), and otherwise only the
+    /// hits nothing supports (relevance 0): hybrid search's default. A
+    /// question the libraries answer keeps its weaker relevant pages (a page
+    /// in another language on the same subject, one that answers part of
+    /// it), ranked after the best and shown with their relevance; cutting
+    /// each hit at the threshold dropped them (docs/search.md).
+    Answer(f64),
+}
+
+impl Floor {
+    /// The least relevance a single hit needs to be kept whatever the
+    /// others score (a floor the keyword ranking may apply early).
+    pub fn per_hit(self) -> f64 {
+        match self {
+            Floor::Hit(min) => min,
+            Floor::Answer(_) => 0.0,
+        }
+    }
+
+    /// Leaves out of `ranked` what this floor drops (a NaN relevance
+    /// reaches nothing).
+    pub(crate) fn apply(self, ranked: &mut Vec<Ranked>) {
+        match self {
+            Floor::Hit(min) => ranked.retain(|r| r.relevance >= min),
+            Floor::Answer(min) if ranked.iter().any(|r| r.relevance >= min) => ranked.retain(|r| r.relevance > 0.0),
+            Floor::Answer(_) => ranked.clear(),
+        }
+    }
+}
 
 /// Weight of the relative keyword score in a hybrid score, after the
 /// ordering evidence (the relevance when some chunk holds the whole query):
@@ -356,5 +394,66 @@ mod tests {
         let minilm = Calibration::of(ModelKind::MiniLm);
         assert_eq!(minilm.evidence(minilm.unrelated), 0.0);
         assert_eq!(minilm.evidence(minilm.answers), 1.0);
+    }
+
+    fn relevances(r: &[Ranked]) -> Vec<(&str, f64)> {
+        r.iter().map(|x| (x.chunk_uid.as_str(), x.relevance)).collect()
+    }
+
+    #[test]
+    fn the_default_floor_keeps_an_answered_question_whole_and_an_off_topic_one_empty() {
+        // Answered: the best hit reaches 0.3, so the weaker page that
+        // something supports stays (after it); a hit nothing supports goes.
+        let answered = fuse(
+            Mode::Hybrid,
+            E5,
+            vec![kw("answer", 9.0, 1.0), kw("partial", 2.0, 0.2)],
+            vec![sem("answer", 0.92), sem("other language", 0.82), sem("unrelated", 0.7)],
+            10,
+        );
+        let mut kept = answered.clone();
+        Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut kept);
+        let kept = relevances(&kept);
+        assert_eq!(
+            kept.iter().map(|k| k.0).collect::<Vec<_>>(),
+            ["answer", "partial", "other language"]
+        );
+        assert!(
+            kept.iter().skip(1).all(|k| k.1 > 0.0 && k.1 < DEFAULT_MIN_RELEVANCE),
+            "{kept:?}"
+        );
+        // The caller's min_relevance cuts each hit: only the answer is left.
+        let mut cut = answered.clone();
+        Floor::Hit(DEFAULT_MIN_RELEVANCE).apply(&mut cut);
+        assert_eq!(relevances(&cut).iter().map(|k| k.0).collect::<Vec<_>>(), ["answer"]);
+        // 0 keeps every candidate, the unsupported one too.
+        let mut all = answered;
+        Floor::Hit(0.0).apply(&mut all);
+        assert_eq!(all.len(), 4);
+
+        // Off topic: some words and some meaning, nothing reaching 0.3.
+        let mut off = fuse(
+            Mode::Hybrid,
+            E5,
+            vec![kw("common word", 3.0, 0.25)],
+            vec![sem("near miss", 0.82), sem("common word", 0.8)],
+            10,
+        );
+        assert!(
+            off.iter()
+                .all(|r| r.relevance > 0.0 && r.relevance < DEFAULT_MIN_RELEVANCE),
+            "{off:?}"
+        );
+        Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut off);
+        assert!(off.is_empty());
+        // A NaN relevance reaches no threshold.
+        let mut nan = vec![Ranked {
+            relevance: f64::NAN,
+            ..fuse(Mode::Keyword, E5, vec![kw("x", 1.0, 1.0)], vec![], 10).remove(0)
+        }];
+        Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut nan);
+        assert!(nan.is_empty());
+        assert_eq!(Floor::Answer(0.3).per_hit(), 0.0);
+        assert_eq!(Floor::Hit(0.4).per_hit(), 0.4);
     }
 }

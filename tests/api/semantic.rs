@@ -489,8 +489,9 @@ fn the_e5_encoder_matches_the_package_engine() {
 }
 
 /// The default model end to end: e5 reads a German question about an English
-/// page, and hybrid search's default threshold (relevance 0.3) leaves an
-/// off-topic question empty where every chunk used to come back.
+/// page, and hybrid search's default threshold (no hit reaching relevance
+/// 0.3) leaves an off-topic question empty where every chunk used to come
+/// back, while an answered one keeps its weaker relevant pages.
 #[tokio::test]
 async fn e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty() {
     let app = TestApp::spawn_with(|s| {
@@ -508,7 +509,8 @@ async fn e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty
     let rel: Vec<f64> = german.iter().map(|h| h["relevance"].as_f64().unwrap()).collect();
     assert!(rel[0] > 0.0 && rel[1..].iter().all(|r| *r < rel[0]), "{rel:?}");
 
-    // Hybrid (the default): the page that answers, nothing below 0.3.
+    // Hybrid (the default): the page that answers, and no page nothing
+    // supports (relevance 0).
     let out = c
         .call_ok("search", json!({"query": "how do islands form from lava"}))
         .await;
@@ -516,6 +518,22 @@ async fn e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty
     assert_eq!(titles(hits), ["Volcanic islands"], "{out}");
     assert!(hits[0]["relevance"].as_f64().unwrap() >= 0.3);
     assert_eq!(hits[0]["found_by"], json!(["keyword", "semantic"]));
+
+    // A question the library answers keeps its weaker relevant page: the
+    // tax half of this one is supported below 0.3, and stays after the
+    // page that answers the rest; a min_relevance of 0.3 cuts it.
+    let two = "bake bread with wild yeast and pay less income tax";
+    let out = c.call_ok("search", json!({"query": two})).await;
+    let hits = out["results"].as_array().unwrap();
+    assert_eq!(titles(hits), ["Sourdough starters", "Income tax brackets"], "{out}");
+    let rel: Vec<f64> = hits.iter().map(|h| h["relevance"].as_f64().unwrap()).collect();
+    assert!(rel[0] >= 0.3 && rel[1] > 0.0 && rel[1] < 0.3, "{rel:?}");
+    let strict = c.call_ok("search", json!({"query": two, "min_relevance": 0.3})).await;
+    assert_eq!(
+        titles(strict["results"].as_array().unwrap()),
+        ["Sourdough starters"],
+        "{strict}"
+    );
 
     // Off topic: nothing, unless the caller asks for every candidate.
     let off = c

@@ -15,7 +15,7 @@ use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Rang
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::search::fusion::DEFAULT_MIN_RELEVANCE;
-use crate::store::graph::knowledge::{Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
+use crate::store::graph::knowledge::{Floor, Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 use crate::text::inline;
 
 const QUERY: Len = Len {
@@ -48,10 +48,11 @@ pub struct SearchArgs {
     /// Only this collection
     #[schemars(length(min = UID.min, max = UID.max))]
     pub collection_uid: Option<String>,
-    /// Leave out results whose relevance is below this (0–1). Default: 0.3 in
-    /// hybrid mode (drops hits nothing in the library supports, so an
-    /// off-topic question comes back empty or nearly), 0 in keyword and
-    /// semantic mode. Give 0 to see every candidate
+    /// Leave out results whose relevance is below this (0–1); give 0 to see
+    /// every candidate. Default in hybrid mode: no results when none reaches
+    /// 0.3 (the libraries most likely hold nothing on the question),
+    /// otherwise every result something supports (relevance above 0). In
+    /// keyword and semantic mode: 0
     #[schemars(range(min = 0.0, max = 1.0))]
     pub min_relevance: Option<f64>,
     /// hybrid (keyword and semantic results fused; the default when the
@@ -105,7 +106,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search leaves out hits of relevance below 0.3 (`min_relevance` changes that): few or no results mean the libraries probably hold nothing on the question.",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search returns nothing when no hit reaches relevance 0.3, which means the libraries most likely hold nothing on the question; otherwise it returns the best hits, weaker ones after with their lower relevance (`min_relevance` instead leaves out every hit below the value you give).",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -148,10 +149,11 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             text: &a.query,
             limit: limit as usize,
             collection_uid: a.collection_uid.as_deref(),
-            min_relevance: a.min_relevance.unwrap_or(match mode {
-                Mode::Hybrid => DEFAULT_MIN_RELEVANCE,
-                Mode::Keyword | Mode::Semantic => 0.0,
-            }),
+            floor: match (a.min_relevance, mode) {
+                (Some(min), _) => Floor::Hit(min),
+                (None, Mode::Hybrid) => Floor::Answer(DEFAULT_MIN_RELEVANCE),
+                (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
+            },
             mode,
         })
         .await?;

@@ -17,7 +17,7 @@ use super::indexing::OpenLibrary;
 use super::{ingest, vanished, GraphError, GraphStore, Known};
 use crate::ids::Scope;
 use crate::search::fusion::{fuse, Calibration, Ranked, CANDIDATES};
-pub use crate::search::fusion::{Mode, Signal};
+pub use crate::search::fusion::{Floor, Mode, Signal};
 use crate::search::index::rank;
 use crate::search::index::IndexedChunk;
 use crate::search::scoped;
@@ -45,8 +45,9 @@ pub struct SearchHit {
     /// 0–1: the share of the query's weight the chunk matches (keyword), the
     /// similarity read on the model's calibration (semantic), or either
     /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic), keyword being the
-    /// chunk's share times the largest share any hit holds); hybrid search
-    /// leaves out hits below 0.3 unless `min_relevance` says otherwise.
+    /// chunk's share times the largest share any hit holds); unless
+    /// `min_relevance` says otherwise, hybrid search answers nothing when no
+    /// hit reaches 0.3 and otherwise leaves out hits of relevance 0.
     pub relevance: f64,
     /// Cosine similarity of the chunk to the query, when semantic search
     /// ranked it.
@@ -66,7 +67,9 @@ pub struct Search<'a> {
     pub text: &'a str,
     pub limit: usize,
     pub collection_uid: Option<&'a str>,
-    pub min_relevance: f64,
+    /// Which hits are left out by relevance (`min_relevance`, or hybrid's
+    /// default: nothing when no hit reaches 0.3).
+    pub floor: Floor,
     pub mode: Mode,
 }
 
@@ -77,7 +80,7 @@ impl<'a> Search<'a> {
             text,
             limit,
             collection_uid: None,
-            min_relevance: 0.0,
+            floor: Floor::Hit(0.0),
             mode: Mode::Keyword,
         }
     }
@@ -278,7 +281,7 @@ impl ScopedGraph {
     /// is a function of the caller's libraries only — keyword ranking uses
     /// each library's own statistics (`rank`), semantic ranking scores every
     /// vector of the scope exactly (`vectors`) — so what other tenants hold
-    /// never moves a result. Hits below `min_relevance` are left out. Without
+    /// never moves a result. `q.floor` leaves hits out by relevance. Without
     /// a model, `Hybrid` is keyword search and `Semantic` finds nothing (the
     /// search tool refuses it first).
     pub async fn search(&self, q: &Search<'_>) -> Result<Vec<SearchHit>, GraphError> {
@@ -293,10 +296,10 @@ impl ScopedGraph {
             Some(ix) => ix.ready(&self.store, self.scope.uids()).await,
             None => HashMap::new(),
         };
-        // Keyword mode keeps the best `limit` passing `min_relevance`; hybrid
-        // fuses the best `CANDIDATES` and filters after.
+        // Keyword mode keeps the best `limit` passing the floor's per-hit
+        // relevance; hybrid fuses the best `CANDIDATES` and filters after.
         let (k, floor) = match mode {
-            Mode::Keyword => (q.limit, q.min_relevance),
+            Mode::Keyword => (q.limit, q.floor.per_hit()),
             _ => (CANDIDATES.max(q.limit), 0.0),
         };
         let keyword = match mode {
@@ -316,7 +319,7 @@ impl ScopedGraph {
                 .map_or(crate::embed::ModelKind::MiniLm, |s| s.embedder().kind()),
         );
         let mut ranked = fuse(mode, calibration, keyword, vector.unwrap_or_default(), q.limit);
-        ranked.retain(|r| r.relevance >= q.min_relevance);
+        q.floor.apply(&mut ranked);
         ranked.sort_by(|a, b| {
             b.score
                 .total_cmp(&a.score)
