@@ -68,6 +68,17 @@ impl Floor {
         }
     }
 
+    /// Whether a kept hit leads the answer: under `Answer`, the hits reaching
+    /// the threshold come first and the weaker ones after, each group in
+    /// score order. The order can put a hit the threshold vouches for below
+    /// weaker ones (a partial keyword share orders nothing without a
+    /// whole-query match, though it counts in the relevance), and under a
+    /// `limit` out of the answer; this keeps a non-empty default answer
+    /// starting with a hit at the threshold.
+    pub(crate) fn leads(self, r: &Ranked) -> bool {
+        matches!(self, Floor::Answer(min) if r.relevance >= min)
+    }
+
     /// Leaves out of `ranked` what this floor drops (a NaN relevance
     /// reaches nothing).
     pub(crate) fn apply(self, ranked: &mut Vec<Ranked>) {
@@ -412,7 +423,9 @@ mod tests {
             10,
         );
         let mut kept = answered.clone();
-        Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut kept);
+        let floor = Floor::Answer(DEFAULT_MIN_RELEVANCE);
+        floor.apply(&mut kept);
+        kept.sort_by(|a, b| floor.leads(b).cmp(&floor.leads(a)).then(b.score.total_cmp(&a.score)));
         let kept = relevances(&kept);
         assert_eq!(
             kept.iter().map(|k| k.0).collect::<Vec<_>>(),
@@ -446,6 +459,20 @@ mod tests {
         );
         Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut off);
         assert!(off.is_empty());
+        // Without a whole-query match the meaning orders: the partial
+        // keyword match the threshold vouches for (0.4 × 0.6) scores below
+        // a weaker semantic hit, and still leads the default answer.
+        let partial = fuse(
+            Mode::Hybrid,
+            E5,
+            vec![kw("share", 5.0, 0.6)],
+            vec![sem("meaning", 0.825), sem("share", 0.75)],
+            10,
+        );
+        assert_eq!(order(&partial), ["meaning", "share"]);
+        let (share, meaning) = (&partial[0], &partial[1]);
+        assert!(share.relevance >= 0.3 && meaning.relevance < 0.3, "{partial:?}");
+        assert!(floor.leads(share) && !floor.leads(meaning) && !Floor::Hit(0.3).leads(share));
         // A NaN relevance reaches no threshold.
         let mut nan = vec![Ranked {
             relevance: f64::NAN,

@@ -276,7 +276,8 @@ impl ScopedGraph {
             .map(|_| self.narrow(&[uid.to_owned()])))
     }
 
-    /// Search inside the scope, best first (see `Mode`); ties by the
+    /// Search inside the scope, best first (see `Mode`; hybrid's default
+    /// puts the hits reaching its threshold first, `Floor::leads`); ties by the
     /// library's position in the scope, then chunk uid (stable). Every score
     /// is a function of the caller's libraries only — keyword ranking uses
     /// each library's own statistics (`rank`), semantic ranking scores every
@@ -321,8 +322,10 @@ impl ScopedGraph {
         let mut ranked = fuse(mode, calibration, keyword, vector.unwrap_or_default(), q.limit);
         q.floor.apply(&mut ranked);
         ranked.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
+            q.floor
+                .leads(b)
+                .cmp(&q.floor.leads(a))
+                .then_with(|| b.score.total_cmp(&a.score))
                 .then_with(|| {
                     self.scope
                         .position(&a.library_uid)
