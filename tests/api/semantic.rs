@@ -488,6 +488,54 @@ fn the_e5_encoder_matches_the_package_engine() {
     assert!(mnemosyne::embed::dot(&got[0], &got[1]) < 0.95);
 }
 
+/// USE-m3, the cross-language signal docs/search.md measures (search does not
+/// read it yet): the vectors of the wheel's own numpy engine (0.9999998 the
+/// worst cosine over the committed set's 442 texts), and a sentence and its
+/// translations meet, each pair far closer than any unrelated pair.
+#[test]
+fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
+    use mnemosyne::embed::use_m3;
+    let model = use_m3::Model::load(&installed_model("use-m3")).expect("the model loads");
+    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/use_m3_reference.json")).expect("fixture");
+    assert_eq!(fixture.len(), 6);
+    let got: Vec<Vec<f32>> = fixture
+        .iter()
+        .map(|f| {
+            let text = f["text"].as_str().unwrap();
+            let v = model.embed(text).expect("embeds");
+            let want: Vec<f32> = f["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            assert_eq!((v.len(), want.len()), (use_m3::DIM, use_m3::DIM));
+            let norm = mnemosyne::embed::dot(&v, &v).sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+            let cos = mnemosyne::embed::dot(&v, &want);
+            assert!(cos > 0.9999, "cosine {cos} to the engine's vector for {text:?}");
+            v
+        })
+        .collect();
+    // The first three are one sentence in English, German and French.
+    let cos = |a: usize, b: usize| mnemosyne::embed::dot(&got[a], &got[b]);
+    let translations = [cos(0, 1), cos(0, 2), cos(1, 2)];
+    let unrelated = (0..6)
+        .flat_map(|a| (a + 1..6).map(move |b| (a, b)))
+        .filter(|&(a, b)| !(a < 3 && b < 3))
+        .map(|(a, b)| cos(a, b))
+        .fold(f32::MIN, f32::max);
+    assert!(
+        translations.iter().all(|t| *t > unrelated + 0.5),
+        "translations {translations:?}, unrelated up to {unrelated}"
+    );
+    // An empty text is the engine's lone <unk> between <s> and </s>, not an error.
+    assert_eq!(model.pieces("").unwrap(), [1, 0, 2]);
+    assert_eq!(model.embed("").unwrap().len(), use_m3::DIM);
+    // A folder without the model is an error, not a panic.
+    assert!(use_m3::Model::load(std::path::Path::new("/nonexistent-use-m3")).is_err());
+}
+
 /// The default model end to end: e5 reads a German question about an English
 /// page, and hybrid search's default threshold (no hit reaching relevance
 /// 0.3) leaves an off-topic question empty where every chunk used to come
