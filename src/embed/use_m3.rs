@@ -18,11 +18,7 @@
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context};
-use tokenizers::models::unigram::Unigram;
-use tokenizers::normalizers::replace::{Replace, ReplacePattern};
-use tokenizers::normalizers::{precompiled::Precompiled, strip::Strip, NormalizerWrapper, Sequence};
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
-use tokenizers::Tokenizer;
+use std::collections::HashMap;
 
 /// Dimensions of a USE-m3 vector.
 pub const DIM: usize = 512;
@@ -35,8 +31,9 @@ const ORDERS: [(usize, usize); 3] = [(2, 0), (3, 1), (5, 2)];
 const BOS: u32 = 1;
 const EOS: u32 = 2;
 const UNK: u32 = 0;
-/// Pieces read of one text; the engine reads every piece, and no chunk comes
-/// near this (a 1,200-character chunk is ~300).
+/// Most pieces `embed` reads of one text: a longer text is an error (the
+/// engine reads every piece; no chunk comes near this, a 1,200-character
+/// chunk is ~300).
 pub const MAX_PIECES: usize = 4096;
 
 /// A row-major matrix (rows × cols) or a vector (1 × cols).
@@ -72,7 +69,7 @@ struct Branch {
 
 /// The loaded encoder: tokenizer and weights.
 pub struct Model {
-    tokenizer: Tokenizer,
+    tokenizer: SentencePiece,
     /// Word vectors, 6-bit codes: row r of the vocabulary at r × DIM.
     table: Vec<u8>,
     scale: [f32; BLOCKS],
@@ -99,7 +96,7 @@ pub struct Model {
 impl Model {
     /// Loads `sp.model` and `weights/*.npy` from `dir`.
     pub fn load(dir: &Path) -> anyhow::Result<Model> {
-        let tokenizer = tokenizer(&std::fs::read(dir.join("sp.model")).context("reading sp.model")?)?;
+        let tokenizer = SentencePiece::read(&std::fs::read(dir.join("sp.model")).context("reading sp.model")?)?;
         let w = dir.join("weights");
         let read = |name: &str| -> anyhow::Result<Npy> {
             let path = w.join(format!("{name}.npy"));
@@ -125,7 +122,8 @@ impl Model {
             ensure!(v.len() == len, "{name}: {} values, expected {len}", v.len());
             Ok(v)
         };
-        let per_block = read("q1")?.shape.first().copied().context("q1: no rows")?;
+        // Enough rows for every piece, 17 blocks of equal height.
+        let per_block = tokenizer.scores.len().div_ceil(BLOCKS);
         let mut table = vec![0u8; per_block * BLOCKS * DIM];
         for b in 0..BLOCKS {
             let q = read(&format!("q{}", b + 1))?;
@@ -171,12 +169,6 @@ impl Model {
         }
         let feat = DIM + 3 * BRANCH;
         let eps = read("eps")?.f64s()?.first().copied().context("eps: empty")? as f32;
-        let vocab = tokenizer.get_vocab_size(false);
-        ensure!(
-            vocab <= per_block * BLOCKS,
-            "the vocabulary ({vocab}) has no word vector past row {}",
-            per_block * BLOCKS
-        );
         Ok(Model {
             tokenizer,
             table,
@@ -204,17 +196,10 @@ impl Model {
     /// The pieces of `text` as the engine reads them: `<s>`, the pieces
     /// (`<unk>` alone for a text with none), `</s>`.
     pub fn pieces(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
-        let ids = enc.get_ids();
-        let mut out = Vec::with_capacity(ids.len() + 2);
+        let normalized = self.tokenizer.normalize(text)?;
+        let mut out = Vec::with_capacity(normalized.len() + 2);
         out.push(BOS);
-        if ids.is_empty() {
-            out.push(UNK);
-        }
-        out.extend_from_slice(ids);
+        out.extend(self.tokenizer.segment(&normalized));
         out.push(EOS);
         Ok(out)
     }
@@ -330,53 +315,222 @@ fn layer_norm(x: &mut [f32], g: &[f32], b: &[f32], eps: f32) {
     }
 }
 
-/// SentencePiece's tokenizer for `sp.model`: its `nmt_nfkc` character map,
-/// runs of spaces as one, no leading or trailing space, a word-start marker
-/// before each word, unigram segmentation. Gives the wheel's own tokenizer's
-/// pieces on the committed set's 442 texts.
-fn tokenizer(model: &[u8]) -> anyhow::Result<Tokenizer> {
-    let mut vocab = Vec::new();
-    let mut charsmap = None;
-    for (field, value) in Proto(model).fields()? {
-        match (field, value) {
-            (1, Value::Bytes(piece)) => {
-                let (mut text, mut score) = (None, 0f64);
-                for (f, v) in Proto(piece).fields()? {
-                    match (f, v) {
-                        (1, Value::Bytes(b)) => text = Some(std::str::from_utf8(b).context("a piece is not UTF-8")?),
-                        (2, Value::Fixed32(s)) => score = f64::from(f32::from_bits(s)),
-                        _ => {}
+/// SentencePiece's tokenizer as `sp.model` configures it, ported from the
+/// wheel's `pure_tokenizer.py` step for step: the `nmt_nfkc` normalizer (the
+/// model's precompiled character map, a double-array trie walked for the
+/// longest match at each byte), spaces trimmed and runs of them as one, a
+/// word-start mark `▁` before the text and for every space, then the unigram
+/// segmentation with the highest total score (one `<unk>` per character no
+/// piece covers). Every read of the map is bounds-checked: a malformed map
+/// leaves a byte unmatched or is an error, never a panic.
+struct SentencePiece {
+    /// Piece text → id (the last id of a repeated text, as the engine's dict).
+    ids: HashMap<Box<str>, u32>,
+    scores: Vec<f64>,
+    unk_score: f64,
+    /// The longest piece, in characters.
+    longest: usize,
+    /// The map's trie units and its replacement strings (NUL-terminated).
+    units: Vec<u32>,
+    replacements: Vec<u8>,
+}
+
+/// The word-start mark, for a space.
+const SPACE: &str = "\u{2581}";
+
+impl SentencePiece {
+    fn read(model: &[u8]) -> anyhow::Result<SentencePiece> {
+        let mut ids = HashMap::new();
+        let mut scores = Vec::new();
+        let mut charsmap: &[u8] = &[];
+        let mut longest = 1;
+        for (field, value) in Proto(model).fields()? {
+            match (field, value) {
+                (1, Value::Bytes(piece)) => {
+                    let (mut text, mut score) = (None, 0f64);
+                    for (f, v) in Proto(piece).fields()? {
+                        match (f, v) {
+                            (1, Value::Bytes(b)) => {
+                                text = Some(std::str::from_utf8(b).context("a piece is not UTF-8")?)
+                            }
+                            (2, Value::Fixed32(s)) => score = f64::from(f32::from_bits(s)),
+                            _ => {}
+                        }
+                    }
+                    let text = text.context("a piece without its text")?;
+                    longest = longest.max(text.chars().count());
+                    ids.insert(text.into(), u32::try_from(scores.len())?);
+                    scores.push(score);
+                }
+                (3, Value::Bytes(spec)) => {
+                    for (f, v) in Proto(spec).fields()? {
+                        if let (2, Value::Bytes(map)) = (f, v) {
+                            charsmap = map;
+                        }
                     }
                 }
-                vocab.push((text.context("a piece without its text")?.to_owned(), score));
+                _ => {}
             }
-            (3, Value::Bytes(spec)) => {
-                for (f, v) in Proto(spec).fields()? {
-                    if let (2, Value::Bytes(map)) = (f, v) {
-                        charsmap = Some(map);
-                    }
-                }
-            }
-            _ => {}
         }
+        ensure!(scores.len() > EOS as usize, "sp.model holds {} pieces", scores.len());
+        let (mut units, mut replacements) = (Vec::new(), Vec::new());
+        if !charsmap.is_empty() {
+            let size = charsmap
+                .get(..4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                .context("the character map is cut short")?;
+            let end = size.checked_add(4).context("the character map is cut short")?;
+            units = charsmap
+                .get(4..end)
+                .context("the character map is cut short")?
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            replacements = charsmap[end..].to_vec();
+        }
+        let unk_score = scores.iter().copied().fold(f64::INFINITY, f64::min) - 10.0;
+        Ok(SentencePiece {
+            ids,
+            scores,
+            unk_score,
+            longest,
+            units,
+            replacements,
+        })
     }
-    ensure!(vocab.len() > EOS as usize, "sp.model holds {} pieces", vocab.len());
-    let err = |e: tokenizers::Error| anyhow::anyhow!("building the tokenizer: {e}");
-    let model = Unigram::from(vocab, Some(UNK as usize), false).map_err(err)?;
-    let mut normalizers = Vec::new();
-    if let Some(map) = charsmap {
-        normalizers.push(NormalizerWrapper::Precompiled(
-            Precompiled::from(map).map_err(|e| anyhow::anyhow!("reading the character map: {e}"))?,
-        ));
+
+    fn offset(unit: u32) -> usize {
+        ((unit >> 10) << ((unit & 0x200) >> 6)) as usize
     }
-    normalizers.push(NormalizerWrapper::Replace(
-        Replace::new(ReplacePattern::Regex(" {2,}".into()), " ").map_err(err)?,
-    ));
-    normalizers.push(NormalizerWrapper::StripNormalizer(Strip::new(true, true)));
-    let mut t = Tokenizer::new(model);
-    t.with_normalizer(Some(Sequence::new(normalizers))).map_err(err)?;
-    t.with_pre_tokenizer(Some(Metaspace::new('▁', PrependScheme::Always, true)));
-    Ok(t)
+
+    /// The normalized form of the longest map entry starting at `data[pos..]`
+    /// and the bytes it consumes; without one, the character there as it is
+    /// (one byte when it is not well-formed UTF-8).
+    fn normalize_prefix<'a>(&'a self, data: &'a [u8], pos: usize) -> (&'a [u8], usize) {
+        let (mut best_len, mut best_value) = (0, 0usize);
+        if let Some(&root) = self.units.first() {
+            let mut node = Self::offset(root);
+            for (i, &c) in data[pos..].iter().enumerate() {
+                node ^= usize::from(c);
+                let Some(&unit) = self.units.get(node) else { break };
+                if unit & 0x8000_00FF != u32::from(c) {
+                    break;
+                }
+                node ^= Self::offset(unit);
+                if unit & 0x100 != 0 {
+                    let Some(&leaf) = self.units.get(node) else { break };
+                    best_len = i + 1;
+                    best_value = (leaf & 0x7FFF_FFFF) as usize;
+                }
+            }
+        }
+        if best_len > 0 && best_value < self.replacements.len() {
+            let r = &self.replacements[best_value..];
+            let end = r.iter().position(|b| *b == 0).unwrap_or(r.len());
+            return (&r[..end], best_len);
+        }
+        let first = data[pos];
+        let mut len = match first {
+            0..0x80 => 1,
+            _ if first >> 5 == 0x6 => 2,
+            _ if first >> 4 == 0xE => 3,
+            _ if first >> 3 == 0x1E => 4,
+            _ => 1,
+        };
+        if (1..len).any(|k| data.get(pos + k).is_none_or(|b| b & 0xC0 != 0x80)) {
+            len = 1;
+        }
+        (&data[pos..pos + len], len)
+    }
+
+    /// The text the pieces are matched against (empty when it holds
+    /// nothing but spaces).
+    fn normalize(&self, text: &str) -> anyhow::Result<String> {
+        let data = text.as_bytes();
+        let mut pos = 0;
+        while pos < data.len() {
+            let (p, adv) = self.normalize_prefix(data, pos);
+            if p != b" " {
+                break;
+            }
+            pos += adv;
+        }
+        if pos >= data.len() {
+            return Ok(String::new());
+        }
+        let mut out: Vec<u8> = SPACE.as_bytes().to_vec();
+        let mut prev_space = true;
+        while pos < data.len() {
+            let (mut p, adv) = self.normalize_prefix(data, pos);
+            pos += adv;
+            if prev_space {
+                while let [b' ', rest @ ..] = p {
+                    p = rest;
+                }
+            }
+            if let Some(&last) = p.last() {
+                for &b in p {
+                    match b {
+                        b' ' => out.extend_from_slice(SPACE.as_bytes()),
+                        b => out.push(b),
+                    }
+                }
+                prev_space = last == b' ';
+            }
+        }
+        while out.ends_with(SPACE.as_bytes()) {
+            out.truncate(out.len() - SPACE.len());
+        }
+        String::from_utf8(out).context("the character map gives text that is not UTF-8")
+    }
+
+    /// The segmentation with the highest total score; a character no piece
+    /// covers is one `<unk>`. Never empty (an empty text is one `<unk>`).
+    fn segment(&self, normalized: &str) -> Vec<u32> {
+        let starts: Vec<usize> = normalized
+            .char_indices()
+            .map(|(i, _)| i)
+            .chain([normalized.len()])
+            .collect();
+        let n = starts.len() - 1;
+        if n == 0 {
+            return vec![UNK];
+        }
+        let mut best = vec![-1e38f64; n + 1];
+        best[0] = 0.0;
+        let mut from = vec![0usize; n + 1];
+        let mut piece = vec![UNK; n + 1];
+        for i in 0..n {
+            let mut single = false;
+            for j in i + 1..=(i + self.longest).min(n) {
+                if let Some(&id) = self.ids.get(&normalized[starts[i]..starts[j]]) {
+                    let score = best[i] + self.scores[id as usize];
+                    if score > best[j] {
+                        best[j] = score;
+                        from[j] = i;
+                        piece[j] = id;
+                    }
+                    single |= j == i + 1;
+                }
+            }
+            if !single {
+                let score = best[i] + self.unk_score;
+                if score > best[i + 1] {
+                    best[i + 1] = score;
+                    from[i + 1] = i;
+                    piece[i + 1] = UNK;
+                }
+            }
+        }
+        let mut ids = Vec::new();
+        let mut at = n;
+        while at > 0 {
+            ids.push(piece[at]);
+            at = from[at];
+        }
+        ids.reverse();
+        ids
+    }
 }
 
 /// A protobuf message, read field by field (what `sp.model` needs).
@@ -483,10 +637,13 @@ impl Npy {
             "|u1" | "|i1" => 1,
             d => bail!("dtype {d}"),
         };
-        let count: usize = shape.iter().product();
+        let bytes = shape
+            .iter()
+            .try_fold(width, |n: usize, d| n.checked_mul(*d))
+            .context("the shape is too large")?;
         let data = b
             .get(at + len..)
-            .filter(|d| d.len() == count * width)
+            .filter(|d| d.len() == bytes)
             .context("the data does not match the shape")?
             .to_vec();
         Ok(Npy { descr, shape, data })
@@ -554,6 +711,10 @@ mod tests {
             Npy::parse(&npy("<f4", "(2, x)", &data)).is_err(),
             "a shape that is no number"
         );
+        assert!(
+            Npy::parse(&npy("<f4", "(4294967296, 4294967296, 4294967296)", &data)).is_err(),
+            "a shape past usize"
+        );
         assert!(Npy::parse(
             &good
                 .iter()
@@ -573,6 +734,6 @@ mod tests {
             assert!(Proto(&model[..cut]).fields().is_err(), "a message cut at {cut} bytes");
         }
         assert!(Proto(&[0xff; 11]).fields().is_err(), "a varint past 64 bits");
-        assert!(tokenizer(&model).is_err(), "a vocabulary of one piece");
+        assert!(SentencePiece::read(&model).is_err(), "a vocabulary of one piece");
     }
 }

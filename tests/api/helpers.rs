@@ -86,8 +86,8 @@ pub fn model_dir() -> std::path::PathBuf {
         .expect("the embedding model (scripts/dev up installs it; MNEMOSYNE_EMBED_MODEL)")
 }
 
-/// One of the two models `scripts/dev` installs side by side under
-/// .dev/models (`all-minilm-l6-v2`, `multilingual-e5-small`), whichever
+/// One of the models `scripts/dev` installs side by side under .dev/models
+/// (`all-minilm-l6-v2`, `multilingual-e5-small`, `use-m3`), whichever
 /// `DEV_EMBED_MODEL` put in .dev/env.
 pub fn installed_model(name: &str) -> std::path::PathBuf {
     let dir = model_dir();

