@@ -321,6 +321,22 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
     assert!(!titles(&search(&mut c, "seaweed", "semantic").await).contains(&"Kelp forests and blue carbon"));
 }
 
+/// Holds an encoder's vector `v` to the reference of fixture entry `f` (its
+/// `text` and `vector`): a unit vector at a cosine above `min` to it.
+fn assert_matches_reference(v: &[f32], f: &Value, min: f32) {
+    let want: Vec<f32> = f["vector"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    assert_eq!(v.len(), want.len());
+    let norm = mnemosyne::embed::dot(v, v).sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
+    let cos = mnemosyne::embed::dot(v, &want);
+    assert!(cos > min, "cosine {cos} to the reference for {:?}", f["text"]);
+}
+
 /// The in-process encoder (src/embed/bert.rs) gives the vectors of the
 /// reference BERT implementation (candle-transformers' `BertModel`, which
 /// this server ran before; its vectors for these texts are the fixture):
@@ -334,17 +350,7 @@ fn the_encoder_matches_the_reference_vectors() {
     let texts: Vec<&str> = fixture.iter().map(|f| f["text"].as_str().unwrap()).collect();
     let got = embedder.embed(&texts).expect("embeds");
     for (f, v) in fixture.iter().zip(&got) {
-        let want: Vec<f32> = f["vector"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        assert_eq!(v.len(), want.len());
-        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
-        let cos = mnemosyne::embed::dot(v, &want);
-        assert!(cos > 0.99999, "cosine {cos} to the reference for {:?}", f["text"]);
+        assert_matches_reference(v, f, 0.99999);
     }
     // Different texts stay apart: the fixture is not four copies.
     assert!(mnemosyne::embed::dot(&got[0], &got[3]) < 0.9);
@@ -468,17 +474,7 @@ fn the_e5_encoder_matches_the_package_engine() {
         } else {
             embedder.embed(&[text]).expect("embeds").remove(0)
         };
-        let want: Vec<f32> = f["vector"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        assert_eq!(v.len(), want.len());
-        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
-        let cos = mnemosyne::embed::dot(&v, &want);
-        assert!(cos > 0.9999, "cosine {cos} to the engine's vector for {text:?}");
+        assert_matches_reference(&v, f, 0.9999);
         got.push(v);
     }
     // The role prefix matters: the same text as a passage is another vector.
@@ -502,19 +498,9 @@ fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
     let got: Vec<Vec<f32>> = fixture
         .iter()
         .map(|f| {
-            let text = f["text"].as_str().unwrap();
-            let v = model.embed(text).expect("embeds");
-            let want: Vec<f32> = f["vector"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect();
-            assert_eq!((v.len(), want.len()), (use_m3::DIM, use_m3::DIM));
-            let norm = mnemosyne::embed::dot(&v, &v).sqrt();
-            assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
-            let cos = mnemosyne::embed::dot(&v, &want);
-            assert!(cos > 0.9999, "cosine {cos} to the engine's vector for {text:?}");
+            let v = model.embed(f["text"].as_str().unwrap()).expect("embeds");
+            assert_eq!(v.len(), use_m3::DIM);
+            assert_matches_reference(&v, f, 0.9999);
             v
         })
         .collect();
