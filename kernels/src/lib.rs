@@ -82,13 +82,28 @@ widest! {
         for (x, y) in a.iter_mut().zip(b) {
             *x += y;
         }
-        for row in a.chunks_exact_mut(width) {
-            let mean = lane_sum(row, |x| x) / width as f32;
-            let variance = lane_sum(row, |x| (x - mean) * (x - mean)) / width as f32;
-            let inverse = 1.0 / (variance + eps).sqrt();
-            for ((x, w), c) in row.iter_mut().zip(weight).zip(bias) {
-                *x = (*x - mean) * inverse * w + c;
-            }
+        layer_norm_rows(a, width, weight, bias, eps);
+    }
+}
+
+widest! {
+    /// LayerNorm of `a` in place, row by row, rows as long as `weight` (as
+    /// `add_layer_norm`, with no residual to add first).
+    pub fn layer_norm(a: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+        layer_norm_rows(a, weight.len().max(1), weight, bias, eps);
+    }
+}
+
+/// Each row of `width` values of `a`: less its mean, over √(its variance +
+/// eps), times `weight`, plus `bias`.
+#[inline(always)]
+fn layer_norm_rows(a: &mut [f32], width: usize, weight: &[f32], bias: &[f32], eps: f32) {
+    for row in a.chunks_exact_mut(width) {
+        let mean = lane_sum(row, |x| x) / width as f32;
+        let variance = lane_sum(row, |x| (x - mean) * (x - mean)) / width as f32;
+        let inverse = 1.0 / (variance + eps).sqrt();
+        for ((x, w), c) in row.iter_mut().zip(weight).zip(bias) {
+            *x = (*x - mean) * inverse * w + c;
         }
     }
 }
@@ -190,7 +205,7 @@ pub fn erf(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_layer_norm, erf, exp, exp_rows, gelu};
+    use super::{add_layer_norm, erf, exp, exp_rows, gelu, layer_norm};
 
     #[test]
     fn layer_norm_of_a_sum_matches_the_plain_formula() {
@@ -207,6 +222,10 @@ mod tests {
         let bias: Vec<f32> = (0..width).map(|i| i as f32 / 100.0 - 0.2).collect();
         let mut got = a.clone();
         add_layer_norm(&mut got, &b, &weight, &bias, 1e-12);
+        // The norm alone, of the sum added beforehand: the same bits.
+        let mut sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        layer_norm(&mut sum, &weight, &bias, 1e-12);
+        assert_eq!(sum, got);
         for r in 0..3 {
             let row: Vec<f64> = (0..width)
                 .map(|t| f64::from(a[r * width + t]) + f64::from(b[r * width + t]))

@@ -229,7 +229,7 @@ impl Model {
             let xt = &mut x[t * 3 * BRANCH..(t + 1) * 3 * BRANCH];
             xt.copy_from_slice(&self.proj_b);
             self.proj.add_product(emb, xt);
-            layer_norm(xt, &self.ln_g_all, &self.ln_b_all, self.eps);
+            mnemosyne_kernels::layer_norm(xt, &self.ln_g_all, &self.ln_b_all, self.eps);
         }
         let mut window = Vec::new();
         let mut h = vec![0f32; n * BRANCH];
@@ -259,7 +259,7 @@ impl Model {
         // projection is linear, so this is the sum of projections).
         let mut sum = vec![0f32; feat];
         for f in feats.chunks_exact_mut(feat) {
-            layer_norm(f, &self.ln_g, &self.ln_b, self.eps);
+            mnemosyne_kernels::layer_norm(f, &self.ln_g, &self.ln_b, self.eps);
             for (s, v) in sum.iter_mut().zip(f.iter()) {
                 *s += v;
             }
@@ -300,18 +300,6 @@ fn gather(out: &mut Vec<f32>, b: &Branch, t: usize, n: usize, src: &[f32], strid
             Some(p) => out.extend_from_slice(&src[p * stride + offset..p * stride + offset + BRANCH]),
             None => out.extend(std::iter::repeat_n(0.0, BRANCH)),
         }
-    }
-}
-
-/// Layer normalization of `x` in place.
-fn layer_norm(x: &mut [f32], g: &[f32], b: &[f32], eps: f32) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    x.iter_mut().for_each(|v| *v -= mean);
-    let var = crate::embed::dot(x, x) / n;
-    let k = 1.0 / (var + eps).sqrt();
-    for ((v, g), b) in x.iter_mut().zip(g).zip(b) {
-        *v = *v * k * g + b;
     }
 }
 
