@@ -430,7 +430,14 @@ async fn identical_concurrent_credentials_are_verified_once_after_a_flush() {
 /// lookup and for `search` and `get_chunk` alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_read_while_it_is_deleted_is_absent_not_an_error() {
-    let app = TestApp::spawn_with(|s| s.store_timeout_ms = UNDER_LOAD_TIMEOUT_MS).await;
+    // The tool calls wait behind 40 deletes and 240 reads for the pool's 32
+    // connections: they get the same allowance as the store (CI once saw a
+    // get_chunk pass the default 10 s tool deadline there).
+    let app = TestApp::spawn_with(|s| {
+        s.store_timeout_ms = UNDER_LOAD_TIMEOUT_MS;
+        s.tool_deadline_ms = UNDER_LOAD_TIMEOUT_MS;
+    })
+    .await;
     warm_service_account(&app).await;
     let ws = app.uid("ws");
     let uids: Vec<String> = (0..40).map(|i| app.uid(&format!("gone{i}"))).collect();
