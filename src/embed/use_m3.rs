@@ -214,7 +214,6 @@ impl Model {
         let feat = DIM + 3 * BRANCH;
         // Per piece: [word vector | branch 2 | branch 3 | branch 5].
         let mut feats = vec![0f32; n * feat];
-        let mut x = vec![0f32; n * 3 * BRANCH];
         for (t, &id) in ids.iter().enumerate() {
             let r = id as usize;
             let codes = self
@@ -222,36 +221,36 @@ impl Model {
                 .get(r * DIM..(r + 1) * DIM)
                 .with_context(|| format!("piece {id} has no word vector"))?;
             let (s, lo) = (self.scale[r % BLOCKS], self.lo[r % BLOCKS]);
-            let emb = &mut feats[t * feat..t * feat + DIM];
-            for (e, &c) in emb.iter_mut().zip(codes) {
+            for (e, &c) in feats[t * feat..t * feat + DIM].iter_mut().zip(codes) {
                 *e = f32::from(c) * s + lo;
             }
-            let xt = &mut x[t * 3 * BRANCH..(t + 1) * 3 * BRANCH];
-            xt.copy_from_slice(&self.proj_b);
-            self.proj.add_product(emb, xt);
+        }
+        // The word vectors projected for the three branches, each piece's
+        // row normalized.
+        let mut x = rows_of(&self.proj_b, n);
+        product(&feats, feat, n, &self.proj, &mut x);
+        for xt in x.chunks_exact_mut(3 * BRANCH) {
             mnemosyne_kernels::layer_norm(xt, &self.ln_g_all, &self.ln_b_all, self.eps);
         }
-        let mut window = Vec::new();
-        let mut h = vec![0f32; n * BRANCH];
+        let mut windows = Vec::new();
         for (i, b) in self.branches.iter().enumerate() {
             // Layer 1 over the projected pieces, residual to them.
-            for t in 0..n {
-                gather(&mut window, b, t, n, &x, 3 * BRANCH, i * BRANCH);
-                let ht = &mut h[t * BRANCH..(t + 1) * BRANCH];
-                ht.copy_from_slice(&b.b1);
-                b.w1.add_product(&window, ht);
+            unfold(&mut windows, b, n, &x, 3 * BRANCH, i * BRANCH);
+            let mut h = rows_of(&b.b1, n);
+            product(&windows, b.window * BRANCH, n, &b.w1, &mut h);
+            for (t, ht) in h.chunks_exact_mut(BRANCH).enumerate() {
                 for (v, r) in ht.iter_mut().zip(&x[t * 3 * BRANCH + i * BRANCH..]) {
                     *v = v.max(0.0) + r;
                 }
             }
             // Layer 2 over layer 1, residual to it, into the features.
-            for t in 0..n {
-                gather(&mut window, b, t, n, &h, BRANCH, 0);
-                let out = &mut feats[t * feat + DIM + i * BRANCH..t * feat + DIM + (i + 1) * BRANCH];
-                out.copy_from_slice(&b.b2);
-                b.w2.add_product(&window, out);
-                for (v, r) in out.iter_mut().zip(&h[t * BRANCH..(t + 1) * BRANCH]) {
-                    *v = v.max(0.0) + r;
+            unfold(&mut windows, b, n, &h, BRANCH, 0);
+            let mut out = rows_of(&b.b2, n);
+            product(&windows, b.window * BRANCH, n, &b.w2, &mut out);
+            for (t, (ot, ht)) in out.chunks_exact(BRANCH).zip(h.chunks_exact(BRANCH)).enumerate() {
+                let f = &mut feats[t * feat + DIM + i * BRANCH..t * feat + DIM + (i + 1) * BRANCH];
+                for ((v, o), r) in f.iter_mut().zip(ot).zip(ht) {
+                    *v = o.max(0.0) + r;
                 }
             }
         }
@@ -290,16 +289,64 @@ impl Model {
     }
 }
 
-/// The window of branch `b` at piece `t` of `n`: the BRANCH values at
-/// `offset` of each of its pieces' rows of `src` (`stride` apart), side by
-/// side; a slot before the first piece or after the last is zeros.
-fn gather(out: &mut Vec<f32>, b: &Branch, t: usize, n: usize, src: &[f32], stride: usize, offset: usize) {
+/// The windows of branch `b` over `n` pieces, a row per piece: the BRANCH
+/// values at `offset` of each of its window's rows of `src` (`stride`
+/// apart), side by side; a slot before the first piece or after the last is
+/// zeros.
+fn unfold(out: &mut Vec<f32>, b: &Branch, n: usize, src: &[f32], stride: usize, offset: usize) {
     out.clear();
-    for j in 0..b.window {
-        match (t + j).checked_sub(b.before).filter(|p| *p < n) {
-            Some(p) => out.extend_from_slice(&src[p * stride + offset..p * stride + offset + BRANCH]),
-            None => out.extend(std::iter::repeat_n(0.0, BRANCH)),
+    for t in 0..n {
+        for j in 0..b.window {
+            match (t + j).checked_sub(b.before).filter(|p| *p < n) {
+                Some(p) => out.extend_from_slice(&src[p * stride + offset..p * stride + offset + BRANCH]),
+                None => out.extend(std::iter::repeat_n(0.0, BRANCH)),
+            }
         }
+    }
+}
+
+/// `n` rows, each a copy of `row` (a bias, before a product is added).
+fn rows_of(row: &[f32], n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * row.len());
+    for _ in 0..n {
+        out.extend_from_slice(row);
+    }
+    out
+}
+
+/// `dst += a · w` for `n` rows of `a`, each `m.rows` values at the start of
+/// a `stride`-long row (`dst`: n × m.cols), in one product on this thread
+/// (the embedding worker runs one text per core).
+fn product(a: &[f32], stride: usize, n: usize, m: &Matrix, dst: &mut [f32]) {
+    assert!(stride >= m.rows && a.len() >= n * stride - (stride - m.rows) && dst.len() == n * m.cols);
+    if n == 0 {
+        return;
+    }
+    // SAFETY: lhs is n × m.rows read with row stride `stride` inside `a`,
+    // rhs is m.rows × m.cols inside `m.data`, dst is n × m.cols (all
+    // asserted above).
+    unsafe {
+        gemm::gemm(
+            n,
+            m.cols,
+            m.rows,
+            dst.as_mut_ptr(),
+            1,
+            m.cols as isize,
+            true,
+            a.as_ptr(),
+            1,
+            stride as isize,
+            m.data.as_ptr(),
+            1,
+            m.cols as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
     }
 }
 
