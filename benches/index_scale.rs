@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use mnemosyne::embed::DIM;
 use mnemosyne::search::analysis::{analyzer, Language};
-use mnemosyne::search::index::vectors::{CodeCache, QUANTIZED};
+use mnemosyne::search::index::vectors::{quantized_len, CodeCache};
 use mnemosyne::search::index::{split_scoped, Applied, IndexedChunk, LibraryIndex};
 use mnemosyne::search::scoped;
 use mnemosyne::store::graph::ingest::derived_uid;
@@ -327,7 +327,7 @@ fn serve(root: &Path, libraries: usize, per_library: usize, query: (&str, &str),
     let vector_chunks = common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS);
     let max_open = common::setting::<usize>("MNEMOSYNE_INDEX_OPEN_LIBRARIES", OPEN_LIBRARIES).max(1);
     let (words, groups) = scoped::query_words_grouped(Language::English, query);
-    let codes = CodeCache::new(vector_chunks.saturating_mul(QUANTIZED));
+    let codes = CodeCache::new(vector_chunks.saturating_mul(quantized_len(mnemosyne::embed::DIM)));
     let mut open: Vec<(usize, LibraryIndex, u64)> = Vec::new();
     let (mut opening, mut keyword, mut vector) = (Vec::new(), Vec::new(), Vec::new());
     let mut hits = 0usize;
@@ -442,7 +442,7 @@ fn main() {
     // 1. Build, as `build_now` does: pages added, one commit, the writer
     //    closed, the staging directory renamed into place.
     let build_cache = CodeCache::new(
-        common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS).saturating_mul(QUANTIZED),
+        common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS).saturating_mul(quantized_len(mnemosyne::embed::DIM)),
     );
     let (mut making, mut writing) = (Vec::new(), Vec::new());
     let mut analyzing = 0.0;

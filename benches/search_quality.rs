@@ -23,7 +23,8 @@
 //! `QUALITY_SERVER_BIN=path/to/mnemosyne` runs that binary as the server (an
 //! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
 //! reports a moved ranking without failing. `QUALITY_MIN_RELEVANCE` is sent
-//! as `min_relevance` when set; `QUALITY_VERBOSE=1` prints every query whose
+//! as `min_relevance` when set; `QUALITY_CROSS=0` leaves the cross-language
+//! model (`MNEMOSYNE_CROSS_MODEL`) out; `QUALITY_VERBOSE=1` prints every query whose
 //! nDCG@10 is below 1 with where its best document ranked.
 
 mod common;
@@ -159,6 +160,41 @@ async fn drain(graph: &mnemosyne::store::graph::ingest::AdminGraph, ns: &str) {
 }
 
 impl Client {
+    /// Waits (bounded) until the tenant's library index answers its
+    /// searches: the first search starts building it, and until it is built
+    /// the graph path answers, without the cross-language signal (which only
+    /// an index holds), so a measure taken meanwhile is another ranking.
+    async fn index_ready(&self) {
+        let t = Instant::now();
+        loop {
+            let before = self.metric("mnemosyne_index_graph_fallbacks_total").await;
+            self.search("index warm-up", None).await;
+            if before.is_none() || self.metric("mnemosyne_index_graph_fallbacks_total").await == before {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(600),
+                "the tenant's index was not built"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A counter of the server's `/metrics` (None: not there).
+    async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+    }
+
     async fn ingest(&self, body: Value) {
         for attempt in 0..5 {
             let r = self
@@ -312,6 +348,10 @@ async fn run() {
     let (mut settings, pool, admin) = common::fresh_settings("quality").await;
     settings.rate_limit_per_minute = 0;
     settings.tool_rate_limit_per_minute = 0;
+    // QUALITY_CROSS=0: without the cross-language model (the baseline).
+    if std::env::var("QUALITY_CROSS").is_ok_and(|v| v == "0") {
+        settings.cross_model = None;
+    }
     users::create(&pool, SERVICE, Some(&hash_password(SERVICE_PASSWORD).unwrap()), true)
         .await
         .unwrap();
@@ -375,6 +415,7 @@ async fn run() {
         t0.elapsed().as_secs_f64()
     );
     drain(&graph, &ns).await;
+    client.index_ready().await;
 
     let mut noise_docs = 0usize;
     let mut baseline: HashMap<Option<String>, TopTens> = HashMap::new();

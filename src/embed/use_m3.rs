@@ -31,9 +31,9 @@ const ORDERS: [(usize, usize); 3] = [(2, 0), (3, 1), (5, 2)];
 const BOS: u32 = 1;
 const EOS: u32 = 2;
 const UNK: u32 = 0;
-/// Most pieces `embed` reads of one text: a longer text is an error (the
-/// engine reads every piece; no chunk comes near this, a 1,200-character
-/// chunk is ~300).
+/// Most pieces `embed` reads of one text: the rest of a longer one is left
+/// out (the engine reads every piece; no chunk comes near this, a
+/// 1,200-character chunk is ~300).
 pub const MAX_PIECES: usize = 4096;
 
 /// A row-major matrix (rows × cols) or a vector (1 × cols).
@@ -204,13 +204,15 @@ impl Model {
         Ok(out)
     }
 
-    /// The unit vector of `text` (DIM values).
+    /// The unit vector of `text` (DIM values), from its first `MAX_PIECES`
+    /// pieces (`</s>` last).
     pub fn embed(&self, text: &str) -> anyhow::Result<Vec<f32>> {
-        let ids = self.pieces(text)?;
-        let n = ids.len();
-        if n > MAX_PIECES {
-            bail!("the text has {n} pieces, more than {MAX_PIECES}");
+        let mut ids = self.pieces(text)?;
+        if ids.len() > MAX_PIECES {
+            ids.truncate(MAX_PIECES - 1);
+            ids.push(EOS);
         }
+        let n = ids.len();
         let feat = DIM + 3 * BRANCH;
         // Per piece: [word vector | branch 2 | branch 3 | branch 5].
         let mut feats = vec![0f32; n * feat];

@@ -127,7 +127,78 @@ impl Calibration {
 
     /// 0–1: how far `similarity` stands between unrelated and answering.
     pub fn evidence(&self, similarity: f64) -> f64 {
-        ((similarity - self.unrelated) / (self.answers - self.unrelated)).clamp(0.0, 1.0)
+        self.unclamped(similarity).clamp(0.0, 1.0)
+    }
+
+    /// `evidence` before it is clamped to 0–1: linear in the similarity,
+    /// 1 / (answers − unrelated) per unit (`weight`).
+    pub fn unclamped(&self, similarity: f64) -> f64 {
+        (similarity - self.unrelated) * self.weight()
+    }
+
+    /// The slope of `unclamped`.
+    pub fn weight(&self) -> f64 {
+        1.0 / (self.answers - self.unrelated)
+    }
+}
+
+/// The cross-language model's calibration (USE-m3, `embed::Cross`), read
+/// from the committed set as `Calibration::of` reads the others
+/// (docs/search.md).
+pub const CROSS: Calibration = Calibration {
+    unrelated: 0.12,
+    answers: 0.5,
+};
+
+/// A semantic candidate: the embedding model's similarity, and the
+/// evidence the meaning gives that the chunk answers.
+///
+/// Where a library index holds the cross-language model's vectors too
+/// (`embed::Cross`) and the search is hybrid, that evidence is the mean of
+/// the two models' evidence (`Calibration::evidence`, each on its own
+/// calibration): two measures of the same closeness of meaning, one
+/// trained to meet a sentence and its translation, neither trusted over
+/// the other. Elsewhere it is the embedding model's alone.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Near {
+    pub(crate) similarity: f32,
+    pub(crate) relevance: f64,
+    /// What orders semantic candidates across libraries: the evidence before
+    /// it is clamped to 0–1 (so it orders past both ends).
+    pub(crate) order: f64,
+    pub(crate) chunk_uid: String,
+    pub(crate) library_uid: String,
+}
+
+impl Near {
+    /// A candidate of the embedding model alone.
+    pub(crate) fn of(calibration: Calibration, similarity: f32, chunk_uid: String, library_uid: String) -> Near {
+        Near {
+            similarity,
+            relevance: calibration.evidence(f64::from(similarity)),
+            order: calibration.unclamped(f64::from(similarity)),
+            chunk_uid,
+            library_uid,
+        }
+    }
+
+    /// A candidate of both models: `cross` is the cross-language model's
+    /// similarity.
+    pub(crate) fn of_both(
+        calibration: Calibration,
+        similarity: f32,
+        cross: f32,
+        chunk_uid: String,
+        library_uid: String,
+    ) -> Near {
+        let (s, c) = (f64::from(similarity), f64::from(cross));
+        Near {
+            similarity,
+            relevance: (calibration.evidence(s) + CROSS.evidence(c)) / 2.0,
+            order: (calibration.unclamped(s) + CROSS.unclamped(c)) / 2.0,
+            chunk_uid,
+            library_uid,
+        }
     }
 }
 
@@ -145,7 +216,7 @@ pub(crate) struct Ranked {
 /// One ranking out of the keyword candidates (scored, any order) and the
 /// semantic ones (best first): keyword or semantic alone, or their fusion.
 ///
-/// A semantic hit's relevance is its similarity's `evidence`. In a hybrid
+/// A semantic hit's relevance is the meaning's evidence (`Near`). In a hybrid
 /// ranking each signal is evidence that the chunk answers, and either may
 /// vouch for it: relevance = 1 − (1 − keyword evidence)(1 − evidence) (a
 /// noisy-or; a signal that did not find the chunk gives 0). Keyword evidence
@@ -169,19 +240,13 @@ pub(crate) struct Ranked {
 /// rank high, whichever signal found them, and BM25 orders the keyword
 /// matches among themselves. Every term is a function of the caller's
 /// libraries only.
-pub(crate) fn fuse(
-    mode: Mode,
-    calibration: Calibration,
-    mut keyword: Vec<rank::Scored>,
-    semantic: Vec<(f32, String, String)>,
-    limit: usize,
-) -> Vec<Ranked> {
-    let sem = |(sim, uid, lib): (f32, String, String)| Ranked {
-        chunk_uid: uid,
-        library_uid: lib,
-        score: f64::from(sim),
-        relevance: calibration.evidence(f64::from(sim)),
-        similarity: Some(f64::from(sim)),
+pub(crate) fn fuse(mode: Mode, mut keyword: Vec<rank::Scored>, semantic: Vec<Near>, limit: usize) -> Vec<Ranked> {
+    let sem = |n: Near| Ranked {
+        chunk_uid: n.chunk_uid,
+        library_uid: n.library_uid,
+        score: f64::from(n.similarity),
+        relevance: n.relevance,
+        similarity: Some(f64::from(n.similarity)),
         found_by: vec![Signal::Semantic],
     };
     let kw = |k: rank::Scored| Ranked {
@@ -274,20 +339,20 @@ mod tests {
         answers: 0.9,
     };
 
-    fn sem(uid: &str, similarity: f32) -> (f32, String, String) {
-        (similarity, uid.to_owned(), "lib".to_owned())
+    fn sem(uid: &str, similarity: f32) -> Near {
+        Near::of(E5, similarity, uid.to_owned(), "lib".to_owned())
     }
 
     #[test]
     fn a_weak_keyword_match_outranks_an_unrelated_chunk_but_not_a_close_paraphrase() {
         let keyword = vec![kw("best", 10.0, 1.0), kw("weak", 2.0, 0.5)];
         // "noise" shares no word and is no more similar than unrelated text.
-        let r = fuse(Mode::Hybrid, E5, keyword.clone(), vec![sem("noise", 0.79)], 10);
+        let r = fuse(Mode::Hybrid, keyword.clone(), vec![sem("noise", 0.79)], 10);
         assert_eq!(order(&r), ["best", "weak", "noise"]);
         let noise = r.iter().find(|x| x.chunk_uid == "noise").unwrap();
         assert_eq!((noise.score, noise.relevance), (0.0, 0.0));
         // a close paraphrase (no shared word) passes the weak match.
-        let r = fuse(Mode::Hybrid, E5, keyword, vec![sem("close", 0.88)], 10);
+        let r = fuse(Mode::Hybrid, keyword, vec![sem("close", 0.88)], 10);
         assert_eq!(order(&r), ["best", "close", "weak"]);
     }
 
@@ -298,7 +363,7 @@ mod tests {
         // weaker evidence than the chunk whose meaning is close.
         let keyword = vec![kw("common", 5.0, 0.5), kw("rare", 1.0, 0.25)];
         let semantic = vec![sem("meaning", 0.84), sem("common", 0.80)];
-        let r = fuse(Mode::Hybrid, E5, keyword.clone(), semantic.clone(), 10);
+        let r = fuse(Mode::Hybrid, keyword.clone(), semantic.clone(), 10);
         assert_eq!(order(&r)[0], "meaning");
         let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
         assert!(
@@ -311,13 +376,13 @@ mod tests {
         // keeps its full share.
         let mut with_whole = keyword;
         with_whole.push(kw("whole", 9.0, 1.0));
-        let r = fuse(Mode::Hybrid, E5, with_whole, semantic, 10);
+        let r = fuse(Mode::Hybrid, with_whole, semantic, 10);
         let common = r.iter().find(|x| x.chunk_uid == "common").unwrap();
         assert!((common.relevance - 0.5).abs() < 1e-6);
         assert_eq!(order(&r)[..2], ["whole", "common"]);
         // No semantic candidate at all (chunks not embedded yet): nothing to
         // yield to, the share stands.
-        let r = fuse(Mode::Hybrid, E5, vec![kw("common", 5.0, 0.5)], vec![], 10);
+        let r = fuse(Mode::Hybrid, vec![kw("common", 5.0, 0.5)], vec![], 10);
         assert!((r[0].relevance - 0.5).abs() < 1e-6);
     }
 
@@ -329,7 +394,7 @@ mod tests {
         // which also shares half the words.
         let keyword = vec![kw("shared", 5.0, 0.5), kw("both", 4.0, 0.5)];
         let semantic = vec![sem("close", 0.86), sem("both", 0.85), sem("faint", 0.82)];
-        let r = fuse(Mode::Hybrid, E5, keyword, semantic, 10);
+        let r = fuse(Mode::Hybrid, keyword, semantic, 10);
         assert_eq!(order(&r), ["close", "both", "faint", "shared"]);
         let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
         // The relevance still counts the scaled share (0.5 × 0.5): the
@@ -350,7 +415,7 @@ mod tests {
             vec![],
         ];
         for semantic in cases {
-            let r = fuse(Mode::Hybrid, E5, keyword.clone(), semantic, 10);
+            let r = fuse(Mode::Hybrid, keyword.clone(), semantic, 10);
             for hit in &r {
                 let k = keyword.iter().find(|k| k.chunk_uid == hit.chunk_uid);
                 let term = k.map_or(0.0, |k| KEYWORD_ORDER_WEIGHT * (k.score / 8.0) * k.relevance);
@@ -367,13 +432,7 @@ mod tests {
     #[test]
     fn either_signal_vouches_for_a_hit_and_both_vouch_more() {
         let keyword = vec![kw("whole", 1.0, 1.0), kw("both", 4.0, 0.5), kw("words", 8.0, 0.5)];
-        let r = fuse(
-            Mode::Hybrid,
-            E5,
-            keyword,
-            vec![sem("both", 0.85), sem("meaning", 0.85)],
-            10,
-        );
+        let r = fuse(Mode::Hybrid, keyword, vec![sem("both", 0.85), sem("meaning", 0.85)], 10);
         let rel = |uid: &str| r.iter().find(|x| x.chunk_uid == uid).unwrap().relevance;
         assert!((rel("both") - 0.75).abs() < 1e-6, "1 − 0.5 × 0.5");
         assert!((rel("words") - 0.5).abs() < 1e-6);
@@ -386,7 +445,7 @@ mod tests {
     #[test]
     fn whole_query_matches_keep_their_keyword_order() {
         let keyword = vec![kw("a", 3.0, 1.0), kw("b", 9.0, 1.0), kw("c", 6.0, 1.0)];
-        let r = fuse(Mode::Hybrid, E5, keyword, vec![sem("a", 0.95), sem("c", 0.81)], 10);
+        let r = fuse(Mode::Hybrid, keyword, vec![sem("a", 0.95), sem("c", 0.81)], 10);
         assert_eq!(order(&r), ["b", "c", "a"]);
     }
 
@@ -394,7 +453,6 @@ mod tests {
     fn semantic_relevance_is_the_calibrated_evidence() {
         let r = fuse(
             Mode::Semantic,
-            E5,
             vec![],
             vec![sem("x", 0.85), sem("y", 0.7), sem("z", 0.95)],
             10,
@@ -417,7 +475,6 @@ mod tests {
         // something supports stays (after it); a hit nothing supports goes.
         let answered = fuse(
             Mode::Hybrid,
-            E5,
             vec![kw("answer", 9.0, 1.0), kw("partial", 2.0, 0.2)],
             vec![sem("answer", 0.92), sem("other language", 0.82), sem("unrelated", 0.7)],
             10,
@@ -447,7 +504,6 @@ mod tests {
         // Off topic: some words and some meaning, nothing reaching 0.3.
         let mut off = fuse(
             Mode::Hybrid,
-            E5,
             vec![kw("common word", 3.0, 0.25)],
             vec![sem("near miss", 0.82), sem("common word", 0.8)],
             10,
@@ -464,7 +520,6 @@ mod tests {
         // a weaker semantic hit, and still leads the default answer.
         let partial = fuse(
             Mode::Hybrid,
-            E5,
             vec![kw("share", 5.0, 0.6)],
             vec![sem("meaning", 0.825), sem("share", 0.75)],
             10,
@@ -476,11 +531,47 @@ mod tests {
         // A NaN relevance reaches no threshold.
         let mut nan = vec![Ranked {
             relevance: f64::NAN,
-            ..fuse(Mode::Keyword, E5, vec![kw("x", 1.0, 1.0)], vec![], 10).remove(0)
+            ..fuse(Mode::Keyword, vec![kw("x", 1.0, 1.0)], vec![], 10).remove(0)
         }];
         Floor::Answer(DEFAULT_MIN_RELEVANCE).apply(&mut nan);
         assert!(nan.is_empty());
         assert_eq!(Floor::Answer(0.3).per_hit(), 0.0);
         assert_eq!(Floor::Hit(0.4).per_hit(), 0.4);
+    }
+
+    #[test]
+    fn both_models_evidence_is_their_mean_and_the_scaled_dot_product_orders_it() {
+        // e5 at 0.85 (evidence 0.5), USE at 0.31 (evidence 0.5): 0.5.
+        let n = Near::of_both(E5, 0.85, 0.31, "a".into(), "lib".into());
+        assert!((n.relevance - 0.5).abs() < 1e-6, "{n:?}");
+        assert_eq!(n.similarity, 0.85, "the similarity shown is the embedding model's");
+        // One model sure, the other not at all: half the evidence.
+        let n = Near::of_both(E5, 0.95, 0.05, "b".into(), "lib".into());
+        assert!((n.relevance - 0.5).abs() < 1e-9, "{n:?}");
+        // The order is the unclamped mean: past 1 for a chunk both vouch for
+        // beyond `answers`, below 0 for one neither does.
+        assert!(Near::of_both(E5, 0.97, 0.7, "c".into(), "lib".into()).order > 1.0);
+        assert!(Near::of_both(E5, 0.7, 0.0, "d".into(), "lib".into()).order < 0.0);
+        // What the index's dot product of the scaled query computes (up to
+        // a constant): the sum of the two unclamped evidences.
+        let (s, c) = (0.83f64, 0.42f64);
+        let dot = s * E5.weight() + c * CROSS.weight();
+        let order = Near::of_both(E5, s as f32, c as f32, "e".into(), "lib".into()).order;
+        let constant = (E5.unrelated * E5.weight() + CROSS.unrelated * CROSS.weight()) / 2.0;
+        assert!((dot / 2.0 - constant - order).abs() < 1e-6);
+        // The embedding model alone: its evidence, ordered as its similarity.
+        let one = Near::of(E5, 0.85, "f".into(), "lib".into());
+        assert!((one.relevance - 0.5).abs() < 1e-6);
+        assert!(Near::of(E5, 0.86, "g".into(), "lib".into()).order > one.order);
+        // Hybrid reads the relevance given; semantic mode scores by similarity.
+        let r = fuse(
+            Mode::Hybrid,
+            vec![],
+            vec![Near::of_both(E5, 0.85, 0.31, "a".into(), "lib".into())],
+            10,
+        );
+        assert!((r[0].relevance - 0.5).abs() < 1e-6);
+        let r = fuse(Mode::Semantic, vec![], vec![one], 10);
+        assert_eq!(r[0].score, f64::from(0.85f32));
     }
 }

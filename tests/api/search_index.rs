@@ -16,7 +16,7 @@ use crate::helpers::{send, test_index_root, McpClient, TestApp};
 use crate::search::{ingest_docs, ranking, search, QUERIES};
 
 /// A metric's value in the app's `/metrics` (0 when absent).
-async fn metric(app: &TestApp, name: &str) -> f64 {
+pub(crate) async fn metric(app: &TestApp, name: &str) -> f64 {
     let text = app.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
@@ -25,7 +25,7 @@ async fn metric(app: &TestApp, name: &str) -> f64 {
 
 /// Searches until a search of `query` was answered by the index alone (no
 /// library took the graph path), at most ~10 s; returns that search's hits.
-async fn until_indexed(app: &TestApp, c: &mut McpClient, query: &str) -> Vec<serde_json::Value> {
+pub(crate) async fn until_indexed(app: &TestApp, c: &mut McpClient, query: &str) -> Vec<serde_json::Value> {
     for _ in 0..200 {
         let before = metric(app, "mnemosyne_index_graph_fallbacks_total").await;
         let hits = search(c, query, json!({})).await;

@@ -599,3 +599,101 @@ async fn e5_hybrid_answers_across_languages_and_leaves_off_topic_questions_empty
         .await;
     assert_eq!(all["results"].as_array().unwrap().len(), DOCS.len(), "{all}");
 }
+/// (title, text): pages of the committed quality set (`benches/quality`):
+/// one on crampons, the rest in other languages or on other subjects.
+const ALPS: &[(&str, &str)] = &[
+    (
+        "Choosing Crampons",
+        "Crampons come in three binding styles. Strap-on bindings fit almost any boot, including flexible hiking boots, and suit glacier walking. Hybrid bindings combine a toe strap with a heel lever and need a boot with a heel welt. Step-in bindings have a wire toe bail and heel lever and require rigid mountaineering boots with welts at both ends. Twelve-point crampons with front points are standard for alpine climbing, while technical ice climbing models use aggressive vertical front points.",
+    ),
+    (
+        "Watchwords of the Roman Army",
+        "Roman legions changed their password every night. According to the historian Polybius, a soldier from a designated maniple collected a wooden tablet, the tessera, from the tribune, on which the watchword was written. The tablet then passed from unit to unit, each adding its mark, and was returned before dark; a missing tablet revealed exactly where the chain had broken. Sentries challenged anyone approaching the camp at night and demanded the word before letting them pass.",
+    ),
+    (
+        "Roggenbrot nach Hartmann",
+        "Reines Roggenbrot lässt sich nicht wie Weizenbrot mit Hefe allein backen. Roggenmehl enthält viele Schleimstoffe und Enzyme, die den Teig ohne Säure klebrig machen und die Krume beim Backen zerstören würden. Der Sauerteig senkt den pH-Wert, bremst diese Enzyme und sorgt für eine schnittfeste, saftige Krume. Roggenteige werden nicht geknetet, sondern nur kurz gemischt, und kommen meist in einer Kastenform oder einem Gärkörbchen zur Gare. Das fertige Brot sollte vor dem Anschneiden einen Tag ruhen.",
+    ),
+    (
+        "Les cafés parisiens et leurs terrasses",
+        "À Paris, le café est autant un lieu qu'une boisson. On y commande un petit noir au comptoir, moins cher qu'en salle, ou un café crème en terrasse pour regarder passer les gens. Certains établissements de Saint-Germain-des-Prés, comme le Café de Flore et Les Deux Magots, doivent leur réputation aux écrivains et philosophes qui s'y retrouvaient au milieu du vingtième siècle. Depuis 2020, de nombreuses terrasses éphémères ont été installées sur des places de stationnement.",
+    ),
+    (
+        "Crevasse Rescue with a Pulley System",
+        "When a member of a roped glacier team falls into a crevasse, the others must first arrest the fall by dropping into a self-arrest position and then build a secure anchor, such as a buried ice axe or an ice screw. Once the load is transferred to the anchor, the rescuer can approach the edge, pad the lip so the rope does not cut in, and rig a mechanical advantage system. The common Z-pulley, built with a prusik knot and a carabiner or pulley, gives a theoretical three-to-one advantage.",
+    ),
+    (
+        "The Heckmair Route on the Eiger",
+        "The Eiger's north face in the Bernese Oberland rises about 1,800 metres above the meadows of Grindelwald and became notorious in the 1930s after several fatal attempts. The first ascent was made in July 1938 by two Germans and two Austrians, who joined forces on the face and climbed through storms and avalanches over three days. Their line, through features such as the Hinterstoisser Traverse, the Ramp and the White Spider, is still the classic route. Today strong parties climb it in a day, usually in cold conditions when falling rock is frozen in place.",
+    ),
+];
+
+/// Issue 33, the cross-language signal: with `MNEMOSYNE_CROSS_MODEL`, a
+/// library index holds USE-m3's vector of each chunk beside e5's, and
+/// hybrid search reads both (each chunk's semantic evidence is the mean of
+/// the two models'). A German question about an English page that shares
+/// none of its words: e5 alone ranks pages in the question's language (and
+/// French) on other subjects above it; with the cross-language model the
+/// page that answers comes first, at a relevance past the default
+/// threshold. Semantic mode stays e5's alone, to the bit.
+#[tokio::test]
+async fn hybrid_search_with_the_cross_language_model_finds_the_page_in_another_language() {
+    let question = "Welche Steigeisen passen zu weichen Wanderschuhen?";
+    let mut hybrid = Vec::new();
+    let mut semantic = Vec::new();
+    for cross in [false, true] {
+        let app = TestApp::spawn_with(|s| {
+            s.embed_model = Some(installed_model("multilingual-e5-small"));
+            s.cross_model = cross.then(|| installed_model("use-m3"));
+        })
+        .await;
+        let lib = app.library("alps").await;
+        ingest_docs(&app, &lib, ALPS).await;
+        let token = app.opaque_token(&[lib.clone()]).await;
+        let mut c = app.mcp(&token).connect().await;
+        embedded(&app).await;
+        // The index answers (only an index holds the cross-language vectors).
+        crate::search_index::until_indexed(&app, &mut c, question).await;
+        let before = crate::search_index::metric(&app, "mnemosyne_index_graph_fallbacks_total").await;
+        let out = c.call_ok("search", json!({"query": question})).await;
+        hybrid.push(out["results"].as_array().unwrap().clone());
+        let sem = search(&mut c, question, "semantic").await;
+        semantic.push(
+            sem.iter()
+                .map(|h| {
+                    (
+                        h["item_title"].as_str().unwrap().to_owned(),
+                        h["score"].as_f64().unwrap().to_bits(),
+                        h["similarity"].as_f64().unwrap().to_bits(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(
+            crate::search_index::metric(&app, "mnemosyne_index_graph_fallbacks_total").await,
+            before,
+            "answered from the index"
+        );
+    }
+    assert_ne!(
+        hybrid[0].first().map(|h| h["item_title"].clone()),
+        Some(json!("Choosing Crampons")),
+        "e5 alone: {:?}",
+        hybrid[0]
+    );
+    let top = &hybrid[1][0];
+    assert_eq!(top["item_title"], "Choosing Crampons", "{:?}", hybrid[1]);
+    let relevance = top["relevance"].as_f64().unwrap();
+    assert!(
+        relevance >= mnemosyne::search::fusion::DEFAULT_MIN_RELEVANCE,
+        "{relevance}"
+    );
+    assert_eq!(top["found_by"], json!(["semantic"]));
+    // Its similarity is e5's: the same as e5 alone gives the page.
+    let e5_alone = semantic[0]
+        .iter()
+        .find(|(t, _, _)| t == "Choosing Crampons")
+        .map(|(_, _, s)| f64::from_bits(*s));
+    assert_eq!(top["similarity"].as_f64(), e5_alone);
+    assert_eq!(semantic[0], semantic[1], "semantic mode is e5's alone");
+}

@@ -385,7 +385,11 @@ impl LibraryIndex {
                 d.add_text(field, v);
             }
         }
-        if let Some(v) = c.vector.as_deref().filter(|v| v.len() == crate::embed::DIM) {
+        if let Some(v) = c
+            .vector
+            .as_deref()
+            .filter(|v| !v.is_empty() && v.len().is_multiple_of(16))
+        {
             d.add_bytes(f.vec_q, &vectors::quantize(v));
             d.add_bytes(f.vec, &vectors::to_bytes(v));
         }
@@ -660,11 +664,16 @@ impl LibraryIndex {
         Ok(Some(keep))
     }
 
-    /// The library's `k` chunks most similar to the unit vector `q` (of the
-    /// index's model), optionally in one collection: (similarity, chunk uid),
-    /// best first, ties by chunk uid. Exact (`vectors`); chunks without a
-    /// vector are left out.
-    pub fn nearest(&self, q: &[f32], k: usize, collection: Option<&str>) -> Result<Vec<(f32, String)>, IndexError> {
+    /// The library's `k` chunks whose vectors score highest for `q` (a
+    /// vector as long as the index's), optionally in one collection: (the
+    /// dot product, chunk uid, the chunk's vector), best first, ties by chunk
+    /// uid. Exact (`vectors`); chunks without a vector are left out.
+    pub fn nearest(
+        &self,
+        q: &[f32],
+        k: usize,
+        collection: Option<&str>,
+    ) -> Result<Vec<(f32, String, Vec<f32>)>, IndexError> {
         let searcher = self.reader.searcher();
         let readers = searcher.segment_readers();
         let live: Vec<_> = readers.iter().map(|r| r.segment_id()).collect();
@@ -973,6 +982,15 @@ mod tests {
         v.into_iter().map(|a| a / n).collect()
     }
 
+    /// `nearest`'s (score, uid) pairs.
+    fn near(idx: &LibraryIndex, q: &[f32], k: usize, coll: Option<&str>) -> Vec<(f32, String)> {
+        idx.nearest(q, k, coll)
+            .unwrap()
+            .into_iter()
+            .map(|(s, u, _)| (s, u))
+            .collect()
+    }
+
     /// Every live vector scored in memory: the exact answer.
     fn brute(live: &[(String, String, Vec<f32>)], q: &[f32], k: usize, coll: Option<&str>) -> Vec<(f32, String)> {
         let mut all: Vec<(f32, String)> = live
@@ -1035,7 +1053,7 @@ mod tests {
                 (10, 1, Some("none")),
             ] {
                 let q = unit(s);
-                let got = idx.nearest(&q, k, coll).unwrap();
+                let got = near(idx, &q, k, coll);
                 let want = brute(&live, &q, k, coll);
                 assert_eq!(got, want, "seed {s} k {k} {coll:?}");
             }
@@ -1044,6 +1062,7 @@ mod tests {
             let got = idx.nearest(&q, 3, None).unwrap();
             assert_eq!(got[0].1, "c2_05");
             assert_eq!(got[0].0, crate::embed::dot(&q, &q));
+            assert_eq!(got[0].2, q, "the hit's stored vector");
         };
         check(&idx);
         assert_eq!(idx.counts().unwrap(), (live.len() as u64 + 1, live.len() as u64));
@@ -1080,13 +1099,13 @@ mod tests {
         }
         let q = unit(77);
         let want = brute(&live, &q, 10, None);
-        assert_eq!(idx.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(near(&idx, &q, 10, None), want);
         let both = cache.bytes();
         assert!(both > 0);
         // Room for one segment's codes: the other is decoded and let go.
         let one = vectors::CodeCache::new(both * 3 / 4);
         let small = LibraryIndex::open_or_create(&path, one.clone()).unwrap();
-        assert_eq!(small.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(near(&small, &q, 10, None), want);
         assert!(
             one.bytes() > 0 && one.bytes() <= both * 3 / 4,
             "{} of {both}",
@@ -1095,7 +1114,7 @@ mod tests {
         // Room for none: every segment decoded for the search alone, same answer.
         let none = vectors::CodeCache::new(100);
         let tiny = LibraryIndex::open_or_create(&path, none.clone()).unwrap();
-        assert_eq!(tiny.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(near(&tiny, &q, 10, None), want);
         assert_eq!(none.bytes(), 0);
         // The first segment's items deleted, then merged: only the live
         // segment's codes are held after the next search.
@@ -1104,7 +1123,7 @@ mod tests {
         live.retain(|(u, _, _)| !u.starts_with("c0_"));
         idx.merge_all().unwrap();
         let want = brute(&live, &q, 10, None);
-        assert_eq!(idx.nearest(&q, 10, None).unwrap(), want);
+        assert_eq!(near(&idx, &q, 10, None), want);
         assert_eq!(cache.bytes(), both / 2);
         // An index closed takes its codes with it.
         drop(idx);

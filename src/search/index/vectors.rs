@@ -21,20 +21,25 @@ use tantivy::columnar::{BytesColumn, StrColumn};
 use tantivy::index::SegmentId;
 use tantivy::{DocId, SegmentReader};
 
-use crate::embed::{self, DIM};
+use crate::embed;
+#[cfg(test)]
+use crate::embed::DIM;
 
-/// Bytes of a quantized vector: its scale (f32, little-endian), then `DIM` codes.
-pub const QUANTIZED: usize = 4 + DIM;
-/// Bytes of an f32 vector (little-endian).
-pub const EXACT: usize = 4 * DIM;
+/// Bytes of a quantized vector of `dim` values: its scale (f32,
+/// little-endian), then `dim` codes. An index holds vectors of one length:
+/// the model's (`embed::DIM`), or, with the cross-language model, the two
+/// side by side (`indexing`).
+pub fn quantized_len(dim: usize) -> usize {
+    4 + dim
+}
 /// Slack for the rounding of f32 sums in the int8 score.
 const SLACK: f32 = 1e-4;
 
-/// `v` as int8 codes with one scale (`QUANTIZED` bytes).
+/// `v` as int8 codes with one scale (`quantized_len(v.len())` bytes).
 pub fn quantize(v: &[f32]) -> Vec<u8> {
     let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
     let scale = if max > 0.0 && max.is_finite() { max / 127.0 } else { 0.0 };
-    let mut out = Vec::with_capacity(QUANTIZED);
+    let mut out = Vec::with_capacity(quantized_len(v.len()));
     out.extend_from_slice(&scale.to_le_bytes());
     for x in v {
         let c = if scale > 0.0 {
@@ -47,21 +52,22 @@ pub fn quantize(v: &[f32]) -> Vec<u8> {
     out
 }
 
-/// `v` as little-endian f32 bytes (`EXACT` bytes).
+/// `v` as little-endian f32 bytes (4 per value).
 pub fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Little-endian f32 bytes as values; None when the length is not `EXACT`.
-pub fn from_bytes(b: &[u8]) -> Option<Vec<f32>> {
-    (b.len() == EXACT).then(|| {
+/// Little-endian f32 bytes as `dim` values; None when the length is not 4 · `dim`.
+pub fn from_bytes(b: &[u8], dim: usize) -> Option<Vec<f32>> {
+    (b.len() == 4 * dim).then(|| {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
     })
 }
 
-/// The int8 score of decoded codes for `q` (`q.len() == codes.len() == DIM`).
+/// The int8 score of decoded codes for `q` (`q.len() == codes.len()`, a
+/// multiple of 16).
 #[inline(always)]
 fn approximate_codes(q: &[f32], codes: &[i8]) -> f32 {
     const LANES: usize = 16;
@@ -87,16 +93,18 @@ impl pulp::WithSimd for Scan<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        for (o, c) in self.out.iter_mut().zip(self.codes.chunks_exact(DIM)) {
+        for (o, c) in self.out.iter_mut().zip(self.codes.chunks_exact(self.q.len())) {
             *o = approximate_codes(self.q, c);
         }
     }
 }
 
 /// One segment's int8 codes decoded into memory, a document after another
-/// (`DIM` codes each), with each document's scale (NaN: no vector). A
-/// segment never changes, so this stays valid for as long as it lives.
+/// (`dim` codes each), with each document's scale (NaN: no vector of that
+/// length). A segment never changes, so this stays valid for as long as it
+/// lives.
 pub struct SegmentCodes {
+    dim: usize,
     codes: Vec<i8>,
     scales: Vec<f32>,
     /// Each document's chunk uid: `uids[ends[d-1]..ends[d]]`.
@@ -106,16 +114,17 @@ pub struct SegmentCodes {
 
 impl SegmentCodes {
     /// Reads the segment's `vec_q` and `chunk_uid` columns once (each
-    /// dictionary in order, then each document's ordinal).
-    fn decode(col: &BytesColumn, uid_col: Option<&StrColumn>, max_doc: u32) -> std::io::Result<Self> {
+    /// dictionary in order, then each document's ordinal); a vector of
+    /// another length than `dim` counts as none.
+    fn decode(col: &BytesColumn, uid_col: Option<&StrColumn>, max_doc: u32, dim: usize) -> std::io::Result<Self> {
         let n = col.num_terms();
-        let mut by_ord = vec![0i8; n * DIM];
+        let mut by_ord = vec![0i8; n * dim];
         let mut ord_scale = vec![f32::NAN; n];
         let mut stream = col.dictionary().stream()?;
         while stream.advance() {
             let key = stream.key();
             let ord = stream.term_ord() as usize;
-            if key.len() != QUANTIZED || ord >= n {
+            if key.len() != quantized_len(dim) || ord >= n {
                 continue;
             }
             let scale = f32::from_le_bytes([key[0], key[1], key[2], key[3]]);
@@ -123,12 +132,12 @@ impl SegmentCodes {
                 continue;
             }
             ord_scale[ord] = scale;
-            for (d, b) in by_ord[ord * DIM..(ord + 1) * DIM].iter_mut().zip(&key[4..]) {
+            for (d, b) in by_ord[ord * dim..(ord + 1) * dim].iter_mut().zip(&key[4..]) {
                 *d = *b as i8;
             }
         }
         let max_doc = max_doc as usize;
-        let mut codes = vec![0i8; max_doc * DIM];
+        let mut codes = vec![0i8; max_doc * dim];
         let mut scales = vec![f32::NAN; max_doc];
         for doc in 0..max_doc {
             let Some(ord) = col.term_ords(doc as DocId).next() else {
@@ -139,7 +148,7 @@ impl SegmentCodes {
                 continue;
             }
             scales[doc] = ord_scale[ord];
-            codes[doc * DIM..(doc + 1) * DIM].copy_from_slice(&by_ord[ord * DIM..(ord + 1) * DIM]);
+            codes[doc * dim..(doc + 1) * dim].copy_from_slice(&by_ord[ord * dim..(ord + 1) * dim]);
         }
         let mut uids = String::new();
         let mut ends = vec![0u32; max_doc];
@@ -160,6 +169,7 @@ impl SegmentCodes {
             }
         }
         Ok(SegmentCodes {
+            dim,
             codes,
             scales,
             uids,
@@ -238,21 +248,22 @@ impl CodeCache {
         self.owners.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The codes of a segment, decoded now unless held.
-    fn get(&self, owner: u64, seg: &SegmentVectors<'_>) -> std::io::Result<Arc<SegmentCodes>> {
+    /// The codes of a segment's vectors of `dim` values, decoded now unless
+    /// held.
+    fn get(&self, owner: u64, seg: &SegmentVectors<'_>, dim: usize) -> std::io::Result<Arc<SegmentCodes>> {
         let (seg, col, uid_col) = (seg.reader, &seg.quantized, seg.uids.as_ref());
         let id = seg.segment_id();
         {
             let mut g = self.lock();
             g.clock += 1;
             let now = g.clock;
-            if let Some(e) = g.entries.get_mut(&id) {
+            if let Some(e) = g.entries.get_mut(&id).filter(|e| e.codes.dim == dim) {
                 e.used = now;
                 return Ok(e.codes.clone());
             }
         }
         // Decoded outside the lock: other searches go on meanwhile.
-        let codes = Arc::new(SegmentCodes::decode(col, uid_col, seg.max_doc())?);
+        let codes = Arc::new(SegmentCodes::decode(col, uid_col, seg.max_doc(), dim)?);
         let size = codes.bytes();
         if size > self.budget {
             return Ok(codes);
@@ -282,9 +293,9 @@ impl CodeCache {
         Ok(codes)
     }
 
-    /// Whether the segment's codes are held.
-    fn holds(&self, id: &SegmentId) -> bool {
-        self.lock().entries.contains_key(id)
+    /// Whether the segment's codes of `dim` values are held.
+    fn holds(&self, id: &SegmentId, dim: usize) -> bool {
+        self.lock().entries.get(id).is_some_and(|e| e.codes.dim == dim)
     }
 
     /// Drops the entries of `owner` except those of `live` segments (None: all).
@@ -348,8 +359,8 @@ impl<'a> SegmentVectors<'a> {
         })
     }
 
-    /// The exact vector of `doc`, if it has one.
-    fn exact(&self, doc: DocId, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<f32>>> {
+    /// The exact vector of `doc`, if it has one of `dim` values.
+    fn exact(&self, doc: DocId, dim: usize, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<f32>>> {
         let Some(ord) = self.exact.term_ords(doc).next() else {
             return Ok(None);
         };
@@ -357,22 +368,24 @@ impl<'a> SegmentVectors<'a> {
         if !self.exact.ord_to_bytes(ord, buf)? {
             return Ok(None);
         }
-        Ok(from_bytes(buf))
+        Ok(from_bytes(buf, dim))
     }
 }
 
-/// The exact best `k` for the unit query `q` among the documents of
-/// `segments` that `keep(segment, doc)` accepts: (similarity, chunk uid),
-/// best first, ties by uid. Each segment's codes (and uids) come from
-/// `cache`, decoded on first use.
+/// The exact best `k` for the query `q` among the documents of `segments`
+/// that `keep(segment, doc)` accepts and whose vectors have `q.len()`
+/// values: (`embed::dot` of q and the vector, chunk uid, the vector), best
+/// first, ties by uid. Each segment's codes (and uids) come from `cache`,
+/// decoded on first use.
 pub(super) fn nearest(
     q: &[f32],
     k: usize,
     segments: &[Option<SegmentVectors<'_>>],
     cache: (&CodeCache, u64),
     keep: impl Fn(u32, DocId) -> bool,
-) -> std::io::Result<Vec<(f32, String)>> {
-    if k == 0 || q.len() != DIM {
+) -> std::io::Result<Vec<(f32, String, Vec<f32>)>> {
+    let dim = q.len();
+    if k == 0 || dim == 0 || !dim.is_multiple_of(16) {
         return Ok(Vec::new());
     }
     let q1: f32 = q.iter().map(|x| x.abs()).sum();
@@ -385,7 +398,7 @@ pub(super) fn nearest(
             held.push(None);
             continue;
         };
-        let codes = cache.0.get(cache.1, seg)?;
+        let codes = cache.0.get(cache.1, seg, dim)?;
         scores.clear();
         scores.resize(codes.scales.len(), 0f32);
         arch.dispatch(Scan {
@@ -406,7 +419,7 @@ pub(super) fn nearest(
         }
         // A segment's codes stay for the uids of its hits while cached
         // (a search over more than the budget does not hold them all).
-        held.push(cache.0.holds(&seg.reader.segment_id()).then_some(codes));
+        held.push(cache.0.holds(&seg.reader.segment_id(), dim).then_some(codes));
     }
     let uid = |s: u32, doc: DocId| -> std::io::Result<String> {
         if let Some(codes) = &held[s as usize] {
@@ -423,8 +436,8 @@ pub(super) fn nearest(
     // Best bound first, without sorting every candidate.
     let mut heap = std::collections::BinaryHeap::from(cands);
     // The best k exact scores so far, best first, ties by uid.
-    let mut best: Vec<(f32, String)> = Vec::with_capacity(k + 1);
-    let mut buf = Vec::with_capacity(EXACT);
+    let mut best: Vec<(f32, String, Vec<f32>)> = Vec::with_capacity(k + 1);
+    let mut buf = Vec::with_capacity(4 * dim);
     while let Some(c) = heap.pop() {
         if best.len() >= k && c.bound < best[k - 1].0 {
             break;
@@ -432,7 +445,7 @@ pub(super) fn nearest(
         let Some(seg) = &segments[c.segment as usize] else {
             continue;
         };
-        let Some(v) = seg.exact(c.doc, &mut buf)? else {
+        let Some(v) = seg.exact(c.doc, dim, &mut buf)? else {
             continue;
         };
         let score = embed::dot(q, &v);
@@ -440,9 +453,9 @@ pub(super) fn nearest(
             continue;
         }
         let uid = uid(c.segment, c.doc)?;
-        let at = best.partition_point(|(s, u)| s.total_cmp(&score).is_gt() || (*s == score && *u < uid));
+        let at = best.partition_point(|(s, u, _)| s.total_cmp(&score).is_gt() || (*s == score && *u < uid));
         if at < k {
-            best.insert(at, (score, uid));
+            best.insert(at, (score, uid, v));
             best.truncate(k);
         }
     }
@@ -457,7 +470,7 @@ mod tests {
     fn approximate(q: &[f32], code: &[u8]) -> Option<(f32, f32)> {
         let scale = f32::from_le_bytes([code[0], code[1], code[2], code[3]]);
         let codes: Vec<i8> = code[4..].iter().map(|b| *b as i8).collect();
-        (code.len() == QUANTIZED).then(|| (approximate_codes(q, &codes) * scale, scale))
+        (code.len() == quantized_len(q.len())).then(|| (approximate_codes(q, &codes) * scale, scale))
     }
 
     #[test]
@@ -467,13 +480,13 @@ mod tests {
         let v: Vec<f32> = v.into_iter().map(|x| x / n).collect();
         let q: Vec<f32> = (0..DIM).map(|i| ((i * 104729 % 997) as f32 / 997.0) - 0.5).collect();
         let code = quantize(&v);
-        assert_eq!(code.len(), QUANTIZED);
+        assert_eq!(code.len(), quantized_len(DIM));
         let (a, scale) = approximate(&q, &code).unwrap();
         let exact = embed::dot(&q, &v);
         let q1: f32 = q.iter().map(|x| x.abs()).sum();
         assert!((exact - a).abs() <= scale * 0.5 * q1 + SLACK, "{exact} {a}");
-        assert_eq!(from_bytes(&to_bytes(&v)).unwrap(), v);
-        assert!(from_bytes(&[0u8; 3]).is_none());
+        assert_eq!(from_bytes(&to_bytes(&v), DIM).unwrap(), v);
+        assert!(from_bytes(&[0u8; 3], DIM).is_none());
         // A zero vector quantizes to zeros and scores 0.
         let zero = quantize(&[0.0; DIM]);
         assert_eq!(approximate(&q, &zero).unwrap().0, 0.0);

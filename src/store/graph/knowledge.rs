@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::indexing::OpenLibrary;
 use super::{ingest, vanished, GraphError, GraphStore, Known};
 use crate::ids::Scope;
-use crate::search::fusion::{fuse, Calibration, Ranked, CANDIDATES};
+use crate::search::fusion::{fuse, Calibration, Near, Ranked, CANDIDATES, CROSS};
 pub use crate::search::fusion::{Floor, Mode, Signal};
 use crate::search::index::rank;
 use crate::search::index::IndexedChunk;
@@ -309,17 +309,19 @@ impl ScopedGraph {
         };
         let vector = match (mode, &semantic) {
             (Mode::Semantic | Mode::Hybrid, Some(s)) => Some(
-                self.semantic_ranked(s, q.text, q.collection_uid, &ready, CANDIDATES.max(q.limit))
-                    .await?,
+                self.semantic_ranked(
+                    s,
+                    q.text,
+                    q.collection_uid,
+                    &ready,
+                    CANDIDATES.max(q.limit),
+                    mode == Mode::Hybrid,
+                )
+                .await?,
             ),
             _ => None,
         };
-        let calibration = Calibration::of(
-            semantic
-                .as_ref()
-                .map_or(crate::embed::ModelKind::MiniLm, |s| s.embedder().kind()),
-        );
-        let mut ranked = fuse(mode, calibration, keyword, vector.unwrap_or_default(), q.limit);
+        let mut ranked = fuse(mode, keyword, vector.unwrap_or_default(), q.limit);
         q.floor.apply(&mut ranked);
         ranked.sort_by(|a, b| {
             q.floor
@@ -446,14 +448,19 @@ impl ScopedGraph {
         Ok(scored)
     }
 
-    /// The `k` chunks of the scope most similar to the query, best first:
-    /// (similarity, chunk uid, library uid). Exact: every vector of the
+    /// The `k` chunks of the scope most similar to the query, best first
+    /// by the meaning's evidence (`fusion::Near`). Exact: every vector of the
     /// scope's libraries is scored, and no other — a fresh library index's
     /// from the index (`ready`), another library's from the vector cache,
     /// except in a scope wider than the indexes kept open (a staff search
     /// over every library), where a library not open has no semantic
     /// candidates (its keyword hits still count) rather than load every
-    /// tenant's vectors.
+    /// tenant's vectors. With `cross` (hybrid search), an index that holds
+    /// the cross-language model's vectors is searched by both models at
+    /// once: its vectors hold the two side by side, and the query is the
+    /// two query vectors, each scaled by its calibration's weight, so the
+    /// dot product orders the chunks by the sum of the two evidences before
+    /// clamping (`Near::of_both`).
     async fn semantic_ranked(
         &self,
         semantic: &crate::embed::Semantic,
@@ -461,7 +468,8 @@ impl ScopedGraph {
         collection_uid: Option<&str>,
         ready: &HashMap<String, Arc<OpenLibrary>>,
         k: usize,
-    ) -> Result<Vec<(f32, String, String)>, GraphError> {
+        cross: bool,
+    ) -> Result<Vec<Near>, GraphError> {
         if self.scope.is_empty() {
             return Ok(Vec::new());
         }
@@ -469,16 +477,44 @@ impl ScopedGraph {
             .query_vector(&self.scope.cache_key(), text)
             .await
             .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
+        let calibration = Calibration::of(semantic.embedder().kind());
         let model = semantic.embedder().id().to_owned();
-        let mut out: Vec<(f32, String, String)> = Vec::new();
+        let mut out: Vec<Near> = Vec::new();
         let indexed: Vec<Arc<OpenLibrary>> = self.scope.uids().iter().filter_map(|u| ready.get(u).cloned()).collect();
         if !indexed.is_empty() {
-            let (q, collection) = (v.clone(), collection_uid.map(str::to_owned));
+            let pair = self.store.index.as_ref().and_then(|ix| ix.cross()).cloned();
+            // The query against the indexes' vectors: the embedding model's
+            // alone, or beside the cross-language model's (zeros outside
+            // hybrid search: the same dot products as the model's alone).
+            let (q, u) = match (&pair, cross) {
+                (None, _) => ((*v).clone(), None),
+                (Some(c), true) => {
+                    let u = c
+                        .query_vector(&self.scope.cache_key(), text)
+                        .await
+                        .map_err(|e| GraphError::Query(format!("embedding the query (cross-language): {e}")))?;
+                    let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
+                    let q = v.iter().map(|x| x * a).chain(u.iter().map(|x| x * b)).collect();
+                    (q, Some(u))
+                }
+                (Some(_), false) => {
+                    let mut q = (*v).clone();
+                    q.resize(crate::embed::DIM + crate::embed::Cross::DIM, 0.0);
+                    (q, None)
+                }
+            };
+            let (v, collection) = (v.clone(), collection_uid.map(str::to_owned));
             let found = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
                 for lib in indexed {
-                    for (s, uid) in lib.index.nearest(&q, k, collection.as_deref())? {
-                        out.push((s, uid, lib.uid().to_owned()));
+                    for (_, uid, vector) in lib.index.nearest(&q, k, collection.as_deref())? {
+                        let (e, c) = vector.split_at(crate::embed::DIM.min(vector.len()));
+                        let similarity = crate::embed::dot(&v, e);
+                        let library = lib.uid().to_owned();
+                        out.push(match &u {
+                            Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),
+                            None => Near::of(calibration, similarity, uid, library),
+                        });
                     }
                 }
                 Ok::<_, crate::search::index::IndexError>(out)
@@ -508,13 +544,18 @@ impl ScopedGraph {
                 vectors
                     .top(&v, k, collection_uid)
                     .into_iter()
-                    .map(|(s, u)| (s, u, lib.clone())),
+                    .map(|(s, u)| Near::of(calibration, s, u, lib.clone())),
             );
         }
         out.sort_by(|a, b| {
-            b.0.total_cmp(&a.0)
-                .then_with(|| self.scope.position(&a.2).cmp(&self.scope.position(&b.2)))
-                .then_with(|| a.1.cmp(&b.1))
+            b.order
+                .total_cmp(&a.order)
+                .then_with(|| {
+                    self.scope
+                        .position(&a.library_uid)
+                        .cmp(&self.scope.position(&b.library_uid))
+                })
+                .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
         });
         out.truncate(k);
         Ok(out)

@@ -358,7 +358,7 @@ pub fn encode(v: &[f32]) -> String {
 pub fn decode(s: &str) -> Option<Vec<f32>> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD.decode(s).ok()?;
-    crate::search::index::vectors::from_bytes(&bytes)
+    crate::search::index::vectors::from_bytes(&bytes, DIM)
 }
 
 /// The vector of a row with `vec` (`encode`d) and `vector` (a list of
