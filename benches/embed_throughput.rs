@@ -7,6 +7,10 @@
 //!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/multilingual-e5-small cargo bench --bench embed_throughput
 //!   (or .dev/models/all-minilm-l6-v2)
 //!
+//! With `MNEMOSYNE_CROSS_MODEL` set (.dev/env sets it) each chunk is embedded
+//! by the pair, and a query by both models, as `serve` does; `EMBED_CROSS=0`
+//! measures the model alone.
+//!
 //! `RAYON_NUM_THREADS=1` is what `mnemosyne serve` sets (one core per text,
 //! texts of a batch side by side); without it candle splits each text too.
 //!   (EMBED_CHUNKS=96, EMBED_BATCHES=1,8,16,32, EMBED_QUERIES=50)
@@ -84,7 +88,15 @@ fn main() {
         eprintln!("embed_throughput: set MNEMOSYNE_EMBED_MODEL (scripts/dev up writes it into .dev/env)");
         std::process::exit(2);
     };
-    let embedder = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
+    let mut embedder = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
+    // MNEMOSYNE_CROSS_MODEL (as .dev/env sets it): the model paired with the
+    // cross-language one, as `serve` runs it; EMBED_CROSS=0 leaves it out.
+    let cross = std::env::var_os("MNEMOSYNE_CROSS_MODEL")
+        .filter(|d| !d.is_empty() && std::env::var("EMBED_CROSS").map_or(true, |v| v != "0"))
+        .map(|d| mnemosyne::embed::Cross::shared(std::path::Path::new(&d)).expect("the cross-language model loads"));
+    if let Some(c) = &cross {
+        embedder = embedder.with_cross(c.clone());
+    }
     let n: usize = common::setting("EMBED_CHUNKS", 96);
     let batches: Vec<usize> = std::env::var("EMBED_BATCHES")
         .unwrap_or_else(|_| "1,8,16,32".into())
@@ -127,6 +139,9 @@ fn main() {
         .map(|i| {
             let t = Instant::now();
             embedder.embed_query(queries[i % queries.len()]).expect("embeds");
+            if let Some(c) = &cross {
+                c.embed(queries[i % queries.len()]).expect("embeds");
+            }
             t.elapsed().as_secs_f64() * 1000.0
         })
         .collect();

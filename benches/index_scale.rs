@@ -442,7 +442,8 @@ fn main() {
     // 1. Build, as `build_now` does: pages added, one commit, the writer
     //    closed, the staging directory renamed into place.
     let build_cache = CodeCache::new(
-        common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS).saturating_mul(quantized_len(mnemosyne::embed::DIM)),
+        common::setting::<usize>("MNEMOSYNE_VECTOR_CACHE_CHUNKS", VECTOR_CACHE_CHUNKS)
+            .saturating_mul(quantized_len(mnemosyne::embed::DIM)),
     );
     let (mut making, mut writing) = (Vec::new(), Vec::new());
     let mut analyzing = 0.0;

@@ -72,42 +72,41 @@ impl AppState {
             .with_change_log(pg.clone());
         // The indexes hold this model's vectors (none without one).
         let mut model = String::new();
+        let mut dim = crate::embed::DIM;
         match &settings.embed_model {
             Some(dir) => {
-                let embedder = crate::embed::Embedder::shared(dir)
+                let mut embedder = crate::embed::Embedder::shared(dir)
                     .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}: {e:#}", dir.display()))?;
+                if let Some(cross) = &settings.cross_model {
+                    let cross = crate::embed::Cross::shared(cross)
+                        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_CROSS_MODEL={}: {e:#}", cross.display()))?;
+                    embedder = Arc::new(embedder.with_cross(cross));
+                }
                 tracing::info!(
                     model = embedder.id(),
                     "semantic search on: hybrid, keyword and semantic modes"
                 );
                 model = embedder.id().to_owned();
+                dim = embedder.dim();
                 graph = graph.with_embedder(embedder, crate::embed::Status::new(&metrics));
             }
+            None if settings.cross_model.is_some() => tracing::warn!(
+                "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset; MNEMOSYNE_CROSS_MODEL only pairs with one); search is keyword-only"
+            ),
             None => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"
             ),
         }
         match &settings.index_dir {
             Some(dir) => {
-                let mut index = SearchIndex::open(
+                let index = SearchIndex::open(
                     dir,
                     pg.clone(),
                     settings.index_open_libraries,
                     &model,
+                    dim,
                     settings.vector_cache_chunks,
                 )?;
-                match (&settings.cross_model, model.is_empty()) {
-                    (Some(cross), false) => {
-                        let cross = crate::embed::Cross::shared(cross)
-                            .map_err(|e| anyhow::anyhow!("MNEMOSYNE_CROSS_MODEL={}: {e:#}", cross.display()))?;
-                        tracing::info!(model = cross.id(), "cross-language signal on: hybrid search reads it");
-                        index = index.with_cross(cross, settings.vector_cache_chunks);
-                    }
-                    (Some(_), true) => tracing::warn!(
-                        "MNEMOSYNE_CROSS_MODEL is set but MNEMOSYNE_EMBED_MODEL is not: the cross-language signal is off"
-                    ),
-                    (None, _) => {}
-                }
                 for c in index.collectors() {
                     metrics.register(c);
                 }

@@ -59,7 +59,7 @@ async fn status(settings: &Settings, pool: &PgPool, json: bool) -> anyhow::Resul
     let Some(dir) = &settings.index_dir else {
         anyhow::bail!("MNEMOSYNE_INDEX_DIR is not set: this replica searches the graph");
     };
-    let index = SearchIndex::open(dir, pool.clone(), 1, "", 0)?;
+    let index = SearchIndex::open(dir, pool.clone(), 1, "", crate::embed::DIM, 0)?;
     let local = index.status();
     let uids: Vec<String> = local.iter().map(|s| s.library_uid.clone()).collect();
     let current: HashMap<String, i64> = index_changes::sequences(pool, &uids).await?.into_iter().collect();

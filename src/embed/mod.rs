@@ -42,7 +42,10 @@ pub const MAX_TOKENS: usize = 256;
 pub struct Embedder {
     id: String,
     #[cfg(feature = "embed")]
-    model: model::Model,
+    model: Arc<model::Model>,
+    /// The cross-language model, whose vector of each stored text follows
+    /// the model's in one vector (`with_cross`).
+    cross: Option<Arc<Cross>>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -60,8 +63,35 @@ impl Embedder {
         let model = model::Model::load(dir)?;
         Ok(Embedder {
             id: model::id(dir)?,
-            model,
+            model: Arc::new(model),
+            cross: None,
         })
+    }
+
+    /// This model paired with the cross-language model: a stored text's
+    /// vector is this model's (`DIM` values) then the cross-language
+    /// model's (`Cross::DIM`), each a unit vector, and the pair has an id of
+    /// its own (so turning the pair on or off re-embeds every chunk). A
+    /// query is embedded by each apart (`embed_query`, `Cross`): search
+    /// weighs the two halves (`store::graph::knowledge`).
+    pub fn with_cross(&self, cross: Arc<Cross>) -> Embedder {
+        Embedder {
+            id: format!("{}+{}", self.id, cross.id()),
+            #[cfg(feature = "embed")]
+            model: self.model.clone(),
+            cross: Some(cross),
+        }
+    }
+
+    /// The cross-language model paired with this one.
+    pub fn cross(&self) -> Option<&Arc<Cross>> {
+        self.cross.as_ref()
+    }
+
+    /// Values in a stored text's vector: `DIM`, or `DIM + Cross::DIM` with
+    /// the cross-language model.
+    pub fn dim(&self) -> usize {
+        DIM + self.cross.as_ref().map_or(0, |_| Cross::DIM)
     }
 
     /// Built without the `embed` feature: no model can be loaded.
@@ -91,11 +121,18 @@ impl Embedder {
         &self.id
     }
 
-    /// One unit vector per stored text (a chunk; blocking: run it off the
-    /// async workers).
+    /// One vector per stored text (a chunk; blocking: run it off the async
+    /// workers): the model's unit vector, then the cross-language model's
+    /// when paired (`with_cross`).
     #[cfg(feature = "embed")]
     pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-        self.model.embed(texts, model::Role::Passage)
+        let mut vectors = self.model.embed(texts, model::Role::Passage)?;
+        if let Some(cross) = &self.cross {
+            for (v, u) in vectors.iter_mut().zip(side_by_side(texts, |t| cross.embed(t))?) {
+                v.extend(u);
+            }
+        }
+        Ok(vectors)
     }
 
     #[cfg(not(feature = "embed"))]
@@ -103,8 +140,9 @@ impl Embedder {
         anyhow::bail!("this build has no embedding support")
     }
 
-    /// The unit vector of a search's text (blocking). E5 reads a query
-    /// with its own prefix; MiniLM reads both alike.
+    /// The model's unit vector of a search's text (blocking; `DIM` values,
+    /// paired or not). E5 reads a query with its own prefix; MiniLM reads
+    /// both alike.
     #[cfg(feature = "embed")]
     pub fn embed_query(&self, text: &str) -> anyhow::Result<Vec<f32>> {
         self.model
@@ -144,6 +182,32 @@ impl Embedder {
             .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))?
         })
     }
+}
+
+/// `f` of each text, the texts split across the cores (one thread each,
+/// as the model embeds a batch: `model::Model::embed`), in order.
+#[cfg(feature = "embed")]
+fn side_by_side<T: Send>(texts: &[&str], f: impl Fn(&str) -> anyhow::Result<T> + Sync) -> anyhow::Result<Vec<T>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 || texts.len() < 2 {
+        return texts.iter().map(|t| f(t)).collect();
+    }
+    let share = texts.len().div_ceil(cores);
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = texts
+            .chunks(share)
+            .map(|part| s.spawn(move || part.iter().map(|t| f(t)).collect::<anyhow::Result<Vec<T>>>()))
+            .collect();
+        let mut out = Vec::with_capacity(texts.len());
+        for p in parts {
+            out.extend(
+                p.join()
+                    .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))??,
+            );
+        }
+        Ok(out)
+    })
 }
 
 /// Gives the calling thread the lowest CPU priority (Linux: nice is per
@@ -206,12 +270,10 @@ impl Semantic {
     }
 }
 
-/// The cross-language model (USE-m3, `use_m3`) as search uses it, beside
-/// the embedding model: each library index holds, for every chunk with the
-/// embedding model's vector, this model's vector too, computed when the
-/// index takes the chunk in (`store::graph::indexing`), and hybrid search
-/// reads both (`search::fusion::Cross`). Query vectors are cached by scope
-/// and text, as `Semantic`'s are.
+/// The cross-language model (USE-m3, `use_m3`), paired with the embedding
+/// model (`Embedder::with_cross`): every chunk's stored vector holds both
+/// models' vectors, and hybrid search reads both (`search::fusion::Near`).
+/// Query vectors are cached by scope and text, as `Semantic`'s are.
 pub struct Cross {
     id: String,
     #[cfg(feature = "embed")]

@@ -3,8 +3,8 @@
 //! vocabulary (`sp.model`, 128,000 pieces) and the weights of its numpy
 //! engine (`weights.npz`, which `scripts/dev` unpacks into `weights/*.npy`).
 //! Trained so that a sentence and its translation meet (16 languages), it is
-//! the candidate cross-language signal measured in docs/search.md; search
-//! does not read it yet.
+//! the cross-language signal hybrid search reads beside the embedding model
+//! (`embed::Cross`, docs/search.md).
 //!
 //! The encoder is a bag of n-grams, not a transformer: each piece's word
 //! vector (6-bit, in 17 interleaved blocks with a scale and an offset each),
@@ -320,10 +320,15 @@ fn rows_of(row: &[f32], n: usize) -> Vec<f32> {
 /// a `stride`-long row (`dst`: n × m.cols), in one product on this thread
 /// (the embedding worker runs one text per core).
 fn product(a: &[f32], stride: usize, n: usize, m: &Matrix, dst: &mut [f32]) {
-    assert!(stride >= m.rows && a.len() >= n * stride - (stride - m.rows) && dst.len() == n * m.cols);
     if n == 0 {
         return;
     }
+    assert!(
+        stride >= m.rows
+            && a.len() >= (n - 1) * stride + m.rows
+            && m.data.len() >= m.rows * m.cols
+            && dst.len() == n * m.cols
+    );
     // SAFETY: lhs is n × m.rows read with row stride `stride` inside `a`,
     // rhs is m.rows × m.cols inside `m.data`, dst is n × m.cols (all
     // asserted above).

@@ -32,7 +32,8 @@ use crate::embed::DIM;
 pub fn quantized_len(dim: usize) -> usize {
     4 + dim
 }
-/// Slack for the rounding of f32 sums in the int8 score.
+/// Slack for the rounding of f32 sums in the int8 score, per unit of the
+/// query's L1 norm (`nearest`).
 const SLACK: f32 = 1e-4;
 
 /// `v` as int8 codes with one scale (`quantized_len(v.len())` bytes).
@@ -389,6 +390,9 @@ pub(super) fn nearest(
         return Ok(Vec::new());
     }
     let q1: f32 = q.iter().map(|x| x.abs()).sum();
+    // The f32 sums' rounding grows with the query's scale (a hybrid query
+    // of the paired models is not a unit vector).
+    let slack = SLACK * q1.max(1.0);
     let arch = pulp::Arch::new();
     let mut cands: Vec<Candidate> = Vec::new();
     let mut held: Vec<Option<Arc<SegmentCodes>>> = Vec::with_capacity(segments.len());
@@ -412,7 +416,7 @@ pub(super) fn nearest(
                 continue;
             }
             cands.push(Candidate {
-                bound: a * scale + scale * 0.5 * q1 + SLACK,
+                bound: a * scale + scale * 0.5 * q1 + slack,
                 segment: s as u32,
                 doc,
             });

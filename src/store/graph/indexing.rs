@@ -165,15 +165,9 @@ pub struct SearchIndex {
     clock: AtomicU64,
     /// The Postgres database's identity, read once.
     epoch: tokio::sync::OnceCell<String>,
-    /// The embedding model whose vectors the indexes hold ("": none).
+    /// The embedding model whose vectors the indexes hold ("": none; with
+    /// the cross-language model, the pair's id: `Embedder::with_cross`).
     model: String,
-    /// The cross-language model whose vectors the indexes hold beside the
-    /// embedding model's, each chunk's two side by side (`with_cross`).
-    cross: Option<Arc<crate::embed::Cross>>,
-    /// What an index's vectors are (`Applied::model`): the embedding
-    /// model's id, and `+` the cross-language model's with one; an index
-    /// holding other vectors is built again.
-    vectors_id: String,
     /// The decoded vector codes of the indexes' segments, under one budget.
     codes: Arc<CodeCache>,
     metrics: Metrics,
@@ -188,8 +182,16 @@ impl SearchIndex {
     /// Opens (creating it) the index directory; fails when it cannot be
     /// written, so `serve` stops at start with the reason. Semantic searches
     /// keep at most `vector_chunks` chunks' decoded int8 codes in memory
-    /// (`vectors::QUANTIZED` bytes each), over every library.
-    pub fn open(root: &Path, pg: PgPool, max_open: usize, model: &str, vector_chunks: usize) -> anyhow::Result<Self> {
+    /// (`vectors::quantized_len(dim)` bytes each, `dim` the model's vector
+    /// length: `Embedder::dim`), over every library.
+    pub fn open(
+        root: &Path,
+        pg: PgPool,
+        max_open: usize,
+        model: &str,
+        dim: usize,
+        vector_chunks: usize,
+    ) -> anyhow::Result<Self> {
         let fail = |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", root.display());
         std::fs::create_dir_all(root).map_err(fail)?;
         let probe = root.join(format!(".probe-{}", uuid::Uuid::new_v4()));
@@ -205,33 +207,9 @@ impl SearchIndex {
             clock: AtomicU64::new(0),
             epoch: tokio::sync::OnceCell::new(),
             model: model.to_owned(),
-            cross: None,
-            vectors_id: model.to_owned(),
-            codes: CodeCache::new(vector_chunks.saturating_mul(vectors::quantized_len(crate::embed::DIM))),
+            codes: CodeCache::new(vector_chunks.saturating_mul(vectors::quantized_len(dim))),
             metrics: Metrics::new(),
         })
-    }
-
-    /// Indexes that hold, for every chunk with the embedding model's vector,
-    /// the cross-language model's vector of the same text after it (one
-    /// vector of `embed::DIM + Cross::DIM` values), computed when the chunk
-    /// is taken in; the code budget stays `vector_chunks` chunks. Without an
-    /// embedding model there is nothing to pair it with: ignored.
-    pub fn with_cross(mut self, cross: Arc<crate::embed::Cross>, vector_chunks: usize) -> Self {
-        if self.model.is_empty() {
-            return self;
-        }
-        self.vectors_id = format!("{}+{}", self.model, cross.id());
-        self.cross = Some(cross);
-        self.codes = CodeCache::new(
-            vector_chunks.saturating_mul(vectors::quantized_len(crate::embed::DIM + crate::embed::Cross::DIM)),
-        );
-        self
-    }
-
-    /// The cross-language model the indexes hold vectors of.
-    pub fn cross(&self) -> Option<&Arc<crate::embed::Cross>> {
-        self.cross.as_ref()
     }
 
     /// The index's metrics, to register.
@@ -277,7 +255,7 @@ impl SearchIndex {
             if applied.library_uid != uid
                 || applied.analysis != scoped::ANALYSIS_VERSION
                 || applied.epoch != epoch
-                || applied.model != self.vectors_id
+                || applied.model != self.model
             {
                 return Err(crate::search::index::IndexError::Corrupt(format!(
                     "holds library {:?} in analysis {} of database {:?} with vectors of {:?}",
@@ -419,20 +397,16 @@ impl SearchIndex {
             let mut items: Vec<String> = page.into_iter().filter_map(|c| c.item_uid).collect();
             items.sort();
             items.dedup();
-            let mut chunks = item_chunks(graph, &lib.uid, &self.model, &items).await?;
+            let chunks = item_chunks(graph, &lib.uid, &self.model, &items).await?;
             let applied = Applied {
                 seq: last,
                 library_uid: lib.uid.clone(),
                 analysis: scoped::ANALYSIS_VERSION,
                 epoch: self.epoch().await.map_err(pg)?.to_owned(),
-                model: self.vectors_id.clone(),
+                model: self.model.clone(),
             };
-            let (l, cross) = (lib.clone(), self.cross.clone());
-            blocking(move || {
-                with_cross_vectors(cross.as_deref(), &mut chunks);
-                l.index.apply(&items, &chunks, &applied)
-            })
-            .await?;
+            let l = lib.clone();
+            blocking(move || l.index.apply(&items, &chunks, &applied)).await?;
             lib.applied.store(last, Ordering::Release);
         }
         Ok(true)
@@ -527,19 +501,15 @@ impl SearchIndex {
             }
             total += chunks.len() as u64;
             self.metrics.built_chunks.inc_by(chunks.len() as u64);
-            let (ix, cross) = (index.clone(), self.cross.clone());
-            blocking(move || {
-                with_cross_vectors(cross.as_deref(), &mut chunks);
-                ix.add(&chunks)
-            })
-            .await?;
+            let ix = index.clone();
+            blocking(move || ix.add(&chunks)).await?;
         }
         let applied = Applied {
             seq,
             library_uid: uid.to_owned(),
             analysis: scoped::ANALYSIS_VERSION,
             epoch: self.epoch().await.map_err(pg)?.to_owned(),
-            model: self.vectors_id.clone(),
+            model: self.model.clone(),
         };
         let ix = index.clone();
         blocking(move || ix.commit(&applied).and_then(|_| ix.close_writer())).await?;
@@ -633,25 +603,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| GraphError::Query(format!("index task: {e}")))?
         .map_err(|e| GraphError::Query(e.to_string()))
-}
-
-/// Puts the cross-language model's vector of each chunk's text (its item's
-/// title, then its text: what the embedding model read) after the chunk's
-/// embedding-model vector, for the chunks that have one (blocking: ~10 ms a
-/// 1,200-character chunk on one core). A chunk the model cannot read keeps
-/// its vector alone, which a search of the pair leaves out, as a chunk
-/// without a vector (said in the log).
-fn with_cross_vectors(cross: Option<&crate::embed::Cross>, chunks: &mut [IndexedChunk]) {
-    let Some(cross) = cross else { return };
-    for c in chunks {
-        let Some(v) = c.vector.as_mut().filter(|v| v.len() == crate::embed::DIM) else {
-            continue;
-        };
-        match cross.embed(&crate::embed::chunk_text(&c.item_title, &c.text)) {
-            Ok(u) => v.extend(u),
-            Err(e) => tracing::warn!(chunk = %c.chunk_uid, error = %e, "search index: no cross-language vector"),
-        }
-    }
 }
 
 /// An item's citation fields.

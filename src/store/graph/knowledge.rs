@@ -45,12 +45,13 @@ pub struct SearchHit {
     /// 0–1: the share of the query's weight the chunk matches (keyword), the
     /// similarity read on the model's calibration (semantic), or either
     /// vouching (hybrid: 1 − (1 − keyword)(1 − semantic), keyword being the
-    /// chunk's share times the largest share any hit holds); unless
+    /// chunk's share times the largest share any hit holds, semantic the
+    /// mean of both models' evidence with a cross-language model); unless
     /// `min_relevance` says otherwise, hybrid search answers nothing when no
-    /// hit reaches 0.3 and otherwise leaves out hits of relevance 0.
+    /// hit reaches 0.35 and otherwise leaves out hits of relevance 0.
     pub relevance: f64,
-    /// Cosine similarity of the chunk to the query, when semantic search
-    /// ranked it.
+    /// Cosine similarity of the chunk to the query (the embedding model's),
+    /// when semantic search ranked it.
     pub similarity: Option<f64>,
     /// Which searches found it: `keyword`, `semantic`, or both.
     pub found_by: Vec<Signal>,
@@ -68,7 +69,7 @@ pub struct Search<'a> {
     pub limit: usize,
     pub collection_uid: Option<&'a str>,
     /// Which hits are left out by relevance (`min_relevance`, or hybrid's
-    /// default: nothing when no hit reaches 0.3).
+    /// default: nothing when no hit reaches 0.35).
     pub floor: Floor,
     pub mode: Mode,
 }
@@ -455,12 +456,16 @@ impl ScopedGraph {
     /// except in a scope wider than the indexes kept open (a staff search
     /// over every library), where a library not open has no semantic
     /// candidates (its keyword hits still count) rather than load every
-    /// tenant's vectors. With `cross` (hybrid search), an index that holds
-    /// the cross-language model's vectors is searched by both models at
-    /// once: its vectors hold the two side by side, and the query is the
-    /// two query vectors, each scaled by its calibration's weight, so the
-    /// dot product orders the chunks by the sum of the two evidences before
-    /// clamping (`Near::of_both`).
+    /// tenant's vectors. Both hold the same stored vectors and score them
+    /// with the same query, so either path ranks alike.
+    ///
+    /// With the cross-language model paired (`Embedder::with_cross`) every
+    /// vector holds the two models' side by side. With `cross` (hybrid
+    /// search) the query is the two query vectors, each scaled by its
+    /// calibration's weight, so the dot product orders the chunks by the sum
+    /// of the two evidences before clamping (`Near::of_both`); otherwise the
+    /// model's query vector then zeros: the model's own similarities, to the
+    /// bit.
     async fn semantic_ranked(
         &self,
         semantic: &crate::embed::Semantic,
@@ -473,48 +478,54 @@ impl ScopedGraph {
         if self.scope.is_empty() {
             return Ok(Vec::new());
         }
+        let embedder = semantic.embedder();
         let v = semantic
             .query_vector(&self.scope.cache_key(), text)
             .await
             .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
-        let calibration = Calibration::of(semantic.embedder().kind());
-        let model = semantic.embedder().id().to_owned();
+        let calibration = Calibration::of(embedder.kind());
+        let model = embedder.id().to_owned();
+        let dim = embedder.dim();
+        let u = match (embedder.cross(), cross) {
+            (Some(c), true) => Some(
+                c.query_vector(&self.scope.cache_key(), text)
+                    .await
+                    .map_err(|e| GraphError::Query(format!("embedding the query (cross-language): {e}")))?,
+            ),
+            _ => None,
+        };
+        let q: Vec<f32> = match &u {
+            Some(u) => {
+                let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
+                v.iter().map(|x| x * a).chain(u.iter().map(|x| x * b)).collect()
+            }
+            None => {
+                let mut q = (*v).clone();
+                q.resize(dim, 0.0);
+                q
+            }
+        };
+        // A hit's evidence, from its stored vector's halves.
+        let near = {
+            let (v, u) = (v.clone(), u.clone());
+            move |uid: String, library: String, vector: &[f32]| {
+                let (e, c) = vector.split_at(crate::embed::DIM.min(vector.len()));
+                let similarity = crate::embed::dot(&v, e);
+                match &u {
+                    Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),
+                    None => Near::of(calibration, similarity, uid, library),
+                }
+            }
+        };
         let mut out: Vec<Near> = Vec::new();
         let indexed: Vec<Arc<OpenLibrary>> = self.scope.uids().iter().filter_map(|u| ready.get(u).cloned()).collect();
         if !indexed.is_empty() {
-            let pair = self.store.index.as_ref().and_then(|ix| ix.cross()).cloned();
-            // The query against the indexes' vectors: the embedding model's
-            // alone, or beside the cross-language model's (zeros outside
-            // hybrid search: the same dot products as the model's alone).
-            let (q, u) = match (&pair, cross) {
-                (None, _) => ((*v).clone(), None),
-                (Some(c), true) => {
-                    let u = c
-                        .query_vector(&self.scope.cache_key(), text)
-                        .await
-                        .map_err(|e| GraphError::Query(format!("embedding the query (cross-language): {e}")))?;
-                    let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
-                    let q = v.iter().map(|x| x * a).chain(u.iter().map(|x| x * b)).collect();
-                    (q, Some(u))
-                }
-                (Some(_), false) => {
-                    let mut q = (*v).clone();
-                    q.resize(crate::embed::DIM + crate::embed::Cross::DIM, 0.0);
-                    (q, None)
-                }
-            };
-            let (v, collection) = (v.clone(), collection_uid.map(str::to_owned));
+            let (q, near, collection) = (q.clone(), near.clone(), collection_uid.map(str::to_owned));
             let found = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
                 for lib in indexed {
                     for (_, uid, vector) in lib.index.nearest(&q, k, collection.as_deref())? {
-                        let (e, c) = vector.split_at(crate::embed::DIM.min(vector.len()));
-                        let similarity = crate::embed::dot(&v, e);
-                        let library = lib.uid().to_owned();
-                        out.push(match &u {
-                            Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),
-                            None => Near::of(calibration, similarity, uid, library),
-                        });
+                        out.push(near(uid, lib.uid().to_owned(), &vector));
                     }
                 }
                 Ok::<_, crate::search::index::IndexError>(out)
@@ -539,13 +550,10 @@ impl ScopedGraph {
                 .cloned()
                 .collect(),
         };
-        for (lib, vectors) in self.store.library_vectors(&model, &rest).await? {
-            out.extend(
-                vectors
-                    .top(&v, k, collection_uid)
-                    .into_iter()
-                    .map(|(s, u)| Near::of(calibration, s, u, lib.clone())),
-            );
+        for (lib, vectors) in self.store.library_vectors(&model, dim, &rest).await? {
+            for (_, uid, vector) in vectors.top(&q, k, collection_uid) {
+                out.push(near(uid, lib.clone(), &vector));
+            }
         }
         out.sort_by(|a, b| {
             b.order

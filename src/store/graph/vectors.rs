@@ -27,7 +27,9 @@ use neo4rs::{query, BoltType};
 
 use super::ingest::{self, AdminGraph};
 use super::{GraphError, GraphStore};
-use crate::embed::{self, DIM};
+use crate::embed;
+#[cfg(test)]
+use crate::embed::DIM;
 
 /// How long a library's stamp is trusted before it is read again: a vector
 /// stored (or a chunk replaced) is seen by semantic search at most this late.
@@ -43,8 +45,10 @@ pub struct Stamp {
     pub vectors: i64,
 }
 
-/// One library's vectors, row-major (`DIM` floats per chunk).
+/// One library's vectors, row-major (`dim` floats per chunk: the model's
+/// `Embedder::dim`).
 pub struct LibVectors {
+    dim: usize,
     stamp: Stamp,
     /// Highest sequence number loaded.
     since: i64,
@@ -58,6 +62,7 @@ pub struct LibVectors {
 impl LibVectors {
     fn empty() -> Self {
         LibVectors {
+            dim: 0,
             stamp: Stamp {
                 writes: -1,
                 vectors: -1,
@@ -85,9 +90,13 @@ impl LibVectors {
         self.data.len() * 4 + self.uids.iter().map(|u| u.len() + 24).sum::<usize>() + self.uids.len() * 12
     }
 
-    /// The best `k` chunks for `q` (unit vector), optionally in one
-    /// collection: (similarity, chunk uid), best first, ties by uid.
-    pub fn top(&self, q: &[f32], k: usize, collection: Option<&str>) -> Vec<(f32, String)> {
+    /// The best `k` chunks for `q` (as long as the vectors), optionally in
+    /// one collection: (`embed::dot` of q and the vector, chunk uid, the
+    /// vector), best first, ties by uid.
+    pub fn top(&self, q: &[f32], k: usize, collection: Option<&str>) -> Vec<(f32, String, Vec<f32>)> {
+        if q.len() != self.dim || self.dim == 0 {
+            return Vec::new();
+        }
         let only = match collection {
             Some(c) => match self.collection_names.iter().position(|n| n == c) {
                 Some(i) => Some(i as u32),
@@ -96,7 +105,7 @@ impl LibVectors {
             None => None,
         };
         let mut scored: Vec<(f32, usize)> = Vec::with_capacity(self.uids.len());
-        for (i, row) in self.data.chunks_exact(DIM).enumerate() {
+        for (i, row) in self.data.chunks_exact(self.dim).enumerate() {
             if only.is_some_and(|c| self.collections[i] != c) {
                 continue;
             }
@@ -109,7 +118,16 @@ impl LibVectors {
             scored.truncate(k);
         }
         scored.sort_by(by);
-        scored.into_iter().map(|(s, i)| (s, self.uids[i].clone())).collect()
+        scored
+            .into_iter()
+            .map(|(s, i)| {
+                (
+                    s,
+                    self.uids[i].clone(),
+                    self.data[i * self.dim..(i + 1) * self.dim].to_vec(),
+                )
+            })
+            .collect()
     }
 }
 
@@ -234,10 +252,11 @@ impl GraphStore {
     }
 
     /// The vectors of `libs` (existing ones, in the order given), current as
-    /// of at most `STAMP_TTL` ago.
+    /// of at most `STAMP_TTL` ago: `model`'s, of `dim` values.
     pub(crate) async fn library_vectors(
         &self,
         model: &str,
+        dim: usize,
         libs: &[String],
     ) -> Result<Vec<(String, Arc<LibVectors>)>, GraphError> {
         let now = Instant::now();
@@ -276,8 +295,8 @@ impl GraphStore {
             };
             let slot = self.vectors.slot(lib);
             let mut entry = slot.entry.lock().await;
-            if entry.stamp != stamp {
-                *entry = Arc::new(self.refresh(model, lib, &entry, stamp).await?);
+            if entry.stamp != stamp || entry.dim != dim {
+                *entry = Arc::new(self.refresh(model, dim, lib, &entry, stamp).await?);
             }
             out.push((lib.clone(), entry.clone()));
         }
@@ -287,21 +306,31 @@ impl GraphStore {
 
     /// `old` brought up to `stamp`: the library's embedded chunks now, with
     /// the vectors stored since `old` was read.
-    async fn refresh(&self, model: &str, lib: &str, old: &LibVectors, stamp: Stamp) -> Result<LibVectors, GraphError> {
+    async fn refresh(
+        &self,
+        model: &str,
+        dim: usize,
+        lib: &str,
+        old: &LibVectors,
+        stamp: Stamp,
+    ) -> Result<LibVectors, GraphError> {
+        // Rows of another length than `old`'s: read every vector again.
+        let since = if old.dim == dim { old.since } else { 0 };
         let q = query(include_str!("../../../cypher/vector_rows.cypher"))
             .param("library_uid", lib)
             .param("model", model)
-            .param("since", old.since);
+            .param("since", since);
         let rows = self.rows_from_leader("vector_rows.cypher", q).await?;
         let known: HashMap<&str, usize> = old.uids.iter().enumerate().map(|(i, u)| (u.as_str(), i)).collect();
         let mut next = LibVectors {
+            dim,
             stamp,
-            since: old.since,
+            since,
             uids: Vec::with_capacity(rows.len()),
             seqs: Vec::with_capacity(rows.len()),
             collections: Vec::with_capacity(rows.len()),
             collection_names: Vec::new(),
-            data: Vec::with_capacity(rows.len() * DIM),
+            data: Vec::with_capacity(rows.len() * dim),
         };
         let mut collection_ix: HashMap<String, u32> = HashMap::new();
         for row in rows {
@@ -310,9 +339,9 @@ impl GraphStore {
             let vector = row_vector(&row)?;
             let start = next.data.len();
             match (vector, known.get(uid.as_str())) {
-                (Some(v), _) if v.len() == DIM => next.data.extend_from_slice(&v),
-                (None, Some(&i)) if old.seqs[i] == seq => {
-                    next.data.extend_from_slice(&old.data[i * DIM..(i + 1) * DIM]);
+                (Some(v), _) if v.len() == dim => next.data.extend_from_slice(&v),
+                (None, Some(&i)) if old.seqs[i] == seq && old.dim == dim => {
+                    next.data.extend_from_slice(&old.data[i * dim..(i + 1) * dim]);
                 }
                 // A wrong length, or a vector we should have had: skip it
                 // (the next refresh, from `since` 0, reads it whole).
@@ -321,7 +350,7 @@ impl GraphStore {
                     continue;
                 }
             }
-            debug_assert_eq!(next.data.len(), start + DIM);
+            debug_assert_eq!(next.data.len(), start + dim);
             let collection: Option<String> = row.get("collection_uid")?;
             let name = collection.unwrap_or_default();
             let n = collection_ix.len() as u32;
@@ -341,7 +370,7 @@ impl GraphStore {
             };
             0
         } else {
-            next.seqs.iter().copied().max().unwrap_or(0).max(old.since)
+            next.seqs.iter().copied().max().unwrap_or(0).max(since)
         };
         Ok(next)
     }
@@ -354,11 +383,16 @@ pub fn encode(v: &[f32]) -> String {
     base64::engine::general_purpose::STANDARD.encode(crate::search::index::vectors::to_bytes(v))
 }
 
-/// A stored vector (`encode`); None when it is not one of `DIM` values.
+/// A stored vector (`encode`); None when it is not a whole number of
+/// 16-value blocks (every model's length is: `Embedder::dim`).
 pub fn decode(s: &str) -> Option<Vec<f32>> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD.decode(s).ok()?;
-    crate::search::index::vectors::from_bytes(&bytes, DIM)
+    let dim = bytes.len() / 4;
+    if dim == 0 || !dim.is_multiple_of(16) {
+        return None;
+    }
+    crate::search::index::vectors::from_bytes(&bytes, dim)
 }
 
 /// The vector of a row with `vec` (`encode`d) and `vector` (a list of
@@ -369,7 +403,7 @@ pub(crate) fn row_vector(row: &neo4rs::Row) -> Result<Option<Vec<f32>>, GraphErr
     }
     let list: Option<Vec<f64>> = row.get("vector")?;
     Ok(list
-        .filter(|v| v.len() == DIM)
+        .filter(|v| v.len() == embed::DIM)
         .map(|v| v.into_iter().map(|x| x as f32).collect()))
 }
 
@@ -496,6 +530,7 @@ mod tests {
     #[test]
     fn top_is_exact_filtered_and_stable() {
         let mut lv = LibVectors::empty();
+        lv.dim = DIM;
         for (i, seed) in [0.1f32, 0.2, 0.3, 0.4].iter().enumerate() {
             lv.uids.push(format!("c{i}"));
             lv.seqs.push(1);
@@ -507,11 +542,14 @@ mod tests {
         let all = lv.top(&q, 10, None);
         assert_eq!(all.len(), 4);
         assert_eq!(all[0].1, "c2");
+        assert_eq!(all[0].2, q, "the hit's vector");
         assert!(all.windows(2).all(|w| w[0].0 >= w[1].0));
         let two = lv.top(&q, 2, None);
         assert_eq!(two, all[..2].to_vec());
         let odd = lv.top(&q, 10, Some("odd"));
-        assert!(odd.iter().all(|(_, u)| u == "c1" || u == "c3"));
+        assert!(odd.iter().all(|(_, u, _)| u == "c1" || u == "c3"));
         assert!(lv.top(&q, 10, Some("nowhere")).is_empty());
+        // A query of another length than the vectors finds nothing.
+        assert!(lv.top(&q[..DIM - 16], 10, None).is_empty());
     }
 }
