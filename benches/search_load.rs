@@ -29,7 +29,8 @@
 //! depend on the values; embedding 10,000 chunks for real takes minutes, see
 //! `embed_throughput`); the other tenants' first 2,000 chunks too, and the
 //! worker is kept idle (scoped to no library) so it takes no CPU. Issue 21's
-//! latency run: LOAD_TENANT_CHUNKS=10000.
+//! latency run: LOAD_TENANT_CHUNKS=10000. With `MNEMOSYNE_CROSS_MODEL` the vectors are
+//! the pair's (`Embedder::with_cross`); `LOAD_CROSS=0` leaves it out.
 //! The graph is the one the environment names: `.dev/env` (ArcadeDB), or export
 //! `.dev/env.neo4j` for Neo4j (`set -a; . .dev/env.neo4j; set +a`).
 
@@ -91,10 +92,10 @@ async fn fill(graph: &AdminGraph, lib: &str, start: usize, n: usize) {
     }
 }
 
-/// Deterministic unit vector of the model's width.
-fn unit_vector(seed: u64) -> Vec<f64> {
+/// Deterministic unit vector of `dim` values.
+fn unit_vector(seed: u64, dim: usize) -> Vec<f64> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let v: Vec<f64> = (0..mnemosyne::embed::DIM)
+    let v: Vec<f64> = (0..dim)
         .map(|_| {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((x >> 33) as f64 / (1u64 << 31) as f64) - 0.5
@@ -104,9 +105,20 @@ fn unit_vector(seed: u64) -> Vec<f64> {
     v.into_iter().map(|a| a / n).collect()
 }
 
+/// A stored vector of the model (`dim` values): a unit vector of the
+/// embedding model's width, then, with the cross-language model paired, one
+/// of the rest (as `Embedder::embed` stores them).
+fn model_vector(seed: u64, dim: usize) -> Vec<f32> {
+    let mut v = unit_vector(seed, mnemosyne::embed::DIM);
+    if dim > mnemosyne::embed::DIM {
+        v.extend(unit_vector(seed ^ 0x9e37_79b9_7f4a_7c15, dim - mnemosyne::embed::DIM));
+    }
+    v.into_iter().map(|x| x as f32).collect()
+}
+
 /// Gives every pending chunk of `lib` a random unit vector of `model`, with
 /// the worker's statements (`embed_pending`, `embed_store`); returns how many.
-async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, lib: &str) -> usize {
+async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, dim: usize, lib: &str) -> usize {
     use neo4rs::{query, BoltType, ConfigBuilder, Graph};
     let config = ConfigBuilder::default()
         .uri(settings.bolt_uri.as_str())
@@ -145,7 +157,7 @@ async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, lib
                 m.insert("uid".into(), uid.into());
                 m.insert("title".into(), title.into());
                 m.insert("text".into(), text.into());
-                let v: Vec<f32> = unit_vector((total + i) as u64).into_iter().map(|x| x as f32).collect();
+                let v = model_vector((total + i) as u64, dim);
                 m.insert("vec".into(), mnemosyne::store::graph::vectors::encode(&v).into());
                 m.into()
             })
@@ -573,6 +585,11 @@ async fn run() {
     let seconds = common::setting::<usize>("LOAD_SECONDS", 8) as u64;
 
     let (mut settings, pool, admin) = common::fresh_settings("load").await;
+    // LOAD_CROSS=0: the embedding model alone, without the cross-language
+    // model .dev/env pairs with it (the baseline).
+    if std::env::var("LOAD_CROSS").is_ok_and(|v| v == "0") {
+        settings.cross_model = None;
+    }
     settings.public_url = "http://127.0.0.1:0".into();
     // A load generator is one principal far above any per-principal limit.
     settings.rate_limit_per_minute = 0;
@@ -625,12 +642,17 @@ async fn run() {
     // With a model: vectors written here, the worker idle (scoped to no library).
     let model = match &settings.embed_model {
         Some(dir) => {
-            let id = mnemosyne::embed::Embedder::shared(dir).unwrap().id().to_owned();
+            // The model as `serve` pairs it (`MNEMOSYNE_CROSS_MODEL`).
+            let mut embedder = mnemosyne::embed::Embedder::shared(dir).unwrap();
+            if let Some(cross) = &settings.cross_model {
+                embedder = std::sync::Arc::new(embedder.with_cross(mnemosyne::embed::Cross::shared(cross).unwrap()));
+            }
+            let (id, dim) = (embedder.id().to_owned(), embedder.dim());
             settings.embed_scope_prefix = format!("{ns}_none");
             let t0 = Instant::now();
-            let mut n = random_vectors(&settings, &id, &tenant).await;
+            let mut n = random_vectors(&settings, &id, dim, &tenant).await;
             for l in &others {
-                n += random_vectors(&settings, &id, l).await;
+                n += random_vectors(&settings, &id, dim, l).await;
             }
             println!(
                 "vectors: {n} random unit vectors of {id} written in {:.1} s",

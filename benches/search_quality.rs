@@ -162,8 +162,7 @@ async fn drain(graph: &mnemosyne::store::graph::ingest::AdminGraph, ns: &str) {
 impl Client {
     /// Waits (bounded) until the tenant's library index answers its
     /// searches: the first search starts building it, and until it is built
-    /// the graph path answers, without the cross-language signal (which only
-    /// an index holds), so a measure taken meanwhile is another ranking.
+    /// the graph path answers (the same ranking; this measures the index).
     async fn index_ready(&self) {
         let t = Instant::now();
         loop {
