@@ -16,7 +16,7 @@
 //! MRR@10, the queries with nothing relevant in the top 10, and p50/p95
 //! latency; for the negative bucket (no relevant document) how many came
 //! back empty or with a top relevance below `QUALITY_FLOOR` (default: the
-//! threshold hybrid search applies, `fusion::DEFAULT_MIN_RELEVANCE`); and the
+//! threshold hybrid search applies for the models, `fusion::default_min_relevance`); and the
 //! calibration at that threshold: off-topic questions that keep a hit at or
 //! above it, answerable ones that keep none (or no relevant one).
 //!
@@ -334,7 +334,6 @@ async fn run() {
         .split(',')
         .filter_map(|f| f.trim().parse().ok())
         .collect();
-    let floor = common::setting::<f64>("QUALITY_FLOOR", mnemosyne::search::fusion::DEFAULT_MIN_RELEVANCE);
     let verbose = std::env::var("QUALITY_VERBOSE").is_ok_and(|v| v == "1");
     let expect_isolation = std::env::var("QUALITY_EXPECT_ISOLATION").map_or(true, |v| v != "0");
     println!(
@@ -351,6 +350,12 @@ async fn run() {
     if std::env::var("QUALITY_CROSS").is_ok_and(|v| v == "0") {
         settings.cross_model = None;
     }
+    // The server's default threshold for its models, unless QUALITY_FLOOR.
+    let paired = settings.embed_model.is_some() && settings.cross_model.is_some();
+    let floor = common::setting::<f64>(
+        "QUALITY_FLOOR",
+        mnemosyne::search::fusion::default_min_relevance(paired),
+    );
     users::create(&pool, SERVICE, Some(&hash_password(SERVICE_PASSWORD).unwrap()), true)
         .await
         .unwrap();

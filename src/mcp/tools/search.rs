@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
-use crate::search::fusion::DEFAULT_MIN_RELEVANCE;
+use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::{Floor, Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
 use crate::text::inline;
 
@@ -50,7 +50,8 @@ pub struct SearchArgs {
     pub collection_uid: Option<String>,
     /// Leave out results whose relevance is below this (0–1); give 0 to see
     /// every candidate. Default in hybrid mode: no results when none reaches
-    /// 0.35 (the libraries most likely hold nothing on the question),
+    /// 0.35 (0.3 on a server with one embedding model; the libraries most
+    /// likely hold nothing on the question),
     /// otherwise every result something supports (relevance above 0). In
     /// keyword and semantic mode: 0
     #[schemars(range(min = 0.0, max = 1.0))]
@@ -106,7 +107,7 @@ pub struct SearchOut {
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search returns nothing when no hit reaches relevance 0.35, which means the libraries most likely hold nothing on the question; otherwise it returns the best hits, weaker ones after with their lower relevance (`min_relevance` instead leaves out every hit below the value you give).",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search returns nothing when no hit reaches relevance 0.35 (0.3 on a server with one embedding model), which means the libraries most likely hold nothing on the question; otherwise it returns the best hits, weaker ones after with their lower relevance (`min_relevance` instead leaves out every hit below the value you give).",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -151,7 +152,7 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             collection_uid: a.collection_uid.as_deref(),
             floor: match (a.min_relevance, mode) {
                 (Some(min), _) => Floor::Hit(min),
-                (None, Mode::Hybrid) => Floor::Answer(DEFAULT_MIN_RELEVANCE),
+                (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(graph.is_paired())),
                 (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
             },
             mode,

@@ -1,10 +1,12 @@
-//! Chunk vectors in a library's index: each chunk's unit vector is kept
+//! Chunk vectors in a library's index: each chunk's stored vector (the
+//! model's unit vector; with the cross-language model paired, the two
+//! models' unit vectors side by side: `embed::Embedder::dim` values) is kept
 //! twice, as fast fields of its document (memory-mapped, following the
 //! document through deletes and merges):
 //!
-//! - `vec_q`: int8 codes with one scale per vector (`4 + DIM` bytes), which
+//! - `vec_q`: int8 codes with one scale per vector (`4 + dim` bytes), which
 //!   every semantic search scans;
-//! - `vec`: the f32 values (`4 · DIM` bytes), read only to rescore.
+//! - `vec`: the f32 values (`4 · dim` bytes), read only to rescore.
 //!
 //! A query stays f32. For a code `c` of scale `s`, every value lies within
 //! `s/2` of `s·c`, so an int8 score is within `s/2 · ‖q‖₁` of the exact one:

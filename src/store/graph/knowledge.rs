@@ -48,7 +48,8 @@ pub struct SearchHit {
     /// chunk's share times the largest share any hit holds, semantic the
     /// mean of both models' evidence with a cross-language model); unless
     /// `min_relevance` says otherwise, hybrid search answers nothing when no
-    /// hit reaches 0.35 and otherwise leaves out hits of relevance 0.
+    /// hit reaches 0.35 (0.3 with one embedding model) and otherwise leaves
+    /// out hits of relevance 0.
     pub relevance: f64,
     /// Cosine similarity of the chunk to the query (the embedding model's),
     /// when semantic search ranked it.
@@ -69,7 +70,7 @@ pub struct Search<'a> {
     pub limit: usize,
     pub collection_uid: Option<&'a str>,
     /// Which hits are left out by relevance (`min_relevance`, or hybrid's
-    /// default: nothing when no hit reaches 0.35).
+    /// default: nothing when no hit reaches `fusion::default_min_relevance`).
     pub floor: Floor,
     pub mode: Mode,
 }
@@ -252,6 +253,16 @@ impl ScopedGraph {
     /// Whether semantic (and hybrid) search is available.
     pub fn has_semantic(&self) -> bool {
         self.store.semantic.is_some()
+    }
+
+    /// Whether the embedding model is paired with the cross-language model
+    /// (`embed::Embedder::with_cross`; hybrid's threshold depends on it:
+    /// `fusion::default_min_relevance`).
+    pub fn is_paired(&self) -> bool {
+        self.store
+            .semantic
+            .as_ref()
+            .is_some_and(|s| s.embedder().cross().is_some())
     }
 
     /// The libraries this view reads, in the caller's order.
@@ -486,12 +497,16 @@ impl ScopedGraph {
         let calibration = Calibration::of(embedder.kind());
         let model = embedder.id().to_owned();
         let dim = embedder.dim();
+        // The cross-language model's query vector; if it cannot be made (a
+        // damaged model), the search goes on with the embedding model's.
         let u = match (embedder.cross(), cross) {
-            (Some(c), true) => Some(
-                c.query_vector(&self.scope.cache_key(), text)
-                    .await
-                    .map_err(|e| GraphError::Query(format!("embedding the query (cross-language): {e}")))?,
-            ),
+            (Some(c), true) => match c.query_vector(&self.scope.cache_key(), text).await {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cross-language model: no query vector; searching with the embedding model's alone");
+                    None
+                }
+            },
             _ => None,
         };
         let q: Vec<f32> = match &u {
