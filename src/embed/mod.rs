@@ -129,7 +129,8 @@ impl Embedder {
     pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
         let mut vectors = self.model.embed(texts, model::Role::Passage)?;
         if let Some(cross) = &self.cross {
-            for (v, u) in vectors.iter_mut().zip(side_by_side(texts, |t| cross.embed(t))?) {
+            let halves = side_by_side(texts, |part| part.iter().map(|t| cross.embed(t)).collect())?;
+            for (v, u) in vectors.iter_mut().zip(halves) {
                 v.extend(u);
             }
         }
@@ -185,21 +186,22 @@ impl Embedder {
     }
 }
 
-/// `f` of each text, the texts split across the cores (one thread each,
-/// as the model embeds a batch: `model::Model::embed`), in order.
+/// `f` of the texts, split into one part per core, each part on a thread
+/// of its own (a batch's texts side by side, one core each: see
+/// `main::one_core_per_text`), the results in the texts' order.
 #[cfg(feature = "embed")]
-fn side_by_side<T: Send>(texts: &[&str], f: impl Fn(&str) -> anyhow::Result<T> + Sync) -> anyhow::Result<Vec<T>> {
+fn side_by_side<T: Send>(
+    texts: &[&str],
+    f: impl Fn(&[&str]) -> anyhow::Result<Vec<T>> + Sync,
+) -> anyhow::Result<Vec<T>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 || texts.len() < 2 {
-        return texts.iter().map(|t| f(t)).collect();
+        return f(texts);
     }
     let share = texts.len().div_ceil(cores);
     let f = &f;
     std::thread::scope(|s| {
-        let parts: Vec<_> = texts
-            .chunks(share)
-            .map(|part| s.spawn(move || part.iter().map(|t| f(t)).collect::<anyhow::Result<Vec<T>>>()))
-            .collect();
+        let parts: Vec<_> = texts.chunks(share).map(|part| s.spawn(move || f(part))).collect();
         let mut out = Vec::with_capacity(texts.len());
         for p in parts {
             out.extend(
@@ -499,25 +501,7 @@ mod model {
         /// One text at a time: nothing is padded, so nothing is masked.
         pub fn embed(&self, texts: &[&str], role: Role) -> anyhow::Result<Vec<Vec<f32>>> {
             // Texts side by side, one core each (see `main::one_core_per_text`).
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            if cores > 1 && texts.len() > 1 {
-                let share = texts.len().div_ceil(cores);
-                return std::thread::scope(|s| {
-                    let parts: Vec<_> = texts
-                        .chunks(share)
-                        .map(|part| s.spawn(move || self.embed_each(part, role)))
-                        .collect();
-                    let mut out = Vec::with_capacity(texts.len());
-                    for p in parts {
-                        out.extend(
-                            p.join()
-                                .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))??,
-                        );
-                    }
-                    Ok(out)
-                });
-            }
-            self.embed_each(texts, role)
+            super::side_by_side(texts, |part| self.embed_each(part, role))
         }
 
         /// The texts one after the other, through one set of buffers.

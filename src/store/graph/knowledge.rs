@@ -490,25 +490,27 @@ impl ScopedGraph {
             return Ok(Vec::new());
         }
         let embedder = semantic.embedder();
-        let v = semantic
-            .query_vector(&self.scope.cache_key(), text)
-            .await
-            .map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
         let calibration = Calibration::of(embedder.kind());
         let model = embedder.id().to_owned();
         let dim = embedder.dim();
-        // The cross-language model's query vector; if it cannot be made (a
-        // damaged model), the search goes on with the embedding model's.
-        let u = match (embedder.cross(), cross) {
-            (Some(c), true) => match c.query_vector(&self.scope.cache_key(), text).await {
-                Ok(u) => Some(u),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cross-language model: no query vector; searching with the embedding model's alone");
-                    None
-                }
-            },
-            _ => None,
+        // The two query vectors, embedded at once (each on a blocking
+        // thread). If the cross-language model's cannot be made (a damaged
+        // model), the search goes on with the embedding model's alone.
+        let key = self.scope.cache_key();
+        let cross_query = async {
+            match (embedder.cross(), cross) {
+                (Some(c), true) => match c.query_vector(&key, text).await {
+                    Ok(u) => Some(u),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cross-language model: no query vector; searching with the embedding model's alone");
+                        None
+                    }
+                },
+                _ => None,
+            }
         };
+        let (v, u) = tokio::join!(semantic.query_vector(&key, text), cross_query);
+        let v = v.map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
         let q: Vec<f32> = match &u {
             Some(u) => {
                 let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
