@@ -107,14 +107,8 @@ impl Embedder {
     /// The model in `dir`, loaded once per process (every app of a test run
     /// or bench shares it).
     pub fn shared(dir: &Path) -> anyhow::Result<Arc<Embedder>> {
-        static LOADED: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<Embedder>)>> = std::sync::Mutex::new(Vec::new());
-        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, e)) = loaded.iter().find(|(d, _)| d == dir) {
-            return Ok(e.clone());
-        }
-        let e = Arc::new(Embedder::load(dir)?);
-        loaded.push((dir.to_owned(), e.clone()));
-        Ok(e)
+        static LOADED: Loaded<Embedder> = std::sync::Mutex::new(Vec::new());
+        load_once(&LOADED, dir, Embedder::load)
     }
 
     /// The model's id: its directory's name and a digest of its files.
@@ -234,8 +228,49 @@ pub fn lowest_cpu_priority() {
 /// what another searched).
 pub struct Semantic {
     embedder: Arc<Embedder>,
-    queries: moka::sync::Cache<(String, String), Arc<Vec<f32>>>,
+    queries: QueryCache,
+    /// The paired cross-language model's query vectors, cached alike.
+    cross_queries: QueryCache,
     status: Arc<Status>,
+}
+
+/// Query vectors by (scope, text).
+type QueryCache = moka::sync::Cache<(String, String), Arc<Vec<f32>>>;
+
+/// Models loaded in this process, by directory.
+type Loaded<T> = std::sync::Mutex<Vec<(std::path::PathBuf, Arc<T>)>>;
+
+/// The model in `dir` from `loaded`, loaded by `load` the first time.
+fn load_once<T>(
+    loaded: &Loaded<T>,
+    dir: &Path,
+    load: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<Arc<T>> {
+    let mut loaded = loaded.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, m)) = loaded.iter().find(|(d, _)| d == dir) {
+        return Ok(m.clone());
+    }
+    let m = Arc::new(load(dir)?);
+    loaded.push((dir.to_owned(), m.clone()));
+    Ok(m)
+}
+
+/// `cache`'s vector of (`scope`, `text`), or `embed`'s, made on a blocking
+/// thread and kept.
+async fn cached_query(
+    cache: &QueryCache,
+    scope: &str,
+    text: &str,
+    embed: impl FnOnce(&str) -> anyhow::Result<Vec<f32>> + Send + 'static,
+) -> anyhow::Result<Arc<Vec<f32>>> {
+    let key = (scope.to_owned(), text.to_owned());
+    if let Some(v) = cache.get(&key) {
+        return Ok(v);
+    }
+    let owned = text.to_owned();
+    let v = Arc::new(tokio::task::spawn_blocking(move || embed(&owned)).await??);
+    cache.insert(key, v.clone());
+    Ok(v)
 }
 
 impl Semantic {
@@ -243,6 +278,7 @@ impl Semantic {
         Semantic {
             embedder,
             queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
+            cross_queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
             status,
         }
     }
@@ -260,28 +296,26 @@ impl Semantic {
     /// cached for `scope` — a key of the caller's libraries: a repeated
     /// query of the same scope costs a lookup, another scope's never hits).
     pub async fn query_vector(&self, scope: &str, text: &str) -> anyhow::Result<Arc<Vec<f32>>> {
-        let key = (scope.to_owned(), text.to_owned());
-        if let Some(v) = self.queries.get(&key) {
-            return Ok(v);
-        }
         let embedder = self.embedder.clone();
-        let owned = text.to_owned();
-        let v = tokio::task::spawn_blocking(move || embedder.embed_query(&owned)).await??;
-        let v = Arc::new(v);
-        self.queries.insert(key, v.clone());
-        Ok(v)
+        cached_query(&self.queries, scope, text, move |t| embedder.embed_query(t)).await
+    }
+
+    /// The paired cross-language model's unit vector of a query, cached
+    /// alike; None without one (`Embedder::with_cross`).
+    pub async fn cross_query_vector(&self, scope: &str, text: &str) -> Option<anyhow::Result<Arc<Vec<f32>>>> {
+        let cross = self.embedder.cross()?.clone();
+        Some(cached_query(&self.cross_queries, scope, text, move |t| cross.embed(t)).await)
     }
 }
 
 /// The cross-language model (USE-m3, `use_m3`), paired with the embedding
 /// model (`Embedder::with_cross`): every chunk's stored vector holds both
 /// models' vectors, and hybrid search reads both (`search::fusion::Near`).
-/// Query vectors are cached by scope and text, as `Semantic`'s are.
+/// Its query vectors are `Semantic::cross_query_vector`.
 pub struct Cross {
     id: String,
     #[cfg(feature = "embed")]
     model: use_m3::Model,
-    queries: moka::sync::Cache<(String, String), Arc<Vec<f32>>>,
 }
 
 impl std::fmt::Debug for Cross {
@@ -296,14 +330,14 @@ impl Cross {
 
     /// Loads the model in `dir` (`sp.model`, `weights/*.npy`), once per
     /// process (every app of a test run or bench shares it).
-    #[cfg(feature = "embed")]
     pub fn shared(dir: &Path) -> anyhow::Result<Arc<Cross>> {
+        static LOADED: Loaded<Cross> = std::sync::Mutex::new(Vec::new());
+        load_once(&LOADED, dir, Cross::load)
+    }
+
+    #[cfg(feature = "embed")]
+    fn load(dir: &Path) -> anyhow::Result<Cross> {
         use sha2::{Digest, Sha256};
-        static LOADED: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<Cross>)>> = std::sync::Mutex::new(Vec::new());
-        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, c)) = loaded.iter().find(|(d, _)| d == dir) {
-            return Ok(c.clone());
-        }
         let model = use_m3::Model::load(dir)?;
         let mut h = Sha256::new();
         h.update(std::fs::read(dir.join("sp.model"))?);
@@ -322,18 +356,15 @@ impl Cross {
         let name = dir
             .file_name()
             .map_or_else(|| "cross".into(), |n| n.to_string_lossy().into_owned());
-        let c = Arc::new(Cross {
+        Ok(Cross {
             id: format!("{name}@{}", &hex::encode(h.finalize())[..12]),
             model,
-            queries: moka::sync::Cache::builder().max_capacity(10_000).build(),
-        });
-        loaded.push((dir.to_owned(), c.clone()));
-        Ok(c)
+        })
     }
 
     /// Built without the `embed` feature: no model can be loaded.
     #[cfg(not(feature = "embed"))]
-    pub fn shared(dir: &Path) -> anyhow::Result<Arc<Cross>> {
+    fn load(dir: &Path) -> anyhow::Result<Cross> {
         anyhow::bail!(
             "this build has no embedding support (the `embed` feature is off); cannot load {}",
             dir.display()
@@ -355,18 +386,6 @@ impl Cross {
     #[cfg(not(feature = "embed"))]
     pub fn embed(&self, _text: &str) -> anyhow::Result<Vec<f32>> {
         anyhow::bail!("this build has no embedding support")
-    }
-
-    /// The unit vector of a query, cached for `scope` (see `Semantic`).
-    pub async fn query_vector(self: &Arc<Self>, scope: &str, text: &str) -> anyhow::Result<Arc<Vec<f32>>> {
-        let key = (scope.to_owned(), text.to_owned());
-        if let Some(v) = self.queries.get(&key) {
-            return Ok(v);
-        }
-        let (me, owned) = (self.clone(), text.to_owned());
-        let v = Arc::new(tokio::task::spawn_blocking(move || me.embed(&owned)).await??);
-        self.queries.insert(key, v.clone());
-        Ok(v)
     }
 }
 

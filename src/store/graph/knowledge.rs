@@ -498,14 +498,15 @@ impl ScopedGraph {
         // model), the search goes on with the embedding model's alone.
         let key = self.scope.cache_key();
         let cross_query = async {
-            match (embedder.cross(), cross) {
-                (Some(c), true) => match c.query_vector(&key, text).await {
-                    Ok(u) => Some(u),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cross-language model: no query vector; searching with the embedding model's alone");
-                        None
-                    }
-                },
+            if !cross {
+                return None;
+            }
+            match semantic.cross_query_vector(&key, text).await {
+                Some(Ok(u)) => Some(u),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "cross-language model: no query vector; searching with the embedding model's alone");
+                    None
+                }
                 _ => None,
             }
         };
