@@ -9,7 +9,10 @@
 //!
 //! With `MNEMOSYNE_CROSS_MODEL` set (.dev/env sets it) each chunk is embedded
 //! by the pair, and a query by both models, as `serve` does; `EMBED_CROSS=0`
-//! measures the model alone.
+//! measures the model alone. Paired, it also re-embeds every chunk as a
+//! change of configuration does (`Embedder::embed_keeping`): turning the
+//! cross-language model on keeps each vector's half of the model, turning it
+//! off keeps that half alone.
 //!
 //! `RAYON_NUM_THREADS=1` is what `mnemosyne serve` sets (one core per text,
 //! texts of a batch side by side); without it candle splits each text too.
@@ -88,15 +91,14 @@ fn main() {
         eprintln!("embed_throughput: set MNEMOSYNE_EMBED_MODEL (scripts/dev up writes it into .dev/env)");
         std::process::exit(2);
     };
-    let mut embedder = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
+    let alone = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
     // MNEMOSYNE_CROSS_MODEL (as .dev/env sets it): the model paired with the
     // cross-language one, as `serve` runs it; EMBED_CROSS=0 leaves it out.
     let cross = std::env::var_os("MNEMOSYNE_CROSS_MODEL")
         .filter(|d| !d.is_empty() && std::env::var("EMBED_CROSS").map_or(true, |v| v != "0"))
         .map(|d| mnemosyne::embed::Cross::shared(std::path::Path::new(&d)).expect("the cross-language model loads"));
-    if let Some(c) = &cross {
-        embedder = embedder.with_cross(c.clone());
-    }
+    let paired = cross.as_ref().map(|c| alone.with_cross(c.clone()));
+    let embedder = paired.as_ref().unwrap_or(&alone);
     let n: usize = common::setting("EMBED_CHUNKS", 96);
     let batches: Vec<usize> = std::env::var("EMBED_BATCHES")
         .unwrap_or_else(|_| "1,8,16,32".into())
@@ -159,5 +161,26 @@ fn main() {
             c.embed(text).expect("embeds");
         });
         println!("  of which the cross-language model alone: p50 {p50:.2} ms, p95 {p95:.2} ms");
+        // A change of model re-embeds every chunk, keeping the half of its
+        // vector the two configurations share (`Embedder::embed_keeping`).
+        let b = batches.iter().copied().max().unwrap_or(16).max(1);
+        // Seconds to re-embed every chunk.
+        let switch = |to: &Embedder, from: &Embedder| -> f64 {
+            let stored = from.embed(&refs).expect("embeds");
+            let earlier: Vec<Option<(&str, &[f32])>> = stored.iter().map(|v| Some((from.id(), v.as_slice()))).collect();
+            let t = Instant::now();
+            for (part, early) in refs.chunks(b).zip(earlier.chunks(b)) {
+                let (_, kept) = to.embed_keeping(part, early).expect("embeds");
+                assert_eq!(kept, part.len(), "every vector keeps a half");
+            }
+            t.elapsed().as_secs_f64()
+        };
+        let (on, off) = (switch(embedder, &alone), switch(&alone, embedder));
+        println!(
+            "  re-embedding at batch {b}, the cross-language model turned on: {:.1} chunks/s (the model's half kept; \
+             afresh: the batch line above); turned off: {n} chunks in {:.2} ms (no model runs)",
+            n as f64 / on,
+            off * 1000.0
+        );
     }
 }

@@ -1,3 +1,4 @@
 MATCH (c:Chunk {pending_lib: $library_uid})
-RETURN c.uid AS uid, coalesce(c.item_title, '') AS title, c.text AS text
+RETURN c.uid AS uid, coalesce(c.item_title, '') AS title, c.text AS text,
+       c.vec_model AS model, c.vec AS vec
 LIMIT $n

@@ -326,8 +326,9 @@ pub struct Settings {
     /// weights/*.npy; `scripts/dev` unpacks it into .dev/models/use-m3),
     /// paired with the embedding model: every chunk's vector holds both
     /// models' and hybrid search reads both. Setting or removing it
-    /// re-embeds every chunk; set it alike on every replica. Unset: the
-    /// embedding model alone.
+    /// re-embeds every chunk, keeping the embedding model's half of each
+    /// vector (only the cross-language model runs, or none); set it alike
+    /// on every replica. Unset: the embedding model alone.
     #[arg(long, env = "MNEMOSYNE_CROSS_MODEL", global = true)]
     pub cross_model: Option<std::path::PathBuf>,
 

@@ -42,6 +42,8 @@ pub const MAX_TOKENS: usize = 256;
 /// different model re-embeds everything).
 pub struct Embedder {
     id: String,
+    /// The embedding model's own id (`id` is the pair's when paired).
+    model_id: String,
     #[cfg(feature = "embed")]
     model: Arc<model::Model>,
     /// The cross-language model, whose vector of each stored text follows
@@ -62,8 +64,10 @@ impl Embedder {
     #[cfg(feature = "embed")]
     pub fn load(dir: &Path) -> anyhow::Result<Embedder> {
         let model = model::Model::load(dir)?;
+        let id = model::id(dir)?;
         Ok(Embedder {
-            id: model::id(dir)?,
+            model_id: id.clone(),
+            id,
             model: Arc::new(model),
             cross: None,
         })
@@ -77,7 +81,8 @@ impl Embedder {
     /// weighs the two halves (`store::graph::knowledge`).
     pub fn with_cross(&self, cross: Arc<Cross>) -> Embedder {
         Embedder {
-            id: format!("{} & {}", self.id, cross.id()),
+            id: format!("{} & {}", self.model_id, cross.id()),
+            model_id: self.model_id.clone(),
             #[cfg(feature = "embed")]
             model: self.model.clone(),
             cross: Some(cross),
@@ -121,18 +126,98 @@ impl Embedder {
     /// when paired (`with_cross`).
     #[cfg(feature = "embed")]
     pub fn embed(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-        let mut vectors = self.model.embed(texts, model::Role::Passage)?;
-        if let Some(cross) = &self.cross {
-            let halves = side_by_side(texts, |part| part.iter().map(|t| cross.embed(t)).collect())?;
-            for (v, u) in vectors.iter_mut().zip(halves) {
-                v.extend(u);
+        Ok(self.embed_keeping(texts, &vec![None; texts.len()])?.0)
+    }
+
+    /// `embed`, keeping what a text's `earlier` vector (with the id of the
+    /// model, or pair, that made it: `id`) holds of this one: the half of a
+    /// model both have. Each half is its model's own unit vector of the
+    /// text, the same whatever it is paired with (each text is encoded
+    /// alone), so the vectors are `embed`'s to the bit, and turning the
+    /// cross-language model on runs only that model, turning it off none.
+    /// Returns the vectors and how many kept a half.
+    #[cfg(feature = "embed")]
+    pub fn embed_keeping(
+        &self,
+        texts: &[&str],
+        earlier: &[Option<(&str, &[f32])>],
+    ) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
+        use anyhow::Context;
+        let (mut model, mut cross): (Vec<_>, Vec<_>) = (0..texts.len())
+            .map(|i| match earlier.get(i).copied().flatten() {
+                Some((id, v)) => self.halves_of(id, v),
+                None => (None, None),
+            })
+            .unzip();
+        let kept = model
+            .iter()
+            .zip(&cross)
+            .filter(|(m, c)| m.is_some() || c.is_some())
+            .count();
+        let missing = |halves: &[Option<Vec<f32>>]| -> (Vec<usize>, Vec<&str>) {
+            (0..texts.len())
+                .filter(|&i| halves[i].is_none())
+                .map(|i| (i, texts[i]))
+                .unzip()
+        };
+        let (at, todo) = missing(&model);
+        if !todo.is_empty() {
+            for (i, v) in at.into_iter().zip(self.model.embed(&todo, model::Role::Passage)?) {
+                model[i] = Some(v);
             }
         }
-        Ok(vectors)
+        if let Some(x) = &self.cross {
+            let (at, todo) = missing(&cross);
+            let made = side_by_side(&todo, |part| part.iter().map(|t| x.embed(t)).collect())?;
+            for (i, v) in at.into_iter().zip(made) {
+                cross[i] = Some(v);
+            }
+        }
+        let vectors = model
+            .into_iter()
+            .zip(cross)
+            .map(|(m, c)| {
+                let mut v = m.context("the model returned too few vectors")?;
+                if self.cross.is_some() {
+                    v.extend(c.context("the cross-language model returned too few vectors")?);
+                }
+                Ok(v)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok((vectors, kept))
+    }
+
+    /// The halves of a vector made by `id` (a model, or a pair `model &
+    /// cross`) that this embedder's vector of the same text holds: (the
+    /// model's, the cross-language model's).
+    #[cfg(feature = "embed")]
+    fn halves_of(&self, id: &str, v: &[f32]) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+        let (m, c) = match id.split_once(" & ") {
+            Some((m, c)) => (m, Some(c)),
+            None => (id, None),
+        };
+        if v.len() != DIM + c.map_or(0, |_| Cross::DIM) {
+            return (None, None);
+        }
+        let model = (m == self.model_id).then(|| v[..DIM].to_vec());
+        let cross = match (&self.cross, c) {
+            (Some(x), Some(c)) if c == x.id() => Some(v[DIM..].to_vec()),
+            _ => None,
+        };
+        (model, cross)
     }
 
     #[cfg(not(feature = "embed"))]
     pub fn embed(&self, _texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        anyhow::bail!("this build has no embedding support")
+    }
+
+    #[cfg(not(feature = "embed"))]
+    pub fn embed_keeping(
+        &self,
+        _texts: &[&str],
+        _earlier: &[Option<(&str, &[f32])>],
+    ) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
         anyhow::bail!("this build has no embedding support")
     }
 
@@ -164,15 +249,19 @@ impl Embedder {
         }
     }
 
-    /// `embed` for the background worker: on threads of the lowest CPU
+    /// `embed_keeping` for the background worker: on threads of the lowest CPU
     /// priority (nice 19), so that requests — ingest above all, and query
     /// embedding — take the cores first and the backlog drains on what they
     /// leave. Measured with `ingest_load` on 2 cores (docs/search.md).
-    pub fn embed_in_background(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+    pub fn embed_in_background(
+        &self,
+        texts: &[&str],
+        earlier: &[Option<(&str, &[f32])>],
+    ) -> anyhow::Result<(Vec<Vec<f32>>, usize)> {
         std::thread::scope(|s| {
             s.spawn(|| {
                 lowest_cpu_priority();
-                self.embed(texts)
+                self.embed_keeping(texts, earlier)
             })
             .join()
             .map_err(|_| anyhow::anyhow!("an embedding thread panicked"))?

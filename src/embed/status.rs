@@ -26,6 +26,9 @@ pub struct Status {
     pub backlog: IntGauge,
     /// Chunks given a vector by this replica.
     pub embedded: IntCounter,
+    /// Chunks given a vector that kept half of the one they held (after a
+    /// change of model: `Embedder::embed_keeping`); counted in `embedded` too.
+    pub reused: IntCounter,
     /// Chunks that could not be embedded (left out of semantic search).
     pub failed: IntCounter,
     /// 1 while this replica is the one embedding.
@@ -48,6 +51,11 @@ impl Status {
                 "Chunks given a vector by this replica's embedding worker",
             )
             .expect("valid metric"),
+            reused: IntCounter::new(
+                "mnemosyne_embedding_reused_total",
+                "Chunks re-embedded after a change of model that kept the half of their vector a model of both made",
+            )
+            .expect("valid metric"),
             failed: IntCounter::new(
                 "mnemosyne_embedding_failures_total",
                 "Chunks whose text could not be embedded (left out of semantic search)",
@@ -64,6 +72,7 @@ impl Status {
         for c in [
             Box::new(s.backlog.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(s.embedded.clone()),
+            Box::new(s.reused.clone()),
             Box::new(s.failed.clone()),
             Box::new(s.leader.clone()),
         ] {

@@ -244,31 +244,46 @@ async fn one_batch(
     let e = embedder.clone();
     let texts: Vec<String> = pending
         .iter()
-        .map(|(_, title, text)| crate::embed::chunk_text(title, text))
+        .map(|p| crate::embed::chunk_text(&p.title, &p.text))
         .collect();
-    let vectors = tokio::task::spawn_blocking(move || {
+    let earlier: Vec<Option<(String, Vec<f32>)>> = pending.iter().map(|p| p.earlier.clone()).collect();
+    let (vectors, kept) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        match e.embed_in_background(&refs) {
-            Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>(),
+        let earlier: Vec<Option<(&str, &[f32])>> = earlier
+            .iter()
+            .map(|e| e.as_ref().map(|(id, v)| (id.as_str(), v.as_slice())))
+            .collect();
+        match e.embed_in_background(&refs, &earlier) {
+            Ok((v, kept)) => (v.into_iter().map(Ok).collect::<Vec<anyhow::Result<_>>>(), kept),
             // One at a time, to find the text that fails.
-            Err(_) => refs
-                .iter()
-                .map(|t| e.embed_in_background(&[t]).map(|mut v| v.remove(0)))
-                .collect(),
+            Err(_) => {
+                let mut kept = 0;
+                let v = refs
+                    .iter()
+                    .zip(&earlier)
+                    .map(|(t, early)| {
+                        let (mut v, k) = e.embed_in_background(&[t], std::slice::from_ref(early))?;
+                        kept += k;
+                        Ok(v.remove(0))
+                    })
+                    .collect();
+                (v, kept)
+            }
         }
     })
     .await?;
     let mut rows = Vec::with_capacity(pending.len());
     let mut failed = Vec::new();
-    for ((uid, title, text), v) in pending.into_iter().zip(vectors) {
+    for (p, v) in pending.into_iter().zip(vectors) {
         match v {
-            Ok(v) => rows.push((uid, title, text, v)),
+            Ok(v) => rows.push((p.uid, p.title, p.text, v)),
             Err(e) => {
-                tracing::warn!(chunk = %uid, error = %e, "embedding worker: chunk not embeddable");
-                failed.push(uid);
+                tracing::warn!(chunk = %p.uid, error = %e, "embedding worker: chunk not embeddable");
+                failed.push(p.uid);
             }
         }
     }
+    status.reused.inc_by(kept as u64);
     let mut done = 0;
     if !failed.is_empty() {
         status.failed.inc_by(failed.len() as u64);

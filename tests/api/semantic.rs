@@ -704,3 +704,115 @@ async fn hybrid_search_with_the_cross_language_model_finds_the_page_in_another_l
     assert_eq!(hybrid[1].0, hybrid[2].0, "the graph path ranks as the index");
     assert_eq!(semantic[1], semantic[2]);
 }
+
+/// Each stored vector of `app`'s namespace once every chunk holds one of
+/// `model` (waits, bounded): chunk uid → (item title, text, the vector's bits).
+async fn vectors_of(
+    app: &TestApp,
+    model: &str,
+    chunks: usize,
+) -> std::collections::BTreeMap<String, (String, String, Vec<u32>)> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let q = neo4rs::query(
+            "MATCH (c:Chunk) WHERE c.library_uid STARTS WITH $ns AND c.vec_model = $model \
+             AND c.pending_lib IS NULL RETURN c.uid AS uid, c.item_title AS title, c.text AS text, c.vec AS vec",
+        )
+        .param("ns", app.ns.clone())
+        .param("model", model);
+        let rows = app.state.admin.rows_for_tests(q).await.expect("graph query");
+        if rows.len() == chunks {
+            return rows
+                .iter()
+                .map(|r| {
+                    let v =
+                        mnemosyne::store::graph::vectors::decode(&r.get::<String>("vec").unwrap()).expect("a vector");
+                    (
+                        r.get("uid").unwrap(),
+                        (
+                            r.get("title").unwrap(),
+                            r.get("text").unwrap(),
+                            v.iter().map(|x| x.to_bits()).collect(),
+                        ),
+                    )
+                })
+                .collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {chunks} chunks hold a vector of {model}",
+            rows.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Turning the cross-language model on re-embeds every chunk, but keeps the
+/// embedding model's half each vector holds already (only the cross-language
+/// model runs); turning it off keeps the first half (no model runs). Either
+/// way each vector is, to the bit, what embedding the text afresh gives.
+#[tokio::test]
+async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_stored() {
+    let e5 = installed_model("multilingual-e5-small");
+    let use_m3 = installed_model("use-m3");
+    // The owner of the stores runs no model; one replica after another does.
+    let owner = TestApp::spawn().await;
+    let lib = owner.library("alps").await;
+    ingest_docs(&owner, &lib, ALPS).await;
+    let q = neo4rs::query("MATCH (c:Chunk) WHERE c.library_uid STARTS WITH $ns RETURN count(c) AS n")
+        .param("ns", owner.ns.clone());
+    let rows = owner.state.admin.rows_for_tests(q).await.expect("graph query");
+    let chunks = rows[0].get::<i64>("n").unwrap() as usize;
+    assert!(chunks >= ALPS.len());
+    let replica = |cross: bool| {
+        let mut s = owner.settings.clone();
+        s.embed_model = Some(e5.clone());
+        s.cross_model = cross.then(|| use_m3.clone());
+        // Dropped, it stops at once (the next replica waits for its lock).
+        s.shutdown_delay_secs = 0;
+        owner.replica_with(s)
+    };
+    let alone = mnemosyne::embed::Embedder::shared(&e5).expect("e5 loads");
+    let pair = alone.with_cross(mnemosyne::embed::Cross::shared(&use_m3).expect("USE-m3 loads"));
+    let afresh = |e: &mnemosyne::embed::Embedder, title: &str, text: &str| -> Vec<u32> {
+        let t = mnemosyne::embed::chunk_text(title, text);
+        e.embed(&[t.as_str()])
+            .expect("embeds")
+            .remove(0)
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    };
+    let reused = "mnemosyne_embedding_reused_total";
+
+    let first = replica(false).await;
+    let v1 = vectors_of(&first, alone.id(), chunks).await;
+    assert_eq!(metric(&first, reused).await, Some(0), "nothing to keep at first");
+    drop(first);
+
+    let second = replica(true).await;
+    let v2 = vectors_of(&second, pair.id(), chunks).await;
+    assert_eq!(metric(&second, reused).await, Some(chunks as i64), "every e5 half kept");
+    for (uid, (title, text, bits)) in &v2 {
+        assert_eq!(bits.len(), mnemosyne::embed::DIM + mnemosyne::embed::Cross::DIM);
+        assert_eq!(
+            &bits[..mnemosyne::embed::DIM],
+            &v1[uid].2[..],
+            "{title}: the e5 half kept"
+        );
+        assert_eq!(
+            bits,
+            &afresh(&pair, title, text),
+            "{title}: as the pair embeds it afresh"
+        );
+    }
+    drop(second);
+
+    let third = replica(false).await;
+    let v3 = vectors_of(&third, alone.id(), chunks).await;
+    assert_eq!(metric(&third, reused).await, Some(chunks as i64), "every e5 half kept");
+    for (uid, (title, text, bits)) in &v3 {
+        assert_eq!(bits, &v1[uid].2, "{title}: the first vector again");
+        assert_eq!(bits, &afresh(&alone, title, text), "{title}: as e5 embeds it afresh");
+    }
+}

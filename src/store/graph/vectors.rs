@@ -45,6 +45,20 @@ pub struct Stamp {
     pub vectors: i64,
 }
 
+/// A chunk waiting for a vector (`pending_chunks`).
+#[derive(Debug)]
+pub struct Pending {
+    pub uid: String,
+    /// Its item's title (embedded with the text: `embed::chunk_text`).
+    pub title: String,
+    pub text: String,
+    /// The vector it holds already and the id of the model that made it:
+    /// pending again after a change of model (`backfill`). A chunk's text
+    /// and title never change (an item replaced gets new chunks), so that
+    /// vector is still of this text.
+    pub earlier: Option<(String, Vec<f32>)>,
+}
+
 /// One library's vectors, row-major (`dim` floats per chunk: the model's
 /// `Embedder::dim`).
 pub struct LibVectors {
@@ -422,17 +436,23 @@ impl AdminGraph {
         Ok(out)
     }
 
-    /// Up to `n` pending chunks of a library: (uid, item title, text).
-    pub async fn pending_chunks(&self, lib: &str, n: i64) -> Result<Vec<(String, String, String)>, GraphError> {
+    /// Up to `n` pending chunks of a library.
+    pub async fn pending_chunks(&self, lib: &str, n: i64) -> Result<Vec<Pending>, GraphError> {
         let q = query(include_str!("../../../cypher/embed_pending.cypher"))
             .param("library_uid", lib)
             .param("n", n);
-        self.0
-            .rows("embed_pending.cypher", q)
-            .await?
-            .iter()
-            .map(|r| Ok((r.get("uid")?, r.get("title")?, r.get("text")?)))
-            .collect()
+        let mut out = Vec::new();
+        for r in self.0.rows("embed_pending.cypher", q).await? {
+            let model: Option<String> = r.get("model")?;
+            let vec: Option<String> = r.get("vec")?;
+            out.push(Pending {
+                uid: r.get("uid")?,
+                title: r.get("title")?,
+                text: r.get("text")?,
+                earlier: model.zip(vec.as_deref().and_then(decode)),
+            });
+        }
+        Ok(out)
     }
 
     /// Stores vectors for chunks of `lib` that still hold the (title, text)
