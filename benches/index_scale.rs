@@ -349,7 +349,12 @@ fn serve(root: &Path, libraries: usize, per_library: usize, query: (&str, &str),
         hits += found.len();
         let t = Instant::now();
         let near = index
-            .nearest(&common::unit_vector(u64::MAX - l as u64), K, None)
+            .nearest(
+                &common::unit_vector(u64::MAX - l as u64),
+                mnemosyne::embed::DIM,
+                K,
+                None,
+            )
             .expect("nearest");
         vector.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(near.len(), K.min(per_library));

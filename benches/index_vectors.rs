@@ -30,14 +30,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 fn run(idx: &LibraryIndex, label: &str, queries: usize, k: usize) {
     let t = Instant::now();
-    let first = idx.nearest(&common::unit_vector(1_000_000), k, None).expect("nearest");
+    let first = idx
+        .nearest(&common::unit_vector(1_000_000), mnemosyne::embed::DIM, k, None)
+        .expect("nearest");
     let cold = t.elapsed().as_secs_f64() * 1e3;
     assert_eq!(first.len(), k.min(idx.num_chunks() as usize));
     let mut ms = Vec::with_capacity(queries);
     for i in 0..queries {
         let q = common::unit_vector(2_000_000 + i as u64);
         let t = Instant::now();
-        let got = idx.nearest(&q, k, None).expect("nearest");
+        let got = idx.nearest(&q, q.len(), k, None).expect("nearest");
         ms.push(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(got);
     }

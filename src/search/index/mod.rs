@@ -664,13 +664,16 @@ impl LibraryIndex {
         Ok(Some(keep))
     }
 
-    /// The library's `k` chunks whose vectors score highest for `q` (a
-    /// vector as long as the index's), optionally in one collection: (the
-    /// dot product, chunk uid, the chunk's vector), best first, ties by chunk
-    /// uid. Exact (`vectors`); chunks without a vector are left out.
+    /// The library's `k` chunks whose vectors (of `dim` values, the index's)
+    /// score highest for `q`, optionally in one collection: (the dot product
+    /// of `q` and the vector's first `q.len()` values — all of them, or the
+    /// embedding model's half of a pair's —, chunk uid, the chunk's whole
+    /// vector), best first, ties by chunk uid. Exact (`vectors`); chunks
+    /// without a vector are left out.
     pub fn nearest(
         &self,
         q: &[f32],
+        dim: usize,
         k: usize,
         collection: Option<&str>,
     ) -> Result<Vec<(f32, String, Vec<f32>)>, IndexError> {
@@ -688,7 +691,7 @@ impl LibraryIndex {
             let (alive, coll) = &keeps[s as usize];
             alive.as_ref().is_none_or(|a| a.is_alive(doc)) && coll.as_ref().is_none_or(|k| k[doc as usize])
         };
-        Ok(vectors::nearest(q, k, &segments, (&self.codes, self.owner), keep)?)
+        Ok(vectors::nearest(q, dim, k, &segments, (&self.codes, self.owner), keep)?)
     }
 
     /// Live chunks, and those of them with a vector.
@@ -982,9 +985,10 @@ mod tests {
         v.into_iter().map(|a| a / n).collect()
     }
 
-    /// `nearest`'s (score, uid) pairs.
+    /// `nearest`'s (score, uid) pairs (a query shorter than the vectors
+    /// scores their first values).
     fn near(idx: &LibraryIndex, q: &[f32], k: usize, coll: Option<&str>) -> Vec<(f32, String)> {
-        idx.nearest(q, k, coll)
+        idx.nearest(q, crate::embed::DIM, k, coll)
             .unwrap()
             .into_iter()
             .map(|(s, u, _)| (s, u))
@@ -996,7 +1000,7 @@ mod tests {
         let mut all: Vec<(f32, String)> = live
             .iter()
             .filter(|(_, c, _)| coll.is_none_or(|x| x == c))
-            .map(|(u, _, v)| (crate::embed::dot(q, v), u.clone()))
+            .map(|(u, _, v)| (crate::embed::dot(q, &v[..q.len()]), u.clone()))
             .collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         all.truncate(k);
@@ -1056,10 +1060,17 @@ mod tests {
                 let got = near(idx, &q, k, coll);
                 let want = brute(&live, &q, k, coll);
                 assert_eq!(got, want, "seed {s} k {k} {coll:?}");
+                // The first half of each vector alone (the embedding
+                // model's half of a pair's vectors).
+                let half = &q[..crate::embed::DIM / 2];
+                assert_eq!(near(idx, half, k, coll), brute(&live, half, k, coll), "seed {s}: half");
             }
+            // A query longer than the vectors finds nothing.
+            let longer = [unit(11), unit(12)].concat();
+            assert!(idx.nearest(&longer, crate::embed::DIM, 5, None).unwrap().is_empty());
             // The query equal to a stored vector finds it first, at its exact score.
             let q = unit(205);
-            let got = idx.nearest(&q, 3, None).unwrap();
+            let got = idx.nearest(&q, q.len(), 3, None).unwrap();
             assert_eq!(got[0].1, "c2_05");
             assert_eq!(got[0].0, crate::embed::dot(&q, &q));
             assert_eq!(got[0].2, q, "the hit's stored vector");

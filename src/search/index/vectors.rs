@@ -69,8 +69,8 @@ pub fn from_bytes(b: &[u8], dim: usize) -> Option<Vec<f32>> {
     })
 }
 
-/// The int8 score of decoded codes for `q` (`q.len() == codes.len()`, a
-/// multiple of 16).
+/// The int8 score of decoded codes for `q` (`q.len()` a multiple of 16; the
+/// codes past it are not read).
 #[inline(always)]
 fn approximate_codes(q: &[f32], codes: &[i8]) -> f32 {
     const LANES: usize = 16;
@@ -84,9 +84,11 @@ fn approximate_codes(q: &[f32], codes: &[i8]) -> f32 {
 }
 
 /// The int8 scores of a segment's codes (unscaled), compiled for the CPU's
-/// vector instructions (pulp picks AVX2/FMA when present, at run time).
+/// vector instructions (pulp picks AVX2/FMA when present, at run time): each
+/// document's first `q.len()` codes of its `dim`.
 struct Scan<'a> {
     q: &'a [f32],
+    dim: usize,
     codes: &'a [i8],
     out: &'a mut [f32],
 }
@@ -96,7 +98,7 @@ impl pulp::WithSimd for Scan<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        for (o, c) in self.out.iter_mut().zip(self.codes.chunks_exact(self.q.len())) {
+        for (o, c) in self.out.iter_mut().zip(self.codes.chunks_exact(self.dim)) {
             *o = approximate_codes(self.q, c);
         }
     }
@@ -376,19 +378,21 @@ impl<'a> SegmentVectors<'a> {
 }
 
 /// The exact best `k` for the query `q` among the documents of `segments`
-/// that `keep(segment, doc)` accepts and whose vectors have `q.len()`
-/// values: (`embed::dot` of q and the vector, chunk uid, the vector), best
+/// that `keep(segment, doc)` accepts and whose vectors have `dim` values,
+/// scored on their first `q.len()` (all of them, or a prefix: the embedding
+/// model's half of a pair's vectors, `embed::Embedder::with_cross`):
+/// (`embed::dot` of q and those values, chunk uid, the whole vector), best
 /// first, ties by uid. Each segment's codes (and uids) come from `cache`,
 /// decoded on first use.
 pub(super) fn nearest(
     q: &[f32],
+    dim: usize,
     k: usize,
     segments: &[Option<SegmentVectors<'_>>],
     cache: (&CodeCache, u64),
     keep: impl Fn(u32, DocId) -> bool,
 ) -> std::io::Result<Vec<(f32, String, Vec<f32>)>> {
-    let dim = q.len();
-    if k == 0 || dim == 0 || !dim.is_multiple_of(16) {
+    if k == 0 || q.is_empty() || !q.len().is_multiple_of(16) || q.len() > dim || !dim.is_multiple_of(16) {
         return Ok(Vec::new());
     }
     let q1: f32 = q.iter().map(|x| x.abs()).sum();
@@ -409,6 +413,7 @@ pub(super) fn nearest(
         scores.resize(codes.scales.len(), 0f32);
         arch.dispatch(Scan {
             q,
+            dim,
             codes: &codes.codes,
             out: &mut scores,
         });
@@ -454,7 +459,7 @@ pub(super) fn nearest(
         let Some(v) = seg.exact(c.doc, dim, &mut buf)? else {
             continue;
         };
-        let score = embed::dot(q, &v);
+        let score = embed::dot(q, &v[..q.len()]);
         if score.is_nan() || (best.len() >= k && score < best[k - 1].0) {
             continue;
         }

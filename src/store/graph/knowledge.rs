@@ -512,16 +512,14 @@ impl ScopedGraph {
         };
         let (v, u) = tokio::join!(semantic.query_vector(&key, text), cross_query);
         let v = v.map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
+        // Both halves of each stored vector, weighed; or the embedding
+        // model's half alone (a prefix of a pair's vectors: scanned alone).
         let q: Vec<f32> = match &u {
             Some(u) => {
                 let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
                 v.iter().map(|x| x * a).chain(u.iter().map(|x| x * b)).collect()
             }
-            None => {
-                let mut q = (*v).clone();
-                q.resize(dim, 0.0);
-                q
-            }
+            None => (*v).clone(),
         };
         // A hit's evidence, from its stored vector's halves.
         let near = {
@@ -542,7 +540,7 @@ impl ScopedGraph {
             let found = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
                 for lib in indexed {
-                    for (_, uid, vector) in lib.index.nearest(&q, k, collection.as_deref())? {
+                    for (_, uid, vector) in lib.index.nearest(&q, dim, k, collection.as_deref())? {
                         out.push(near(uid, lib.uid().to_owned(), &vector));
                     }
                 }

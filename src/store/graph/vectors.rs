@@ -104,11 +104,13 @@ impl LibVectors {
         self.data.len() * 4 + self.uids.iter().map(|u| u.len() + 24).sum::<usize>() + self.uids.len() * 12
     }
 
-    /// The best `k` chunks for `q` (as long as the vectors), optionally in
-    /// one collection: (`embed::dot` of q and the vector, chunk uid, the
-    /// vector), best first, ties by uid.
+    /// The best `k` chunks for `q`, optionally in one collection, scored on
+    /// each vector's first `q.len()` values (all of them, or the embedding
+    /// model's half of a pair's, `embed::Embedder::with_cross`): (`embed::dot`
+    /// of q and those values, chunk uid, the whole vector), best first, ties
+    /// by uid. A query longer than the vectors finds nothing.
     pub fn top(&self, q: &[f32], k: usize, collection: Option<&str>) -> Vec<(f32, String, Vec<f32>)> {
-        if q.len() != self.dim || self.dim == 0 {
+        if q.is_empty() || q.len() > self.dim {
             return Vec::new();
         }
         let only = match collection {
@@ -123,7 +125,7 @@ impl LibVectors {
             if only.is_some_and(|c| self.collections[i] != c) {
                 continue;
             }
-            scored.push((embed::dot(q, row), i));
+            scored.push((embed::dot(q, &row[..q.len()]), i));
         }
         let by =
             |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then_with(|| self.uids[a.1].cmp(&self.uids[b.1]));
@@ -569,7 +571,15 @@ mod tests {
         let odd = lv.top(&q, 10, Some("odd"));
         assert!(odd.iter().all(|(_, u, _)| u == "c1" || u == "c3"));
         assert!(lv.top(&q, 10, Some("nowhere")).is_empty());
-        // A query of another length than the vectors finds nothing.
-        assert!(lv.top(&q[..DIM - 16], 10, None).is_empty());
+        // A query longer than the vectors finds nothing.
+        let longer: Vec<f32> = q.iter().chain(&q[..16]).copied().collect();
+        assert!(lv.top(&longer, 10, None).is_empty());
+        // A shorter one scores each vector's first values (the embedding
+        // model's half of a pair's), and returns the whole vector.
+        let half = &q[..DIM / 2];
+        for (score, uid, v) in lv.top(half, 10, None) {
+            assert_eq!(v.len(), DIM, "{uid}");
+            assert_eq!(score.to_bits(), embed::dot(half, &v[..DIM / 2]).to_bits());
+        }
     }
 }
