@@ -237,7 +237,7 @@ async fn one_batch(
     lib: &str,
     batch: usize,
 ) -> anyhow::Result<i64> {
-    let pending = graph.pending_chunks(lib, batch.max(1) as i64).await?;
+    let mut pending = graph.pending_chunks(lib, batch.max(1) as i64).await?;
     if pending.is_empty() {
         return Ok(0);
     }
@@ -246,7 +246,7 @@ async fn one_batch(
         .iter()
         .map(|p| crate::embed::chunk_text(&p.title, &p.text))
         .collect();
-    let earlier: Vec<Option<(String, Vec<f32>)>> = pending.iter().map(|p| p.earlier.clone()).collect();
+    let earlier: Vec<Option<(String, Vec<f32>)>> = pending.iter_mut().map(|p| p.earlier.take()).collect();
     let (vectors, kept) = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let earlier: Vec<Option<(&str, &[f32])>> = earlier
@@ -283,7 +283,6 @@ async fn one_batch(
             }
         }
     }
-    status.reused.inc_by(kept as u64);
     let mut done = 0;
     if !failed.is_empty() {
         status.failed.inc_by(failed.len() as u64);
@@ -292,6 +291,8 @@ async fn one_batch(
     }
     let (stored, items) = graph.store_vectors(embedder.id(), lib, rows).await?;
     status.embedded.inc_by(stored.max(0) as u64);
+    // At most what was stored (a chunk replaced meanwhile is not).
+    status.reused.inc_by((kept as u64).min(stored.max(0) as u64));
     record_vectors(pg, lib, &items).await;
     Ok(done + stored)
 }

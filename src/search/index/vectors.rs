@@ -13,7 +13,9 @@
 //! candidates are rescored exactly in order of that upper bound until no
 //! remaining candidate can reach the k-th exact score. The result is the
 //! exact top k, each score `embed::dot` of the query and the stored f32
-//! vector — what scoring every vector in memory would give, to the bit.
+//! vector's first `q.len()` values (all of them, or the embedding model's
+//! half of a pair's) — what scoring every vector in memory would give, to
+//! the bit.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

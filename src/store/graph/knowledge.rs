@@ -475,8 +475,8 @@ impl ScopedGraph {
     /// search) the query is the two query vectors, each scaled by its
     /// calibration's weight, so the dot product orders the chunks by the sum
     /// of the two evidences before clamping (`Near::of_both`); otherwise the
-    /// model's query vector then zeros: the model's own similarities, to the
-    /// bit.
+    /// model's query vector alone, scored on each vector's first `DIM`
+    /// values (its half): the model's own similarities, to the bit.
     async fn semantic_ranked(
         &self,
         semantic: &crate::embed::Semantic,

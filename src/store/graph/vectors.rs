@@ -577,9 +577,22 @@ mod tests {
         // A shorter one scores each vector's first values (the embedding
         // model's half of a pair's), and returns the whole vector.
         let half = &q[..DIM / 2];
-        for (score, uid, v) in lv.top(half, 10, None) {
-            assert_eq!(v.len(), DIM, "{uid}");
-            assert_eq!(score.to_bits(), embed::dot(half, &v[..DIM / 2]).to_bits());
-        }
+        let got = lv.top(half, 10, None);
+        let mut want: Vec<(u32, String)> = (0..4)
+            .map(|i| {
+                let row = &lv.data[i * DIM..i * DIM + DIM / 2];
+                (embed::dot(half, row).to_bits(), lv.uids[i].clone())
+            })
+            .collect();
+        want.sort_by(|a, b| {
+            f32::from_bits(b.0)
+                .total_cmp(&f32::from_bits(a.0))
+                .then_with(|| a.1.cmp(&b.1))
+        });
+        assert_eq!(
+            got.iter().map(|(s, u, _)| (s.to_bits(), u.clone())).collect::<Vec<_>>(),
+            want
+        );
+        assert!(got.iter().all(|(_, _, v)| v.len() == DIM), "whole vectors");
     }
 }
