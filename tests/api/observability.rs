@@ -119,8 +119,22 @@ async fn every_log_line_of_a_request_carries_its_request_id_and_no_secret() {
     // A generated id when none (or a bad one) is sent.
     let r = app.http.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(r.headers()["x-request-id"].len(), 36);
+    // The search started the library's index build in the background; it
+    // finishes (bounded wait) and its lines name the request too.
+    for _ in 0..400 {
+        let building = crate::search_index::metric(&app, "mnemosyne_index_building_libraries").await;
+        if building == 0.0 && crate::search_index::metric(&app, "mnemosyne_index_open_libraries").await >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
 
     let logs = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("search index built") && l.contains("req-test-42")),
+        "{logs}"
+    );
     let lines: Vec<&str> = logs.lines().filter(|l| l.contains("req-test-42")).collect();
     assert!(lines.iter().any(|l| l.contains("bearer resolved")), "{logs}");
     assert!(lines.iter().any(|l| l.contains("tool call")), "{logs}");

@@ -28,6 +28,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tracing::Instrument;
 
 use neo4rs::{query, Row};
 use prometheus::{IntCounter, IntGauge, Opts};
@@ -424,14 +425,20 @@ impl SearchIndex {
             return;
         }
         let (graph, uid) = (graph.clone(), uid.to_owned());
-        tokio::spawn(async move {
-            let Some(ix) = graph.index.clone() else { return };
-            let out = ix.build(&graph, &uid).await;
-            ix.building.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
-            if let Err(e) = out {
-                tracing::warn!(library = %uid, error = %e, "search index: build failed; the next search tries again");
+        // Its lines name the build and, through the span's parent, the
+        // request that started it (which it may outlive).
+        let span = tracing::info_span!("index_build", library = %uid);
+        tokio::spawn(
+            async move {
+                let Some(ix) = graph.index.clone() else { return };
+                let out = ix.build(&graph, &uid).await;
+                ix.building.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+                if let Err(e) = out {
+                    tracing::warn!(library = %uid, error = %e, "search index: build failed; the next search tries again");
+                }
             }
-        });
+            .instrument(span),
+        );
     }
 
     /// Builds `uid`'s index from the graph, replacing what is on disk.
