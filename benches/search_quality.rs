@@ -18,7 +18,8 @@
 //! back empty or with a top relevance below `QUALITY_FLOOR` (default: the
 //! threshold hybrid search applies for the models, `fusion::default_min_relevance`); and the
 //! calibration at that threshold: off-topic questions that keep a hit at or
-//! above it, answerable ones that keep none (or no relevant one).
+//! above it (plainly unrelated ones and near misses, `metadata.near_miss`,
+//! apart), answerable ones that keep none (or no relevant one).
 //!
 //! `QUALITY_SERVER_BIN=path/to/mnemosyne` runs that binary as the server (an
 //! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
@@ -61,6 +62,9 @@ struct QueryCase {
     id: String,
     text: String,
     bucket: String,
+    /// A negative next to a covered topic (`metadata.near_miss`): the
+    /// calibration counts these apart from plainly unrelated questions.
+    near_miss: bool,
     /// doc id → grade (1–3).
     relevant: HashMap<String, u32>,
 }
@@ -109,6 +113,7 @@ fn load_set(dir: &std::path::Path) -> (Vec<Doc>, Vec<QueryCase>) {
                     (Some(b), _) => b.to_owned(),
                     (None, _) => "all".to_owned(),
                 },
+                near_miss: q["metadata"]["near_miss"].as_bool() == Some(true),
                 id,
             }
         })
@@ -465,6 +470,8 @@ async fn run() {
             // Calibration at `floor`: (questions, kept no hit ≥ floor, kept no
             // relevant hit ≥ floor) for the answerable ones.
             let (mut pos, mut pos_dropped, mut pos_lost_relevant, mut neg_kept) = (0, 0, 0, 0);
+            // Negatives next to a covered topic, and those of them that keep a hit.
+            let (mut near_misses, mut near_misses_kept) = (0usize, 0usize);
             // Warm-up (a JVM graph server's JIT), untimed.
             for q in queries.iter().take(20) {
                 client.search(&q.text, mode_arg).await;
@@ -517,8 +524,10 @@ async fn run() {
                 let kept = |h: &&Hit| h.relevance.is_none_or(|r| r >= floor);
                 if q.relevant.is_empty() {
                     neg += 1;
+                    near_misses += usize::from(q.near_miss);
                     if hits.iter().any(|h| kept(&h)) {
                         neg_kept += 1;
+                        near_misses_kept += usize::from(q.near_miss);
                     }
                     if hits.is_empty() {
                         neg_empty += 1;
@@ -575,10 +584,13 @@ async fn run() {
                 neg_empty + neg_below
             );
             println!(
-                "calibration at relevance {floor}: off-topic kept {} of {neg} (a hit at or above it); \
+                "calibration at relevance {floor}: off-topic kept {} of {neg} (a hit at or above it): \
+             unrelated {} of {}, near misses {near_misses_kept} of {near_misses}; \
              answerable dropped {pos_dropped} of {pos} ({:.1} %: no hit at or above it), \
              {pos_lost_relevant} ({:.1} %) with no relevant hit at or above it",
                 neg_kept,
+                neg_kept - near_misses_kept,
+                neg - near_misses,
                 100.0 * pos_dropped as f64 / pos.max(1) as f64,
                 100.0 * pos_lost_relevant as f64 / pos.max(1) as f64,
             );
