@@ -49,9 +49,11 @@ pub struct Matrix {
     scales: Vec<f32>,
     bias: Vec<f32>,
     /// The same weights widened to bf16 in the tile layout of `amx`, where
-    /// the CPU multiplies bf16 tiles (`amx::available`); the products then
-    /// take that path.
-    wide: Option<Vec<u16>>,
+    /// the CPU multiplies bf16 tiles (`amx::available`; `None` elsewhere):
+    /// widened at the first product, so once per layer as the model uses it
+    /// (after `scaled` and `stacked`). The products then take that path.
+    #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
+    wide: std::sync::OnceLock<Option<Vec<u16>>>,
 }
 
 impl Matrix {
@@ -91,18 +93,23 @@ impl Matrix {
             weights,
             scales,
             bias,
-            wide: None,
-        }
-        .widened())
+            wide: std::sync::OnceLock::new(),
+        })
     }
 
-    /// With `wide` (re)computed from the nibbles and scales, where the CPU
-    /// multiplies bf16 tiles.
-    fn widened(mut self) -> Matrix {
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        if amx::available() {
-            self.wide = Some(amx::widen(&self));
-        }
+    /// `wide`, widened now if this is the first product.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn wide(&self) -> Option<&[u16]> {
+        self.wide
+            .get_or_init(|| amx::available().then(|| amx::widen(self)))
+            .as_deref()
+    }
+
+    /// The same matrix, kept to the integer products (tests of those on a
+    /// machine with tiles).
+    #[cfg(test)]
+    fn without_tiles(self) -> Matrix {
+        let _ = self.wide.set(None);
         self
     }
 
@@ -110,7 +117,8 @@ impl Matrix {
     pub fn scaled(mut self, factor: f32) -> Matrix {
         self.scales.iter_mut().for_each(|s| *s *= factor);
         self.bias.iter_mut().for_each(|b| *b *= factor);
-        self.widened()
+        self.wide = std::sync::OnceLock::new();
+        self
     }
 
     /// The layers' outputs side by side (Q, K and V as one product).
@@ -126,7 +134,7 @@ impl Matrix {
             weights: Vec::new(),
             scales: Vec::new(),
             bias: Vec::new(),
-            wide: None,
+            wide: std::sync::OnceLock::new(),
         };
         for p in parts {
             // Whole tiles: a layer's tiles follow the previous layer's.
@@ -135,7 +143,7 @@ impl Matrix {
             out.scales.extend(p.scales);
             out.bias.extend(p.bias);
         }
-        Ok(out.widened())
+        Ok(out)
     }
 
     pub fn inputs(&self) -> usize {
@@ -159,13 +167,13 @@ impl Matrix {
     /// so that a text's layers allocate nothing once they are large enough.
     pub fn forward_into(&self, x: &[f32], a: &mut Activations, y: &mut Vec<f32>) {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        if let Some(wide) = &self.wide {
+        if let Some(wide) = self.wide() {
             a.widen(x, self.inputs);
             let n = a.rows * self.outputs;
             y.clear();
             y.reserve(n);
             // SAFETY: `wide` exists only where the CPU has AMX-BF16 and
-            // AVX-512F and the process may use the tiles (`widened`).
+            // AVX-512F and the process may use the tiles (`Matrix::wide`).
             unsafe { amx::product(self, wide, a, &mut y.spare_capacity_mut()[..n]) };
             // SAFETY: `product` wrote all n values (every tile of every row).
             unsafe { y.set_len(n) };
@@ -200,6 +208,16 @@ impl Matrix {
     }
 }
 
+/// Whether the products run in bf16 tiles here (`amx`): the CPU has
+/// AMX-BF16 and Linux grants the tiles. Elsewhere they are the integer
+/// products, the same to the bit on every CPU.
+pub fn tiles() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    return amx::available();
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    false
+}
+
 /// A product's output value, written once (the buffer is not zeroed).
 type Out = std::mem::MaybeUninit<f32>;
 
@@ -214,6 +232,7 @@ pub struct Activations {
     sums: Vec<i32>,
     /// The rows as bf16 (rounded to nearest, ties to even), padded with
     /// rows of zeros to a whole number of tiles (`amx`).
+    #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
     wide: Vec<u16>,
 }
 
@@ -223,9 +242,11 @@ impl Activations {
     fn widen(&mut self, x: &[f32], inputs: usize) {
         let rows = x.len() / inputs;
         self.rows = rows;
-        self.wide.clear();
+        // Every value is written: the rows by `to_bf16`, the padding zeroed.
         self.wide.resize(rows.div_ceil(amx::M) * amx::M * inputs, 0);
-        to_bf16(&x[..rows * inputs], &mut self.wide[..rows * inputs]);
+        let (values, padding) = self.wide.split_at_mut(rows * inputs);
+        to_bf16(&x[..rows * inputs], values);
+        padding.fill(0);
     }
 
     /// `x`'s whole rows of `inputs` values, quantized into these buffers
@@ -293,7 +314,9 @@ widest! {
 
 widest! {
     /// Each value as bf16, rounded to nearest with ties to even (a NaN
-    /// becomes a quiet NaN). Integer operations, so that it vectorizes.
+    /// becomes a quiet NaN; a finite value past bf16's largest, infinity).
+    /// Integer operations, so that it vectorizes.
+    #[cfg_attr(not(all(target_arch = "x86_64", target_os = "linux")), allow(dead_code))]
     fn to_bf16(x: &[f32], out: &mut [u16]) {
         for (o, v) in out.iter_mut().zip(x) {
             let b = v.to_bits();
@@ -579,12 +602,23 @@ mod amx {
     /// each tile of weights loaded serves 32 rows and each of activations
     /// 32 columns; each sum is stored once, the bias added and the rows that
     /// exist written out.
+    ///
+    /// Each pass over the steps is one `asm!` block, from the configuration
+    /// to the stores: no code of the compiler's (nor a call, which may use
+    /// the tiles) runs while the tiles hold sums, and the block declares
+    /// every tile register it clobbers.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AMX-BF16 and AVX-512F and the process may use the tiles
+    /// (`available`).
     #[target_feature(enable = "avx512f")]
-    pub(super) fn product(w: &Matrix, wide: &[u16], a: &Activations, y: &mut [Out]) {
+    pub(super) unsafe fn product(w: &Matrix, wide: &[u16], a: &Activations, y: &mut [Out]) {
         let (steps, tiles) = (w.inputs / STEP, w.outputs / TILE);
         let groups = a.rows.div_ceil(M);
         assert!(
-            wide.len() == tiles * steps * TILE_VALUES
+            steps > 0
+                && wide.len() == tiles * steps * TILE_VALUES
                 && a.wide.len() >= groups * M * w.inputs
                 && y.len() >= a.rows * w.outputs
                 && w.bias.len() == w.outputs
@@ -599,112 +633,154 @@ mod amx {
         for t in 0..8 {
             (config.bytes_per_row[t], config.rows[t]) = (64, M as u8);
         }
-        // SAFETY: the CPU has AMX and the process may use it (`available`,
-        // which `wide`'s existence implies); the configuration is 64
-        // aligned bytes.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
         let mut sums = [
             Sums([[0.0; TILE]; M]),
             Sums([[0.0; TILE]; M]),
             Sums([[0.0; TILE]; M]),
             Sums([[0.0; TILE]; M]),
         ];
-        let stride = w.inputs * 2;
+        let (stride, cfg) = (w.inputs * 2, &config);
         let mut group = 0;
         while group < groups {
             let two_groups = group + 1 < groups;
             let mut tile = 0;
             while tile < tiles {
                 let two_tiles = tile + 1 < tiles;
+                let [s0, s1, s2, s3] = sums.each_mut().map(|s| s.0.as_mut_ptr());
                 // SAFETY (every tile load): 16 rows of 64 bytes at a stride
                 // of `stride` inside `a.wide` (padded to whole groups), and
-                // each weight tile's 1 KiB inside `wide` (the assertion
-                // above); tiles configured above. Rows and columns that do
-                // not exist are never read: the second group or column
-                // tile is loaded only when it exists.
+                // each weight tile's 1 KiB inside `wide`, for each of the
+                // `steps` steps (the assertion above); the second group or
+                // column tile only where it exists. The stores: `sums`' 4
+                // tiles of 1 KiB. The CPU has AMX and the process may use it
+                // (the caller's contract); the configuration is 64 aligned
+                // bytes.
                 unsafe {
                     let x0 = a.wide.as_ptr().add(group * M * w.inputs);
-                    let x1 = x0.add(M * w.inputs);
                     let w0 = wide.as_ptr().add(tile * steps * TILE_VALUES);
-                    let w1 = w0.add(steps * TILE_VALUES);
-                    asm!(
-                        "tilezero tmm0",
-                        "tilezero tmm1",
-                        "tilezero tmm2",
-                        "tilezero tmm3",
-                        options(nostack, nomem)
-                    );
-                    for s in 0..steps {
-                        let (x0, x1) = (x0.add(s * STEP), x1.add(s * STEP));
-                        let (w0, w1) = (w0.add(s * TILE_VALUES), w1.add(s * TILE_VALUES));
-                        match (two_groups, two_tiles) {
-                            (true, true) => asm!(
-                                "tileloadd tmm4, [{x0} + {xs}*1]",
-                                "tileloadd tmm6, [{w0} + {ws}*1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tileloadd tmm7, [{w1} + {ws}*1]",
-                                "tdpbf16ps tmm1, tmm4, tmm7",
-                                "tileloadd tmm5, [{x1} + {xs}*1]",
-                                "tdpbf16ps tmm2, tmm5, tmm6",
-                                "tdpbf16ps tmm3, tmm5, tmm7",
-                                x0 = in(reg) x0,
-                                x1 = in(reg) x1,
-                                xs = in(reg) stride,
-                                w0 = in(reg) w0,
-                                w1 = in(reg) w1,
-                                ws = in(reg) 64usize,
-                                options(nostack, readonly),
-                            ),
-                            (false, true) => asm!(
-                                "tileloadd tmm4, [{x0} + {xs}*1]",
-                                "tileloadd tmm6, [{w0} + {ws}*1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tileloadd tmm7, [{w1} + {ws}*1]",
-                                "tdpbf16ps tmm1, tmm4, tmm7",
-                                x0 = in(reg) x0,
-                                xs = in(reg) stride,
-                                w0 = in(reg) w0,
-                                w1 = in(reg) w1,
-                                ws = in(reg) 64usize,
-                                options(nostack, readonly),
-                            ),
-                            (true, false) => asm!(
-                                "tileloadd tmm4, [{x0} + {xs}*1]",
-                                "tileloadd tmm6, [{w0} + {ws}*1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tileloadd tmm5, [{x1} + {xs}*1]",
-                                "tdpbf16ps tmm2, tmm5, tmm6",
-                                x0 = in(reg) x0,
-                                x1 = in(reg) x1,
-                                xs = in(reg) stride,
-                                w0 = in(reg) w0,
-                                ws = in(reg) 64usize,
-                                options(nostack, readonly),
-                            ),
-                            (false, false) => asm!(
-                                "tileloadd tmm4, [{x0} + {xs}*1]",
-                                "tileloadd tmm6, [{w0} + {ws}*1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                x0 = in(reg) x0,
-                                xs = in(reg) stride,
-                                w0 = in(reg) w0,
-                                ws = in(reg) 64usize,
-                                options(nostack, readonly),
-                            ),
-                        }
+                    match (two_groups, two_tiles) {
+                        (true, true) => asm!(
+                            "ldtilecfg [{cfg}]",
+                            "tilezero tmm0",
+                            "tilezero tmm1",
+                            "tilezero tmm2",
+                            "tilezero tmm3",
+                            "2:",
+                            "tileloadd tmm4, [{x0} + {xs}*1]",
+                            "tileloadd tmm6, [{w0} + {ws}*1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm7, [{w1} + {ws}*1]",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tileloadd tmm5, [{x1} + {xs}*1]",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            "add {x0}, 64",
+                            "add {x1}, 64",
+                            "add {w0}, 1024",
+                            "add {w1}, 1024",
+                            "dec {n}",
+                            "jnz 2b",
+                            "tilestored [{s0} + {ws}*1], tmm0",
+                            "tilestored [{s1} + {ws}*1], tmm1",
+                            "tilestored [{s2} + {ws}*1], tmm2",
+                            "tilestored [{s3} + {ws}*1], tmm3",
+                            cfg = in(reg) cfg,
+                            x0 = inout(reg) x0 => _,
+                            x1 = inout(reg) x0.add(M * w.inputs) => _,
+                            xs = in(reg) stride,
+                            w0 = inout(reg) w0 => _,
+                            w1 = inout(reg) w0.add(steps * TILE_VALUES) => _,
+                            ws = in(reg) 64usize,
+                            n = inout(reg) steps => _,
+                            s0 = in(reg) s0,
+                            s1 = in(reg) s1,
+                            s2 = in(reg) s2,
+                            s3 = in(reg) s3,
+                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                            options(nostack),
+                        ),
+                        (false, true) => asm!(
+                            "ldtilecfg [{cfg}]",
+                            "tilezero tmm0",
+                            "tilezero tmm1",
+                            "2:",
+                            "tileloadd tmm4, [{x0} + {xs}*1]",
+                            "tileloadd tmm6, [{w0} + {ws}*1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm7, [{w1} + {ws}*1]",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "add {x0}, 64",
+                            "add {w0}, 1024",
+                            "add {w1}, 1024",
+                            "dec {n}",
+                            "jnz 2b",
+                            "tilestored [{s0} + {ws}*1], tmm0",
+                            "tilestored [{s1} + {ws}*1], tmm1",
+                            cfg = in(reg) cfg,
+                            x0 = inout(reg) x0 => _,
+                            xs = in(reg) stride,
+                            w0 = inout(reg) w0 => _,
+                            w1 = inout(reg) w0.add(steps * TILE_VALUES) => _,
+                            ws = in(reg) 64usize,
+                            n = inout(reg) steps => _,
+                            s0 = in(reg) s0,
+                            s1 = in(reg) s1,
+                            out("tmm0") _, out("tmm1") _, out("tmm4") _, out("tmm6") _, out("tmm7") _,
+                            options(nostack),
+                        ),
+                        (true, false) => asm!(
+                            "ldtilecfg [{cfg}]",
+                            "tilezero tmm0",
+                            "tilezero tmm2",
+                            "2:",
+                            "tileloadd tmm4, [{x0} + {xs}*1]",
+                            "tileloadd tmm6, [{w0} + {ws}*1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm5, [{x1} + {xs}*1]",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "add {x0}, 64",
+                            "add {x1}, 64",
+                            "add {w0}, 1024",
+                            "dec {n}",
+                            "jnz 2b",
+                            "tilestored [{s0} + {ws}*1], tmm0",
+                            "tilestored [{s2} + {ws}*1], tmm2",
+                            cfg = in(reg) cfg,
+                            x0 = inout(reg) x0 => _,
+                            x1 = inout(reg) x0.add(M * w.inputs) => _,
+                            xs = in(reg) stride,
+                            w0 = inout(reg) w0 => _,
+                            ws = in(reg) 64usize,
+                            n = inout(reg) steps => _,
+                            s0 = in(reg) s0,
+                            s2 = in(reg) s2,
+                            out("tmm0") _, out("tmm2") _, out("tmm4") _, out("tmm5") _, out("tmm6") _,
+                            options(nostack),
+                        ),
+                        (false, false) => asm!(
+                            "ldtilecfg [{cfg}]",
+                            "tilezero tmm0",
+                            "2:",
+                            "tileloadd tmm4, [{x0} + {xs}*1]",
+                            "tileloadd tmm6, [{w0} + {ws}*1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "add {x0}, 64",
+                            "add {w0}, 1024",
+                            "dec {n}",
+                            "jnz 2b",
+                            "tilestored [{s0} + {ws}*1], tmm0",
+                            cfg = in(reg) cfg,
+                            x0 = inout(reg) x0 => _,
+                            xs = in(reg) stride,
+                            w0 = inout(reg) w0 => _,
+                            ws = in(reg) 64usize,
+                            n = inout(reg) steps => _,
+                            s0 = in(reg) s0,
+                            out("tmm0") _, out("tmm4") _, out("tmm6") _,
+                            options(nostack),
+                        ),
                     }
-                    asm!(
-                        "tilestored [{s0} + {ss}*1], tmm0",
-                        "tilestored [{s1} + {ss}*1], tmm1",
-                        "tilestored [{s2} + {ss}*1], tmm2",
-                        "tilestored [{s3} + {ss}*1], tmm3",
-                        s0 = in(reg) sums[0].0.as_mut_ptr(),
-                        s1 = in(reg) sums[1].0.as_mut_ptr(),
-                        s2 = in(reg) sums[2].0.as_mut_ptr(),
-                        s3 = in(reg) sums[3].0.as_mut_ptr(),
-                        ss = in(reg) 64usize,
-                        options(nostack),
-                    );
                 }
                 // sums[2 × g + t]: row group `group + g`, column tile `tile + t`.
                 for (i, sum) in sums.iter().enumerate() {
@@ -730,7 +806,14 @@ mod amx {
         }
         // SAFETY: as above. Back to the initial state, so that the thread
         // carries no tile state through its next context switch.
-        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        unsafe {
+            asm!(
+                "tilerelease",
+                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                options(nostack, nomem),
+            )
+        };
     }
 }
 
@@ -903,28 +986,69 @@ mod tests {
         let (blocks, wide) = random(o, k, 11);
         let bias: Vec<f32> = (0..o).map(|j| j as f32 / 7.0).collect();
         let w = Matrix::from_q4(&blocks, o, k, bias.clone()).unwrap().scaled(0.5);
-        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        assert_eq!(w.wide.is_some(), amx::available());
         let mut a = Activations::default();
         let mut y = Vec::new();
+        // With tiles: the products of the bf16-rounded values, summed in
+        // f32 (1e-5 of the magnitude: the order of the sums); elsewhere the
+        // integer products (8-bit activations).
+        let bound = if tiles() { 1e-5 } else { 0.01 };
+        let bf16 = |v: f32| {
+            let mut out = [0u16];
+            to_bf16(&[v], &mut out);
+            f64::from(f32::from_bits(u32::from(out[0]) << 16))
+        };
+        let round = |v: f32| if tiles() { bf16(v) } else { f64::from(v) };
         for m in [1, 15, 16, 17, 33] {
             let x = inputs(m, k);
             w.forward_into(&x, &mut a, &mut y);
             assert_eq!(y.len(), m * o);
-            let mut worst = 0f32;
+            #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+            assert_eq!(w.wide().is_some(), tiles());
+            let mut worst = 0f64;
             for i in 0..m {
                 for j in 0..o {
-                    let exact: f32 = (0..k).map(|t| x[i * k + t] * wide[j * k + t] * 0.5).sum::<f32>() + bias[j] * 0.5;
-                    let scale: f32 = (0..k)
-                        .map(|t| (x[i * k + t] * wide[j * k + t] * 0.5).abs())
-                        .sum::<f32>();
-                    worst = worst.max((y[i * o + j] - exact).abs() / scale);
+                    let (xs, ws) = (&x[i * k..(i + 1) * k], &wide[j * k..(j + 1) * k]);
+                    let exact: f64 = xs.iter().zip(ws).map(|(&x, &w)| round(x) * round(w * 0.5)).sum::<f64>()
+                        + f64::from(bias[j] * 0.5);
+                    let scale: f64 = xs.iter().zip(ws).map(|(&x, &w)| f64::from(x * w * 0.5).abs()).sum();
+                    worst = worst.max((f64::from(y[i * o + j]) - exact).abs() / scale);
                 }
             }
-            assert!(worst < 0.01, "{m} rows: worst error {worst} of the products' magnitude");
+            assert!(
+                worst < bound,
+                "{m} rows: worst error {worst} of the products' magnitude"
+            );
             // The same rows give the same values whatever else the call holds.
             let one = w.forward(&x[..k]);
             assert_eq!(&y[..o], &one[..], "{m} rows: the first row alone");
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_with_ties_to_even() {
+        let cases: [(f32, u16); 12] = [
+            (1.0, 0x3f80),
+            (-0.0, 0x8000),
+            // 1 + 2⁻⁸ lies halfway between 1 and 1 + 2⁻⁷: to the even one, 1.
+            (f32::from_bits(0x3f80_8000), 0x3f80),
+            // 1 + 3·2⁻⁸ halfway between 1 + 2⁻⁷ (odd) and 1 + 2⁻⁶: up.
+            (f32::from_bits(0x3f81_8000), 0x3f82),
+            // Just past halfway: up; just short of it: down.
+            (f32::from_bits(0x3f80_8001), 0x3f81),
+            (f32::from_bits(0x3f80_7fff), 0x3f80),
+            (-2.5, 0xc020),
+            (f32::INFINITY, 0x7f80),
+            (f32::NEG_INFINITY, 0xff80),
+            // Past bf16's largest finite value: infinity.
+            (f32::MAX, 0x7f80),
+            (f32::NAN, 0x7fc0),
+            (-f32::NAN, 0x7fc0),
+        ];
+        let x: Vec<f32> = cases.iter().map(|c| c.0).collect();
+        let mut out = vec![0u16; x.len()];
+        to_bf16(&x, &mut out);
+        for ((v, want), got) in cases.iter().zip(&out) {
+            assert_eq!(*got, *want, "{v:?} ({:#010x})", v.to_bits());
         }
     }
 
@@ -989,14 +1113,35 @@ mod tests {
     fn reused_buffers_give_what_fresh_ones_give() {
         let (o, k) = (32, 64);
         let (blocks, _) = random(o, k, 7);
-        let w = Matrix::from_q4(&blocks, o, k, vec![0.25; o]).unwrap();
-        let (mut a, mut y) = (Activations::default(), Vec::new());
-        // Larger, smaller, larger again: stale values must not show through.
-        for m in [9, 2, 5, 9] {
-            let x: Vec<f32> = inputs(m, k).iter().map(|v| v * m as f32).collect();
-            w.forward_into(&x, &mut a, &mut y);
-            assert_eq!(y, w.forward(&x), "{m} rows");
-            assert_eq!(y.len(), m * o);
+        // The path this CPU takes, and the integer products.
+        for w in [
+            Matrix::from_q4(&blocks, o, k, vec![0.25; o]).unwrap(),
+            Matrix::from_q4(&blocks, o, k, vec![0.25; o]).unwrap().without_tiles(),
+        ] {
+            let (mut a, mut y) = (Activations::default(), Vec::new());
+            // Larger, smaller, larger again: stale values must not show through.
+            for m in [40, 9, 2, 5, 40] {
+                let x: Vec<f32> = inputs(m, k).iter().map(|v| v * m as f32).collect();
+                w.forward_into(&x, &mut a, &mut y);
+                assert_eq!(y, w.forward(&x), "{m} rows");
+                assert_eq!(y.len(), m * o);
+            }
+        }
+    }
+
+    #[test]
+    fn the_integer_products_match_the_widened_weights_where_tiles_run_too() {
+        let (o, k, m) = (48, 96, 7);
+        let (blocks, wide) = random(o, k, 0x9e37_79b9_7f4a_7c15);
+        let w = Matrix::from_q4(&blocks, o, k, vec![0.0; o]).unwrap().without_tiles();
+        let x = inputs(m, k);
+        let y = w.forward(&x);
+        for i in 0..m {
+            for j in 0..o {
+                let exact: f32 = (0..k).map(|t| x[i * k + t] * wide[j * k + t]).sum();
+                let scale: f32 = (0..k).map(|t| (x[i * k + t] * wide[j * k + t]).abs()).sum();
+                assert!((y[i * o + j] - exact).abs() / scale < 0.01, "{i}, {j}");
+            }
         }
     }
 

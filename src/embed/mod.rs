@@ -29,6 +29,15 @@ mod status;
 pub mod use_m3;
 pub use status::Status;
 
+/// Whether this machine's e5 products run in bf16 tiles (AMX-BF16) rather
+/// than the integer kernels, which give the same results to the bit on every
+/// CPU (`mnemosyne_kernels::int8`): vectors differ across the two by a cosine
+/// of ~1e-4.
+#[cfg(feature = "embed")]
+pub fn products_in_tiles() -> bool {
+    mnemosyne_kernels::int8::tiles()
+}
+
 use std::path::Path;
 use std::sync::Arc;
 

