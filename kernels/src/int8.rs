@@ -108,8 +108,8 @@ impl Matrix {
     /// The same matrix, kept to the integer products (tests of those on a
     /// machine with tiles).
     #[cfg(test)]
-    fn without_tiles(self) -> Matrix {
-        let _ = self.wide.set(None);
+    fn without_tiles(mut self) -> Matrix {
+        self.wide = std::sync::OnceLock::from(None);
         self
     }
 
@@ -605,8 +605,8 @@ mod amx {
     ///
     /// Each pass over the steps is one `asm!` block, from the configuration
     /// to the stores: no code of the compiler's (nor a call, which may use
-    /// the tiles) runs while the tiles hold sums, and the block declares
-    /// every tile register it clobbers.
+    /// the tiles) runs while the tiles hold sums, and the block declares all
+    /// eight tile registers clobbered (`ldtilecfg` zeroes them all).
     ///
     /// # Safety
     ///
@@ -726,7 +726,8 @@ mod amx {
                             n = inout(reg) steps => _,
                             s0 = in(reg) s0,
                             s1 = in(reg) s1,
-                            out("tmm0") _, out("tmm1") _, out("tmm4") _, out("tmm6") _, out("tmm7") _,
+                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
                             options(nostack),
                         ),
                         (true, false) => asm!(
@@ -755,7 +756,8 @@ mod amx {
                             n = inout(reg) steps => _,
                             s0 = in(reg) s0,
                             s2 = in(reg) s2,
-                            out("tmm0") _, out("tmm2") _, out("tmm4") _, out("tmm5") _, out("tmm6") _,
+                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
                             options(nostack),
                         ),
                         (false, false) => asm!(
@@ -777,7 +779,8 @@ mod amx {
                             ws = in(reg) 64usize,
                             n = inout(reg) steps => _,
                             s0 = in(reg) s0,
-                            out("tmm0") _, out("tmm4") _, out("tmm6") _,
+                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
                             options(nostack),
                         ),
                     }
