@@ -596,9 +596,9 @@ mod amx {
     #[repr(C, align(64))]
     struct Sums([[f32; TILE]; M]);
 
-    /// `x·Wᵀ + b` in tiles: for each 32 rows (two groups of 16; the last
-    /// group alone, padded with zeros) and two column tiles (the last one
-    /// alone), the sums over every step of 32 inputs stay in tiles, so that
+    /// `x·Wᵀ + b` in tiles: for each 32 rows (two groups of 16, the last
+    /// padded with zeros; an odd last group is paired with itself) and two
+    /// column tiles (an odd last one likewise), the sums over every step of 32 inputs stay in tiles, so that
     /// each tile of weights loaded serves 32 rows and each of activations
     /// 32 columns; each sum is stored once, the bias added and the rows that
     /// exist written out.
@@ -633,6 +633,7 @@ mod amx {
         for t in 0..8 {
             (config.bytes_per_row[t], config.rows[t]) = (64, M as u8);
         }
+        // 4 tiles of 1 KiB, one after the other (the pass stores them so).
         let mut sums = [
             Sums([[0.0; TILE]; M]),
             Sums([[0.0; TILE]; M]),
@@ -646,144 +647,60 @@ mod amx {
             let mut tile = 0;
             while tile < tiles {
                 let two_tiles = tile + 1 < tiles;
-                let [s0, s1, s2, s3] = sums.each_mut().map(|s| s.0.as_mut_ptr());
+                // A missing second group or column tile repeats the first
+                // (its sums are computed and not read): one pass for every
+                // shape. Only the last group of a text can be alone (and no
+                // e5 layer has an odd number of column tiles).
                 // SAFETY (every tile load): 16 rows of 64 bytes at a stride
                 // of `stride` inside `a.wide` (padded to whole groups), and
                 // each weight tile's 1 KiB inside `wide`, for each of the
-                // `steps` steps (the assertion above); the second group or
-                // column tile only where it exists. The stores: `sums`' 4
-                // tiles of 1 KiB. The CPU has AMX and the process may use it
-                // (the caller's contract); the configuration is 64 aligned
-                // bytes.
+                // `steps` steps (the assertion above). The stores: `sums`'
+                // 4 tiles of 1 KiB, one after the other. The CPU has AMX and
+                // the process may use it (the caller's contract); the
+                // configuration is 64 aligned bytes.
                 unsafe {
                     let x0 = a.wide.as_ptr().add(group * M * w.inputs);
                     let w0 = wide.as_ptr().add(tile * steps * TILE_VALUES);
-                    match (two_groups, two_tiles) {
-                        (true, true) => asm!(
-                            "ldtilecfg [{cfg}]",
-                            "tilezero tmm0",
-                            "tilezero tmm1",
-                            "tilezero tmm2",
-                            "tilezero tmm3",
-                            "2:",
-                            "tileloadd tmm4, [{x0} + {xs}*1]",
-                            "tileloadd tmm6, [{w0} + {ws}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm7, [{w1} + {ws}*1]",
-                            "tdpbf16ps tmm1, tmm4, tmm7",
-                            "tileloadd tmm5, [{x1} + {xs}*1]",
-                            "tdpbf16ps tmm2, tmm5, tmm6",
-                            "tdpbf16ps tmm3, tmm5, tmm7",
-                            "add {x0}, 64",
-                            "add {x1}, 64",
-                            "add {w0}, 1024",
-                            "add {w1}, 1024",
-                            "dec {n}",
-                            "jnz 2b",
-                            "tilestored [{s0} + {ws}*1], tmm0",
-                            "tilestored [{s1} + {ws}*1], tmm1",
-                            "tilestored [{s2} + {ws}*1], tmm2",
-                            "tilestored [{s3} + {ws}*1], tmm3",
-                            cfg = in(reg) cfg,
-                            x0 = inout(reg) x0 => _,
-                            x1 = inout(reg) x0.add(M * w.inputs) => _,
-                            xs = in(reg) stride,
-                            w0 = inout(reg) w0 => _,
-                            w1 = inout(reg) w0.add(steps * TILE_VALUES) => _,
-                            ws = in(reg) 64usize,
-                            n = inout(reg) steps => _,
-                            s0 = in(reg) s0,
-                            s1 = in(reg) s1,
-                            s2 = in(reg) s2,
-                            s3 = in(reg) s3,
-                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                            options(nostack),
-                        ),
-                        (false, true) => asm!(
-                            "ldtilecfg [{cfg}]",
-                            "tilezero tmm0",
-                            "tilezero tmm1",
-                            "2:",
-                            "tileloadd tmm4, [{x0} + {xs}*1]",
-                            "tileloadd tmm6, [{w0} + {ws}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm7, [{w1} + {ws}*1]",
-                            "tdpbf16ps tmm1, tmm4, tmm7",
-                            "add {x0}, 64",
-                            "add {w0}, 1024",
-                            "add {w1}, 1024",
-                            "dec {n}",
-                            "jnz 2b",
-                            "tilestored [{s0} + {ws}*1], tmm0",
-                            "tilestored [{s1} + {ws}*1], tmm1",
-                            cfg = in(reg) cfg,
-                            x0 = inout(reg) x0 => _,
-                            xs = in(reg) stride,
-                            w0 = inout(reg) w0 => _,
-                            w1 = inout(reg) w0.add(steps * TILE_VALUES) => _,
-                            ws = in(reg) 64usize,
-                            n = inout(reg) steps => _,
-                            s0 = in(reg) s0,
-                            s1 = in(reg) s1,
-                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                            options(nostack),
-                        ),
-                        (true, false) => asm!(
-                            "ldtilecfg [{cfg}]",
-                            "tilezero tmm0",
-                            "tilezero tmm2",
-                            "2:",
-                            "tileloadd tmm4, [{x0} + {xs}*1]",
-                            "tileloadd tmm6, [{w0} + {ws}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm5, [{x1} + {xs}*1]",
-                            "tdpbf16ps tmm2, tmm5, tmm6",
-                            "add {x0}, 64",
-                            "add {x1}, 64",
-                            "add {w0}, 1024",
-                            "dec {n}",
-                            "jnz 2b",
-                            "tilestored [{s0} + {ws}*1], tmm0",
-                            "tilestored [{s2} + {ws}*1], tmm2",
-                            cfg = in(reg) cfg,
-                            x0 = inout(reg) x0 => _,
-                            x1 = inout(reg) x0.add(M * w.inputs) => _,
-                            xs = in(reg) stride,
-                            w0 = inout(reg) w0 => _,
-                            ws = in(reg) 64usize,
-                            n = inout(reg) steps => _,
-                            s0 = in(reg) s0,
-                            s2 = in(reg) s2,
-                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                            options(nostack),
-                        ),
-                        (false, false) => asm!(
-                            "ldtilecfg [{cfg}]",
-                            "tilezero tmm0",
-                            "2:",
-                            "tileloadd tmm4, [{x0} + {xs}*1]",
-                            "tileloadd tmm6, [{w0} + {ws}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "add {x0}, 64",
-                            "add {w0}, 1024",
-                            "dec {n}",
-                            "jnz 2b",
-                            "tilestored [{s0} + {ws}*1], tmm0",
-                            cfg = in(reg) cfg,
-                            x0 = inout(reg) x0 => _,
-                            xs = in(reg) stride,
-                            w0 = inout(reg) w0 => _,
-                            ws = in(reg) 64usize,
-                            n = inout(reg) steps => _,
-                            s0 = in(reg) s0,
-                            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                            options(nostack),
-                        ),
-                    }
+                    let x1 = if two_groups { x0.add(M * w.inputs) } else { x0 };
+                    let w1 = if two_tiles { w0.add(steps * TILE_VALUES) } else { w0 };
+                    asm!(
+                        "ldtilecfg [{cfg}]",
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        "2:",
+                        "tileloadd tmm4, [{x0} + {xs}*1]",
+                        "tileloadd tmm6, [{w0} + {ws}*1]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tileloadd tmm7, [{w1} + {ws}*1]",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tileloadd tmm5, [{x1} + {xs}*1]",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        "add {x0}, 64",
+                        "add {x1}, 64",
+                        "add {w0}, 1024",
+                        "add {w1}, 1024",
+                        "dec {n}",
+                        "jnz 2b",
+                        "tilestored [{s} + {ws}*1], tmm0",
+                        "tilestored [{s} + {ws}*1 + 1024], tmm1",
+                        "tilestored [{s} + {ws}*1 + 2048], tmm2",
+                        "tilestored [{s} + {ws}*1 + 3072], tmm3",
+                        cfg = in(reg) cfg,
+                        x0 = inout(reg) x0 => _,
+                        x1 = inout(reg) x1 => _,
+                        xs = in(reg) stride,
+                        w0 = inout(reg) w0 => _,
+                        w1 = inout(reg) w1 => _,
+                        ws = in(reg) 64usize,
+                        n = inout(reg) steps => _,
+                        s = in(reg) sums.as_mut_ptr(),
+                        out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                        out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                        options(nostack),
+                    );
                 }
                 // sums[2 × g + t]: row group `group + g`, column tile `tile + t`.
                 for (i, sum) in sums.iter().enumerate() {
