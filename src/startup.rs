@@ -107,6 +107,10 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
         state.pg.clone(),
         Duration::from_secs(3600),
     ));
+    tasks.spawn(crate::store::graph::indexing::intent_sweep_loop(
+        state.pg.clone(),
+        Duration::from_secs(5),
+    ));
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         loop {

@@ -106,7 +106,8 @@ impl AppState {
                     &model,
                     dim,
                     settings.vector_cache_chunks,
-                )?;
+                )?
+                .lock()?;
                 for c in index.collectors() {
                     metrics.register(c);
                 }
