@@ -62,10 +62,14 @@ async fn two_replicas_with(word: &str) -> (TestApp, TestApp, String, McpClient, 
     let b = a.second_instance().await;
     let lib = a.library("deletes").await;
     let item = a.uid("doomed");
-    a.ingest(json!({"library_uid": lib, "item": {"uid": item, "title": "Doomed"}, "content": format!("{word} petals fall")}))
-        .await;
-    a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("kept"), "title": "Kept"}, "content": "kelp forests stay"}))
-        .await;
+    a.ingest(
+        json!({"library_uid": lib, "item": {"uid": item, "title": "Doomed"}, "content": format!("{word} petals fall")}),
+    )
+    .await;
+    a.ingest(
+        json!({"library_uid": lib, "item": {"uid": a.uid("kept"), "title": "Kept"}, "content": "kelp forests stay"}),
+    )
+    .await;
     let token = a.opaque_token(&[lib]).await;
     let (mut on_a, mut on_b) = (a.mcp(&token).connect().await, b.mcp(&token).connect().await);
     until_indexed(&a, &mut on_a, word).await;
@@ -108,9 +112,10 @@ async fn a_write_or_delete_whose_record_failed_and_was_never_retried_is_recorded
     // A re-ingest replaces the item's text; its record fails; no retry.
     fail_records_of(&a, &item).await;
     let lib = on_a.library_uids().await.remove(0);
-    let (status, body) = send(a.service(Method::POST, "/library/api/ingest/").json(
-        &json!({"library_uid": lib, "item": {"uid": item, "title": "Doomed"}, "content": "trifoliate now"}),
-    ))
+    let (status, body) = send(
+        a.service(Method::POST, "/library/api/ingest/")
+            .json(&json!({"library_uid": lib, "item": {"uid": item, "title": "Doomed"}, "content": "trifoliate now"})),
+    )
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     restore_records(&a).await;
@@ -121,7 +126,10 @@ async fn a_write_or_delete_whose_record_failed_and_was_never_retried_is_recorded
         if !old_a && !old_b {
             break;
         }
-        assert!(Instant::now() < deadline, "the replaced text is still served (a: {old_a}, b: {old_b})");
+        assert!(
+            Instant::now() < deadline,
+            "the replaced text is still served (a: {old_a}, b: {old_b})"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(served(&mut on_a, "trifoliate").await && served(&mut on_b, "trifoliate").await);
@@ -178,4 +186,165 @@ async fn a_workspace_delete_whose_record_failed_is_not_served_after_its_retry() 
         assert!(!served(&mut c, "sesquipedalian").await);
     }
     assert!(!served(&mut on_a, "sesquipedalian").await && !served(&mut on_b, "sesquipedalian").await);
+}
+
+/// p50 and p99 of `ms`, in ms.
+fn p50_p99(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// `n` calls of `list_libraries` on the client's session: latencies (ms)
+/// and how many failed.
+async fn timed_calls(c: &mut McpClient, n: usize) -> (Vec<f64>, usize) {
+    let (mut ms, mut errors) = (Vec::with_capacity(n), 0);
+    for _ in 0..n {
+        let t = Instant::now();
+        let ex = c.call_raw("list_libraries", json!({}), None).await;
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        if ex.status != StatusCode::OK || ex.response()["result"]["isError"] == json!(true) {
+            errors += 1;
+        }
+    }
+    (ms, errors)
+}
+
+#[tokio::test]
+async fn unknown_session_ids_cost_a_bounded_number_of_reads_before_authentication() {
+    use mnemosyne::mcp::guard::SessionLookups;
+    let app = TestApp::spawn().await;
+    let lib = app.library("sessions").await;
+    let token = app.opaque_token(&[lib]).await;
+    let mut normal = app.mcp(&token).connect().await;
+    let (solo, solo_errors) = timed_calls(&mut normal, 60).await;
+    // A flood of random session ids (no bearer needed to reach the session
+    // check), 16 at a time, beside the normal client.
+    let started = Instant::now();
+    let flood = {
+        let (http, url) = (app.http.clone(), app.url("/mcp/"));
+        async move {
+            let mut answers = std::collections::HashMap::<u16, usize>::new();
+            let ids: Vec<String> = (0..1_600).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+            for batch in ids.chunks(16) {
+                let sent = batch.iter().map(|id| {
+                    http.post(&url)
+                        .header("Mcp-Session-Id", id)
+                        .header("MCP-Protocol-Version", "2025-11-25")
+                        .header("Accept", "application/json, text/event-stream")
+                        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+                        .send()
+                });
+                for r in futures::future::join_all(sent).await {
+                    *answers.entry(r.map(|r| r.status().as_u16()).unwrap_or(0)).or_default() += 1;
+                }
+            }
+            answers
+        }
+    };
+    let (answers, (flooded, flooded_errors)) = tokio::join!(flood, timed_calls(&mut normal, 60));
+    let secs = started.elapsed().as_secs_f64();
+    let ((p50, p99), (fp50, fp99)) = (p50_p99(solo), p50_p99(flooded));
+    println!(
+        "normal client: solo p50 {p50:.2} ms p99 {p99:.2} ms ({solo_errors} errors); beside 1,600 random session ids \
+         in {secs:.1} s: p50 {fp50:.2} ms p99 {fp99:.2} ms ({flooded_errors} errors); flood answers {answers:?}"
+    );
+    assert_eq!((solo_errors, flooded_errors), (0, 0));
+    let read = answers.get(&404).copied().unwrap_or(0);
+    let refused = answers.get(&429).copied().unwrap_or(0);
+    assert_eq!(
+        read + refused,
+        1_600,
+        "every flood request is answered 404 or 429: {answers:?}"
+    );
+    let allowed = SessionLookups::BURST as f64 + SessionLookups::PER_ADDRESS as f64 * (secs + 1.0);
+    assert!(
+        (read as f64) <= allowed,
+        "{read} unknown ids read the session table in {secs:.1} s (bound {allowed:.0})"
+    );
+    // One unknown id named again and again is read once, then remembered:
+    // never refused, always "not found" (after the address's budget refills).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    for i in 0..200 {
+        let r = app
+            .http
+            .post(app.url("/mcp/"))
+            .header("Mcp-Session-Id", &id)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "request {i} naming one unknown id");
+    }
+}
+
+#[tokio::test]
+async fn a_large_initialize_is_kept_small_and_its_session_still_rebuilds_on_another_replica() {
+    let a = TestApp::spawn().await;
+    let b = a.second_instance().await;
+    let lib = a.library("init").await;
+    let token = a.opaque_token(&[lib.clone()]).await;
+    let mut c = a.mcp(&token);
+    let filler = "x".repeat(1 << 20);
+    let ex = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"roots": {"listChanged": true}, "experimental": {"blob": {"data": filler}}},
+                "clientInfo": {"name": "big-client", "version": "1", "description": filler},
+                "_meta": {"more": filler}}}),
+            &[],
+        )
+        .await;
+    assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
+    let sid = ex.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let r = a
+        .http
+        .post(a.url("/mcp/"))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let (kept, name): (i32, String) = sqlx::query_as(
+        "SELECT octet_length(init_params::text), init_params->'clientInfo'->>'name' FROM mcp_sessions WHERE id = $1",
+    )
+    .bind(&sid)
+    .fetch_one(&a.pg)
+    .await
+    .unwrap();
+    assert!(
+        kept as usize <= mnemosyne::mcp::sessions::INIT_KEPT_BYTES,
+        "{kept} bytes of initialize kept"
+    );
+    assert_eq!(name, "big-client");
+    // The session, named on the other replica, is rebuilt there and serves.
+    let ex = b
+        .http
+        .post(b.url("/mcp/"))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Mcp-Session-Id", &sid)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "list_libraries", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ex.status(), StatusCode::OK);
+    assert!(ex.text().await.unwrap().contains(&lib));
+}
+
+#[test]
+fn small_initialize_parameters_are_kept_as_they_are() {
+    let small = json!({"protocolVersion": "2025-11-25", "capabilities": {"experimental": {"x": 1}},
+                       "clientInfo": {"name": "c", "version": "1", "icons": []}, "_meta": {"k": "v"}});
+    assert_eq!(mnemosyne::mcp::sessions::kept_init(small.clone()), small);
 }
