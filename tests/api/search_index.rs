@@ -477,7 +477,11 @@ async fn a_word_stemmed_two_ways_is_one_word_for_relevance() {
 #[tokio::test]
 async fn a_second_process_given_the_same_index_directory_refuses_to_start() {
     let app = TestApp::spawn().await;
-    let dir = app.settings.index_dir.clone().expect("test apps have an index directory");
+    let dir = app
+        .settings
+        .index_dir
+        .clone()
+        .expect("test apps have an index directory");
     // Another `serve` process, on a port of its own, over the same directory.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
         .arg("serve")
@@ -502,7 +506,11 @@ async fn a_second_process_given_the_same_index_directory_refuses_to_start() {
     }
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a second process served from {}: {stderr}", dir.display());
+    assert!(
+        !out.status.success(),
+        "a second process served from {}: {stderr}",
+        dir.display()
+    );
     let pid = format!("pid {}", std::process::id());
     assert!(
         stderr.contains(&format!("MNEMOSYNE_INDEX_DIR={}", dir.display()))
@@ -514,7 +522,13 @@ async fn a_second_process_given_the_same_index_directory_refuses_to_start() {
     // test process), and the first server still answers.
     let replica = app.replica_with(app.settings.clone()).await;
     let lib = app.library("docs").await;
-    app.ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "kelp forests"})).await;
+    app.ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "kelp forests"}))
+        .await;
     let token = app.opaque_token(&[lib]).await;
-    assert_eq!(search(&mut replica.mcp(&token).connect().await, "kelp", json!({})).await.len(), 1);
+    assert_eq!(
+        search(&mut replica.mcp(&token).connect().await, "kelp", json!({}))
+            .await
+            .len(),
+        1
+    );
 }

@@ -229,7 +229,8 @@ impl SearchIndex {
     pub fn lock(mut self) -> anyhow::Result<Self> {
         use std::io::{Read, Seek, Write};
         let path = self.root.join(LOCK_FILE);
-        let fail = |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", self.root.display());
+        let fail =
+            |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", self.root.display());
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -669,7 +670,10 @@ pub async fn intent_sweep_loop(pool: PgPool, every: std::time::Duration) {
         tick.tick().await;
         match index_changes::record_pending(&pool, index_changes::Pending::OlderThan(INTENT_GRACE_SECS)).await {
             Ok(0) => {}
-            Ok(n) => tracing::warn!(changes = n, "recorded search index changes whose writes could not record them"),
+            Ok(n) => tracing::warn!(
+                changes = n,
+                "recorded search index changes whose writes could not record them"
+            ),
             Err(e) => {
                 tracing::debug!(error = %e, "search index intent sweep failed; retried on the next tick");
                 continue;

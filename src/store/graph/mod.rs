@@ -562,7 +562,12 @@ impl GraphStore {
 
     /// `record_change` for a write that began with `intend`: the change and
     /// the intent's removal in one statement. A failure leaves the intent.
-    pub(super) async fn record_intended(&self, intent: i64, library: &str, item: Option<&str>) -> Result<(), GraphError> {
+    pub(super) async fn record_intended(
+        &self,
+        intent: i64,
+        library: &str,
+        item: Option<&str>,
+    ) -> Result<(), GraphError> {
         crate::store::pg::index_changes::record_intended(&self.change_log, intent, library, item)
             .await
             .map(|_| ())
@@ -581,7 +586,10 @@ impl GraphStore {
     /// (`pg::index_changes::record_pending`): a delete's retry that finds
     /// nothing left calls it, so that what the first attempt removed from
     /// the graph is removed from every index before the retry answers.
-    pub(super) async fn record_pending(&self, which: crate::store::pg::index_changes::Pending<'_>) -> Result<(), GraphError> {
+    pub(super) async fn record_pending(
+        &self,
+        which: crate::store::pg::index_changes::Pending<'_>,
+    ) -> Result<(), GraphError> {
         crate::store::pg::index_changes::record_pending(&self.change_log, which)
             .await
             .map(|_| ())

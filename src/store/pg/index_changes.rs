@@ -103,10 +103,10 @@ pub enum Pending<'a> {
 /// Returns how many changes were recorded.
 pub async fn record_pending(pool: &PgPool, which: Pending<'_>) -> Result<usize, sqlx::Error> {
     let q = match which {
-        Pending::Item(item) => sqlx::query_as(
-            "SELECT DISTINCT library_uid, item_uid FROM index_intents WHERE item_uid = $1",
-        )
-        .bind(item.to_owned()),
+        Pending::Item(item) => {
+            sqlx::query_as("SELECT DISTINCT library_uid, item_uid FROM index_intents WHERE item_uid = $1")
+                .bind(item.to_owned())
+        }
         Pending::Libraries(libs) => sqlx::query_as(
             "SELECT DISTINCT library_uid, item_uid FROM index_intents
               WHERE item_uid IS NULL AND library_uid = ANY($1)",
