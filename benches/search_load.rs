@@ -634,8 +634,13 @@ async fn run() {
         .await
         .unwrap();
     fill(&graph.admin, &small, 5_000_000, 200).await;
-    users::grant(&pool, "load", &small, users::Role::Owner).await.unwrap();
-    let small_token = mnemosyne::service::tokens::mint(&pool, "load", "load-small", &[small.clone()], None)
+    // Another person's token: a user's tokens share the user's search
+    // slots and buckets, and the flood section measures one tenant beside another.
+    users::create(&pool, "load-small", None, false).await.unwrap();
+    users::grant(&pool, "load-small", &small, users::Role::Owner)
+        .await
+        .unwrap();
+    let small_token = mnemosyne::service::tokens::mint(&pool, "load-small", "load-small", &[small.clone()], None)
         .await
         .unwrap()
         .plaintext;

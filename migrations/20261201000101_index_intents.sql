@@ -5,8 +5,9 @@
 -- and removes its intent. When that statement fails (Postgres restarted
 -- between the two, a timeout), the intent stays: the client's retry of the
 -- delete (which then finds nothing in the graph) records it at once, and
--- every replica's sweep records whatever intents are older than a few
--- seconds until they expire. Recording a change that did not happen is
+-- a sweep (one replica at a time takes each intent) records what intents
+-- are older than a few seconds, and once more before they expire (for a
+-- graph commit that landed late). Recording a change that did not happen is
 -- harmless (indexes re-read the item from the graph); losing one left a
 -- deleted item searchable on every replica.
 CREATE TABLE index_intents (
@@ -14,8 +15,14 @@ CREATE TABLE index_intents (
     library_uid VARCHAR(200) NOT NULL,
     -- NULL: the whole library (a library delete).
     item_uid    VARCHAR(200),
-    at          TIMESTAMPTZ NOT NULL DEFAULT now()
+    -- The workspace whose delete this is (its retry finds no library left
+    -- to name).
+    workspace_id VARCHAR(200),
+    at          TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- When a sweep last recorded it (NULL: never).
+    swept       TIMESTAMPTZ
 );
 CREATE INDEX index_intents_at_idx ON index_intents (at);
 CREATE INDEX index_intents_item_idx ON index_intents (item_uid) WHERE item_uid IS NOT NULL;
 CREATE INDEX index_intents_library_idx ON index_intents (library_uid) WHERE item_uid IS NULL;
+CREATE INDEX index_intents_workspace_idx ON index_intents (workspace_id) WHERE workspace_id IS NOT NULL;

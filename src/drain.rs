@@ -90,18 +90,18 @@ pub async fn track(State(drain): State<Arc<Drain>>, req: Request, next: Next) ->
             .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     }
     let Some(held) = held else { return resp };
-    resp.map(|body| axum::body::Body::new(Counted { body, _held: held }))
+    resp.map(|body| axum::body::Body::new(Holding { body, _held: held }))
 }
 
-/// A body that keeps its request counted in flight until it is sent or
-/// dropped; its length and end are the inner body's (a `Content-Length`
-/// stays).
-struct Counted {
-    body: axum::body::Body,
-    _held: InFlight,
+/// A body that holds `T` (its request counted in flight, a search's slot)
+/// until it is sent or dropped; its length and end are the inner body's (a
+/// `Content-Length` stays).
+pub(crate) struct Holding<T> {
+    pub(crate) body: axum::body::Body,
+    pub(crate) _held: T,
 }
 
-impl http_body::Body for Counted {
+impl<T: Send + Unpin + 'static> http_body::Body for Holding<T> {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 

@@ -158,7 +158,22 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr], which: For
     };
     match hops {
         Some(h) => rightmost_untrusted(peer, &h, &is_trusted),
-        None => peer,
+        None => {
+            let other = match which {
+                ForwardedHeader::Forwarded => "x-forwarded-for",
+                ForwardedHeader::XForwardedFor => "forwarded",
+            };
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if headers.contains_key(other) && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    configured = ?which,
+                    sent = other,
+                    "a trusted proxy sent only the forwarding header that is not configured \
+                     (MNEMOSYNE_FORWARDED_HEADER): its clients count under the proxy's address"
+                );
+            }
+            peer
+        }
     }
 }
 

@@ -118,6 +118,13 @@ impl SearchSlots {
             Some(u) if self.per_user > 0 => Some(lanes(format!("user\u{0}{u}"), self.per_user)),
             _ => None,
         };
+        // The token's own slot first: a token queued on its own limit holds
+        // none of its user's slots meanwhile.
+        let own_lanes = lanes(credential.to_owned(), self.per_credential);
+        let own = tokio::time::timeout_at(deadline, own_lanes.all.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
         let user_slot = match &user_lanes {
             Some(l) => Some(
                 tokio::time::timeout_at(deadline, l.all.clone().acquire_owned())
@@ -127,11 +134,6 @@ impl SearchSlots {
             ),
             None => None,
         };
-        let own_lanes = lanes(credential.to_owned(), self.per_credential);
-        let own = tokio::time::timeout_at(deadline, own_lanes.all.clone().acquire_owned())
-            .await
-            .ok()?
-            .ok()?;
         // Contended, it waits its turn on the one lane, but never longer than
         // the queue's deadline: past it, the search runs on its own slot (a
         // preference, never a refusal the credential's count would not give —

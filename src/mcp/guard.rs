@@ -437,6 +437,9 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
     let mut req = req;
     req.extensions_mut().insert::<Principal>(principal);
     if let Some(named) = &session {
+        // On a session a dropped connection is not a cancel (the client may
+        // resume the stream with Last-Event-ID): the work runs on, its slot
+        // held until it ends.
         let mut resp = match on_session(&state, named, req, (credential, user), is_delete, next).await {
             Ok(r) => r,
             Err(refused) => return refused,
@@ -445,9 +448,14 @@ async fn checked(State(state): State<Arc<Guard>>, req: Request, next: Next) -> R
             // Terminated: nothing to send back (clients expect 200 or 204).
             *resp.status_mut() = StatusCode::NO_CONTENT;
         }
-        return holding(resp, slot);
+        return holding(resp, slot, None);
     }
-    holding(open_session(&state, req, (credential, user), pending, next).await, slot)
+    // Outside a session, the caller is gone when this future is dropped
+    // (a JSON answer still being made) or the answer's body is (an event
+    // stream): either cancels the work.
+    let gone = slot.as_ref().map(|c| c.gone.clone().drop_guard());
+    let resp = open_session(&state, req, (credential, user), pending, next).await;
+    holding(resp, slot, gone)
 }
 
 /// A request on an existing session. A session this replica holds is
@@ -502,17 +510,17 @@ pub struct Caller {
     _slot: Option<Arc<crate::limits::search::SearchSlot>>,
 }
 
-/// The response, holding the call's `Caller` (its slot, if any) until its
-/// body has been sent or dropped, and cancelling the call's work then.
-fn holding(resp: Response, caller: Option<Caller>) -> Response {
+/// The response, holding the call's `Caller` (its slot, if any) and, for a
+/// call outside a session, the guard that cancels its work (`gone`), until
+/// the body has been sent or dropped.
+fn holding(resp: Response, caller: Option<Caller>, gone: Option<tokio_util::sync::DropGuard>) -> Response {
     let Some(caller) = caller else { return resp };
-    let (parts, body) = resp.into_parts();
-    let gone = caller.gone.clone().drop_guard();
-    let body = axum::body::Body::from_stream(futures::StreamExt::map(body.into_data_stream(), move |chunk| {
-        let _held = (&caller, &gone);
-        chunk
-    }));
-    Response::from_parts(parts, body)
+    resp.map(|body| {
+        axum::body::Body::new(crate::drain::Holding {
+            body,
+            _held: (caller, gone),
+        })
+    })
 }
 
 /// A session a request names: its id and the credential that owns it.
@@ -615,7 +623,14 @@ async fn stored_owner(
             return Err(refused());
         }
     }
-    let Ok(_permit) = state.lookups.in_flight.clone().try_acquire_owned() else {
+    // A short wait for a permit (clients rebuilding their sessions after a
+    // replica restart arrive together), then 429.
+    let permit = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        state.lookups.in_flight.clone().acquire_owned(),
+    )
+    .await;
+    let Ok(Ok(_permit)) = permit else {
         return Err(refused());
     };
     Ok(state.sessions.stored_owner(id).await)

@@ -117,12 +117,18 @@ impl KnowledgeServer {
         let deadline = self.state.deadline;
         let caller = parts.extensions.get::<crate::mcp::guard::Caller>().cloned();
         let work = async {
-            match &caller {
-                Some(c) => tokio::select! {
-                    out = work => out,
-                    () = c.gone.cancelled() => Err(ToolError::CallerGone),
-                },
-                None => work.await,
+            let gone = async {
+                match &caller {
+                    Some(c) => c.gone.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // rmcp's own token: the client's notifications/cancelled (and,
+            // outside a session, its disconnect).
+            tokio::select! {
+                out = work => out,
+                () = gone => Err(ToolError::CallerGone),
+                () = ctx.ct.cancelled() => Err(ToolError::CallerGone),
             }
         };
         let out = tokio::time::timeout(deadline, work)

@@ -75,10 +75,11 @@ pub async fn delete_workspace(
             Some(_) => {}
         }
     }
-    graph.delete_libraries(&deleted).await?;
+    graph.delete_libraries_of(&deleted, Some(ws.as_str())).await?;
     // A retry after a delete whose record failed finds nothing left: its
-    // change is recorded now, before the answer.
+    // changes are recorded now, before the answer.
     graph.settle_library_deletes(&cleared).await?;
+    graph.settle_workspace_delete(ws.as_str()).await?;
     let mut notes = Vec::new();
     if !deleted.is_empty() {
         notes.push(format!("workspace:{ws}"));

@@ -32,15 +32,19 @@ impl Drop for Bouncer {
         if let Some(pid) = std::fs::read_to_string(self.dir.join("pgbouncer.pid"))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|pid| *pid > 1)
         {
+            let alive = || unsafe { libc::kill(pid, 0) } == 0;
             unsafe { libc::kill(pid, libc::SIGTERM) };
             for _ in 0..50 {
-                if unsafe { libc::kill(pid, 0) } != 0 {
+                if !alive() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            if alive() {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

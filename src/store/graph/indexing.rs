@@ -172,13 +172,44 @@ pub struct SearchIndex {
     /// The decoded vector codes of the indexes' segments, under one budget.
     codes: Arc<CodeCache>,
     metrics: Metrics,
-    /// The directory's lock while this process serves from it (`lock`).
-    lock: Option<std::fs::File>,
+    /// This server's use of the directory's lock (`lock`).
+    dir: Option<DirHold>,
 }
 
 /// The file under an index directory that the serving process holds locked
 /// (and in which it writes its pid and host).
 const LOCK_FILE: &str = ".mnemosyne-serve.lock";
+
+/// The index directories this process holds the lock of: how many of its
+/// servers use each (they may share one: a test process, a server
+/// restarted in it), and the locked file, closed (the lock released) when
+/// the last of them stops.
+fn locked_here() -> std::sync::MutexGuard<'static, HashMap<PathBuf, (usize, std::fs::File)>> {
+    static LOCKED: std::sync::OnceLock<Mutex<HashMap<PathBuf, (usize, std::fs::File)>>> = std::sync::OnceLock::new();
+    LOCKED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// One server's use of a locked index directory (`SearchIndex::lock`).
+struct DirHold(PathBuf);
+
+impl Drop for DirHold {
+    fn drop(&mut self) {
+        let mut held = locked_here();
+        if let Some((n, _)) = held.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.0);
+            }
+        }
+    }
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned())
+}
 
 /// The directory name of a library's index (uids may hold any character).
 fn dir_name(uid: &str) -> String {
@@ -216,7 +247,7 @@ impl SearchIndex {
             model: model.to_owned(),
             codes: CodeCache::new(vector_chunks.saturating_mul(vectors::quantized_len(dim))),
             metrics: Metrics::new(),
-            lock: None,
+            dir: None,
         })
     }
 
@@ -225,10 +256,18 @@ impl SearchIndex {
     /// garbage-collect the other's segments, so the second one refuses to
     /// start, naming the directory and the process holding it. The lock is
     /// the operating system's (`flock`, released when the process ends,
-    /// however it ends); servers of one process (tests) may share it.
+    /// however it ends), held for the process's life once taken; servers of
+    /// one process (tests, a server restarted in it) share it.
     pub fn lock(mut self) -> anyhow::Result<Self> {
         use std::io::{Read, Seek, Write};
-        let path = self.root.join(LOCK_FILE);
+        let root = canonical(&self.root);
+        let mut held = locked_here();
+        if let Some((n, _)) = held.get_mut(&root) {
+            *n += 1;
+            drop(held);
+            self.dir = Some(DirHold(root));
+            return Ok(self);
+        }
         let fail =
             |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", self.root.display());
         let mut file = std::fs::OpenOptions::new()
@@ -236,7 +275,7 @@ impl SearchIndex {
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&path)
+            .open(root.join(LOCK_FILE))
             .map_err(fail)?;
         match file.try_lock() {
             Ok(()) => {
@@ -244,16 +283,15 @@ impl SearchIndex {
                 file.set_len(0).map_err(fail)?;
                 file.rewind().map_err(fail)?;
                 write!(file, "pid {} host {}\n", std::process::id(), host.trim()).map_err(fail)?;
-                self.lock = Some(file);
+                held.insert(root.clone(), (1, file));
+                drop(held);
+                self.dir = Some(DirHold(root));
                 Ok(self)
             }
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                if holder.split_whitespace().nth(1) == Some(std::process::id().to_string().as_str()) {
-                    return Ok(self); // this very process already serves from it
-                }
                 anyhow::bail!(
                     "MNEMOSYNE_INDEX_DIR={} is in use by another mnemosyne process ({}): each replica needs an index directory of its own",
                     self.root.display(),
@@ -654,21 +692,24 @@ pub async fn sweep_loop(pool: PgPool, every: std::time::Duration) {
 }
 
 /// Seconds after which a write's intent is recorded by the sweep (a write
-/// still running then records its change again: harmless), and after which
-/// it is dropped (recorded once a tick until then).
+/// still running then records its change again: harmless), after which it
+/// is recorded once more (a graph commit that landed late), and after which
+/// it is dropped.
 pub const INTENT_GRACE_SECS: f64 = 5.0;
+pub const INTENT_LATE_SECS: f64 = 540.0;
 pub const INTENT_KEPT_SECS: f64 = 600.0;
 
 /// Records the changes of writes that committed in the graph but could not
 /// record them (Postgres failed between the two, or the caller gave up), and
-/// whose client never retried: every `every`, each intent older than
-/// `INTENT_GRACE_SECS` (`pg::index_changes::record_pending`). Every replica
-/// may run it; a change recorded twice is only re-read twice.
+/// whose client never retried: every `every`, the intents older than
+/// `INTENT_GRACE_SECS`, and once more past `INTENT_LATE_SECS`
+/// (`pg::index_changes::sweep_intents`). Every replica runs it; each intent
+/// is taken by one of them.
 pub async fn intent_sweep_loop(pool: PgPool, every: std::time::Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        match index_changes::record_pending(&pool, index_changes::Pending::OlderThan(INTENT_GRACE_SECS)).await {
+        match index_changes::sweep_intents(&pool, INTENT_GRACE_SECS, INTENT_LATE_SECS).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(
                 changes = n,

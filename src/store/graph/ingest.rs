@@ -578,7 +578,7 @@ impl AdminGraph {
         // The change is intended before the graph is touched, so that a
         // commit whose record fails (or whose caller gave up) is still
         // recorded: by the retry, or by the sweep.
-        let intent = self.0.intend(w.library_uid, Some(w.uid)).await?;
+        let intent = self.0.intend(w.library_uid, Some(w.uid), None).await?;
         // Find-or-create: two first ingests of one uid race on the Item's
         // uniqueness; the loser's next attempt finds the winner's item.
         let outcome = match self.0.transaction("write item", true, steps).await? {
@@ -619,7 +619,7 @@ impl AdminGraph {
                 return Ok(false);
             };
             let lib = existing.library_uid;
-            let intent = self.0.intend(&lib, Some(uid)).await?;
+            let intent = self.0.intend(&lib, Some(uid), None).await?;
             let expected = lib.clone();
             let steps = vec![
                 Step::run(
@@ -701,12 +701,19 @@ impl AdminGraph {
     /// An interrupted delete leaves the library in place, refusing ingests
     /// (409); running it again finishes it.
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
+        self.delete_libraries_of(libs, None).await
+    }
+
+    /// `delete_libraries` for the delete of `workspace`, whose libraries
+    /// they are: its retry, which finds none left, settles by the workspace
+    /// (`settle_workspace_delete`).
+    pub async fn delete_libraries_of(&self, libs: &[String], workspace: Option<&str>) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
         }
         let mut intents = Vec::with_capacity(libs.len());
         for lib in libs {
-            intents.push(self.0.intend(lib, None).await?);
+            intents.push(self.0.intend(lib, None, workspace).await?);
         }
         const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
@@ -789,6 +796,12 @@ impl AdminGraph {
             return Ok(());
         }
         self.0.record_pending(Pending::Libraries(libs)).await
+    }
+
+    /// `settle_library_deletes` for every library an earlier delete of
+    /// `workspace` began on.
+    pub async fn settle_workspace_delete(&self, workspace: &str) -> Result<(), GraphError> {
+        self.0.record_pending(Pending::Workspace(workspace)).await
     }
 }
 

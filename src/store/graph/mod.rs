@@ -554,8 +554,13 @@ impl GraphStore {
     /// the commit fails, the intent is what makes the retry, or the sweep,
     /// record it. A failure here is the write's failure, before anything
     /// was written.
-    pub(super) async fn intend(&self, library: &str, item: Option<&str>) -> Result<i64, GraphError> {
-        crate::store::pg::index_changes::intend(&self.change_log, library, item)
+    pub(super) async fn intend(
+        &self,
+        library: &str,
+        item: Option<&str>,
+        workspace: Option<&str>,
+    ) -> Result<i64, GraphError> {
+        crate::store::pg::index_changes::intend(&self.change_log, library, item, workspace)
             .await
             .map_err(|e| GraphError::Unavailable(format!("postgres: recording a write's intent: {e}")))
     }

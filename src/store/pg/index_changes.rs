@@ -25,7 +25,11 @@ pub async fn epoch(pool: &PgPool) -> Result<String, sqlx::Error> {
 /// changed; returns the library's new sequence number. One statement, so
 /// the counter and its change row commit together; the counter's row lock
 /// makes a library's sequence numbers commit in order.
-pub async fn record(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) -> Result<i64, sqlx::Error> {
+pub async fn record<'e>(
+    pool: impl sqlx::PgExecutor<'e>,
+    library_uid: &str,
+    item_uid: Option<&str>,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "WITH s AS (
              INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
@@ -45,12 +49,20 @@ pub async fn record(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) ->
 /// make (`item_uid` of `library_uid`; None: the whole library); returns the
 /// intent's id. Kept until `record_intended` records the change (or the
 /// sweep does, when that failed): see migration `..._index_intents.sql`.
-pub async fn intend(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("INSERT INTO index_intents (library_uid, item_uid) VALUES ($1, $2) RETURNING id")
-        .bind(library_uid)
-        .bind(item_uid)
-        .fetch_one(pool)
-        .await
+pub async fn intend(
+    pool: &PgPool,
+    library_uid: &str,
+    item_uid: Option<&str>,
+    workspace_id: Option<&str>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO index_intents (library_uid, item_uid, workspace_id) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(library_uid)
+    .bind(item_uid)
+    .bind(workspace_id)
+    .fetch_one(pool)
+    .await
 }
 
 /// `record`, and the removal of the write's intent, in one statement (both
@@ -93,8 +105,8 @@ pub enum Pending<'a> {
     Item(&'a str),
     /// Those of whole libraries (a library or workspace delete's retry).
     Libraries(&'a [String]),
-    /// Every intent older than this many seconds (the sweep).
-    OlderThan(f64),
+    /// Those of a workspace's delete (its retry, which finds no library).
+    Workspace(&'a str),
 }
 
 /// Records the change of every intent `which` selects (once per library and
@@ -112,11 +124,10 @@ pub async fn record_pending(pool: &PgPool, which: Pending<'_>) -> Result<usize, 
               WHERE item_uid IS NULL AND library_uid = ANY($1)",
         )
         .bind(libs.to_vec()),
-        Pending::OlderThan(secs) => sqlx::query_as(
-            "SELECT DISTINCT library_uid, item_uid FROM index_intents
-              WHERE at < now() - make_interval(secs => $1)",
-        )
-        .bind(secs),
+        Pending::Workspace(ws) => {
+            sqlx::query_as("SELECT DISTINCT library_uid, item_uid FROM index_intents WHERE workspace_id = $1")
+                .bind(ws.to_owned())
+        }
     };
     let pending: Vec<(String, Option<String>)> = q.fetch_all(pool).await?;
     for (library, item) in &pending {
@@ -125,8 +136,38 @@ pub async fn record_pending(pool: &PgPool, which: Pending<'_>) -> Result<usize, 
     Ok(pending.len())
 }
 
+/// The sweep's part: records, in one transaction, the changes of intents
+/// older than `grace` seconds that no sweep recorded yet, and once more of
+/// those older than `late` seconds (a graph commit that landed late), at
+/// most 1,000 at a time; each intent is taken by one replica (`SKIP
+/// LOCKED`). Returns how many changes were recorded.
+pub async fn sweep_intents(pool: &PgPool, grace: f64, late: f64) -> Result<usize, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let taken: Vec<(String, Option<String>)> = sqlx::query_as(
+        "UPDATE index_intents SET swept = now()
+          WHERE id IN (SELECT id FROM index_intents
+                        WHERE at < now() - make_interval(secs => $1)
+                          AND (swept IS NULL
+                               OR (swept < at + make_interval(secs => $2)
+                                   AND at < now() - make_interval(secs => $2)))
+                        ORDER BY id LIMIT 1000
+                        FOR UPDATE SKIP LOCKED)
+          RETURNING library_uid, item_uid",
+    )
+    .bind(grace)
+    .bind(late)
+    .fetch_all(&mut *tx)
+    .await?;
+    let distinct: std::collections::BTreeSet<(String, Option<String>)> = taken.into_iter().collect();
+    for (library, item) in &distinct {
+        record(&mut *tx, library, item.as_deref()).await?;
+    }
+    tx.commit().await?;
+    Ok(distinct.len())
+}
+
 /// Removes intents older than `secs` seconds (after the sweep recorded
-/// them, many times over); returns how many went.
+/// them); returns how many went.
 pub async fn expire_intents(pool: &PgPool, secs: f64) -> Result<u64, sqlx::Error> {
     sqlx::query("DELETE FROM index_intents WHERE at < now() - make_interval(secs => $1)")
         .bind(secs)
