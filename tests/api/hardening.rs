@@ -281,6 +281,20 @@ async fn unknown_session_ids_cost_a_bounded_number_of_reads_before_authenticatio
     }
 }
 
+/// `body` posted on session `sid` of `app` with `token`.
+async fn on_session(app: &TestApp, token: &str, sid: &str, body: serde_json::Value) -> reqwest::Response {
+    app.http
+        .post(app.url("/mcp/"))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Mcp-Session-Id", sid)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_large_initialize_is_kept_small_and_its_session_still_rebuilds_on_another_replica() {
     let a = TestApp::spawn().await;
@@ -301,17 +315,13 @@ async fn a_large_initialize_is_kept_small_and_its_session_still_rebuilds_on_anot
         .await;
     assert_eq!(ex.status, StatusCode::OK, "{ex:?}");
     let sid = ex.headers["mcp-session-id"].to_str().unwrap().to_owned();
-    let r = a
-        .http
-        .post(a.url("/mcp/"))
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Mcp-Session-Id", &sid)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .send()
-        .await
-        .unwrap();
+    let r = on_session(
+        &a,
+        &token,
+        &sid,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     assert!(r.status().is_success());
     let (kept, name): (i32, String) = sqlx::query_as(
         "SELECT octet_length(init_params::text), init_params->'clientInfo'->>'name' FROM mcp_sessions WHERE id = $1",
@@ -326,18 +336,14 @@ async fn a_large_initialize_is_kept_small_and_its_session_still_rebuilds_on_anot
     );
     assert_eq!(name, "big-client");
     // The session, named on the other replica, is rebuilt there and serves.
-    let ex = b
-        .http
-        .post(b.url("/mcp/"))
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Mcp-Session-Id", &sid)
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .header("Accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                      "params": {"name": "list_libraries", "arguments": {}}}))
-        .send()
-        .await
-        .unwrap();
+    let ex = on_session(
+        &b,
+        &token,
+        &sid,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "list_libraries", "arguments": {}}}),
+    )
+    .await;
     assert_eq!(ex.status(), StatusCode::OK);
     assert!(ex.text().await.unwrap().contains(&lib));
 }

@@ -14,6 +14,20 @@ pub struct Change {
     pub item_uid: Option<String>,
 }
 
+/// One change of `$1` (library) for `$2` (item or NULL): the counter bumped
+/// under its row lock and the change row, in one statement (after `WITH`).
+macro_rules! bump_sql {
+    () => {
+        "s AS (
+             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
+             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + 1
+             RETURNING seq)
+         INSERT INTO index_changes (library_uid, seq, item_uid)
+         SELECT $1, s.seq, $2 FROM s
+         RETURNING seq"
+    };
+}
+
 /// This database's identity (what an index's sequence numbers refer to).
 pub async fn epoch(pool: &PgPool) -> Result<String, sqlx::Error> {
     sqlx::query_scalar("SELECT id::text FROM index_epoch")
@@ -30,19 +44,11 @@ pub async fn record<'e>(
     library_uid: &str,
     item_uid: Option<&str>,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "WITH s AS (
-             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
-             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + 1
-             RETURNING seq)
-         INSERT INTO index_changes (library_uid, seq, item_uid)
-         SELECT $1, s.seq, $2 FROM s
-         RETURNING seq",
-    )
-    .bind(library_uid)
-    .bind(item_uid)
-    .fetch_one(pool)
-    .await
+    sqlx::query_scalar(concat!("WITH ", bump_sql!()))
+        .bind(library_uid)
+        .bind(item_uid)
+        .fetch_one(pool)
+        .await
 }
 
 /// Records, before a write touches the graph, the change it is about to
@@ -73,16 +79,10 @@ pub async fn record_intended(
     library_uid: &str,
     item_uid: Option<&str>,
 ) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "WITH done AS (DELETE FROM index_intents WHERE id = $3),
-              s AS (
-             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
-             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + 1
-             RETURNING seq)
-         INSERT INTO index_changes (library_uid, seq, item_uid)
-         SELECT $1, s.seq, $2 FROM s
-         RETURNING seq",
-    )
+    sqlx::query_scalar(concat!(
+        "WITH done AS (DELETE FROM index_intents WHERE id = $3), ",
+        bump_sql!()
+    ))
     .bind(library_uid)
     .bind(item_uid)
     .bind(intent)
