@@ -282,7 +282,7 @@ impl SearchIndex {
                 let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
                 file.set_len(0).map_err(fail)?;
                 file.rewind().map_err(fail)?;
-                write!(file, "pid {} host {}\n", std::process::id(), host.trim()).map_err(fail)?;
+                writeln!(file, "pid {} host {}", std::process::id(), host.trim()).map_err(fail)?;
                 held.insert(root.clone(), (1, file));
                 drop(held);
                 self.dir = Some(DirHold(root));
