@@ -16,6 +16,7 @@ mod fuzz_seeds;
 mod ingest;
 mod libraries;
 mod mcp;
+mod oauth;
 mod observability;
 mod pgbouncer;
 mod rate_limits;
