@@ -187,8 +187,9 @@ pub struct Settings {
     pub oauth_access_token_secs: u64,
 
     /// Dynamic client registrations (RFC 7591) one client address may make
-    /// a minute (0 = no limit).
-    #[arg(long, env = "MNEMOSYNE_OAUTH_REGISTRATIONS_PER_MINUTE", default_value_t = 10, global = true)]
+    /// a minute over the deployment, in bursts of ten seconds' worth (0 = no
+    /// limit).
+    #[arg(long, env = "MNEMOSYNE_OAUTH_REGISTRATIONS_PER_MINUTE", default_value_t = 60, global = true)]
     pub oauth_registrations_per_minute: u32,
 
     /// Chunk size (characters) of the ingest splitter.

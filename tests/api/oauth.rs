@@ -155,6 +155,8 @@ impl World {
         let request = path.rsplit('=').next().unwrap().to_owned();
         let mut all: Vec<(&str, &str)> = vec![("request", &request)];
         all.extend_from_slice(fields);
+        // The tool boxes come checked: a browser sends them all.
+        all.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
         let r = console.post("/admin/oauth/consent", &all).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
         r.location().to_owned()
@@ -335,7 +337,8 @@ async fn registration_refuses_redirects_that_are_not_https_loopback_or_native() 
 
 #[tokio::test]
 async fn registration_is_rate_limited_per_address_and_audited() {
-    let app = TestApp::spawn_with(|s| s.oauth_registrations_per_minute = 2).await;
+    // 12 a minute: a burst of two.
+    let app = TestApp::spawn_with(|s| s.oauth_registrations_per_minute = 12).await;
     register(&app, &[REDIRECT]).await;
     register(&app, &[REDIRECT]).await;
     let r = app
@@ -391,12 +394,12 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
         assert!(!page.body[at..at + tag_end].contains("checked"), "nothing granted by default");
     }
     let request = path.rsplit('=').next().unwrap().to_owned();
-    let r = c
-        .post(
-            "/admin/oauth/consent",
-            &[("request", &request), ("decision", "approve"), ("library", &w.lib_a), ("lifetime", "30")],
-        )
-        .await;
+    for t in mnemosyne::mcp::TOOLS {
+        assert!(page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")), "{t} offered");
+    }
+    let mut fields = vec![("request", request.as_str()), ("decision", "approve"), ("library", &w.lib_a), ("lifetime", "30")];
+    fields.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
+    let r = c.post("/admin/oauth/consent", &fields).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     let p = params(r.location());
     assert_eq!(p["state"], STATE);
@@ -762,6 +765,38 @@ async fn a_reused_refresh_token_is_invalid_grant_and_revokes_the_whole_grant() {
         .await
         .unwrap();
     assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn the_tools_picked_on_the_consent_page_are_the_tokens_allowlist() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let path = w.consent_path().await;
+    c.get(&path).await;
+    let request = path.rsplit('=').next().unwrap().to_owned();
+    let r = c
+        .post(
+            "/admin/oauth/consent",
+            &[("request", &request), ("decision", "approve"), ("library", &w.lib_a), ("tool", "list_libraries"), ("lifetime", "1")],
+        )
+        .await;
+    let code = params(r.location())["code"].clone();
+    let (status, t) = w.exchange(&code, VERIFIER).await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let mut mcp = w.app.mcp(t["access_token"].as_str().unwrap()).connect().await;
+    assert_eq!(mcp.library_uids().await, vec![w.lib_a.clone()]);
+    let ex = mcp.call_raw("search", json!({"query": "quokkas"}), None).await;
+    assert!(ex.response().get("error").is_some(), "search was not granted: {:?}", ex.response());
+    // A tool beyond the person's ceiling cannot be granted.
+    sqlx::query("UPDATE users SET max_tools = '{search}' WHERE username = $1")
+        .bind(&w.alice)
+        .execute(&w.app.pg)
+        .await
+        .unwrap();
+    let to = w
+        .answer(&mut c, &[("decision", "approve"), ("library", &w.lib_a), ("lifetime", "1")])
+        .await;
+    assert_eq!(params(&to)["error"], "invalid_scope", "{to}");
 }
 
 #[tokio::test]
