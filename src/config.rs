@@ -183,13 +183,23 @@ pub struct Settings {
 
     /// Lifetime of an OAuth access token, in seconds (its refresh token
     /// lives as long as the grant the person picked).
-    #[arg(long, env = "MNEMOSYNE_OAUTH_ACCESS_TOKEN_SECS", default_value_t = 3600, global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_OAUTH_ACCESS_TOKEN_SECS",
+        default_value_t = 3600,
+        global = true
+    )]
     pub oauth_access_token_secs: u64,
 
     /// Dynamic client registrations (RFC 7591) one client address may make
     /// a minute over the deployment, in bursts of ten seconds' worth (0 = no
     /// limit).
-    #[arg(long, env = "MNEMOSYNE_OAUTH_REGISTRATIONS_PER_MINUTE", default_value_t = 60, global = true)]
+    #[arg(
+        long,
+        env = "MNEMOSYNE_OAUTH_REGISTRATIONS_PER_MINUTE",
+        default_value_t = 60,
+        global = true
+    )]
     pub oauth_registrations_per_minute: u32,
 
     /// Chunk size (characters) of the ingest splitter.

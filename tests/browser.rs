@@ -627,13 +627,18 @@ async fn a_person_grants_one_of_two_libraries_on_the_oauth_consent_page() {
 
     // The client's loopback redirect: a page that only says it was reached.
     let (listener, callback_origin) = loopback_listener().await;
-    serve_page(listener, "<!doctype html><title>callback</title><p>back in the client</p>".into());
+    serve_page(
+        listener,
+        "<!doctype html><title>callback</title><p>back in the client</p>".into(),
+    );
     let redirect = format!("{callback_origin}/");
     let http = reqwest::Client::new();
     let reg: Value = http
         .post(app.url("/oauth/register"))
-        .json(&json!({"client_name": "Browser test client", "redirect_uris": [redirect],
-                      "token_endpoint_auth_method": "none"}))
+        .json(
+            &json!({"client_name": "Browser test client", "redirect_uris": [redirect],
+                      "token_endpoint_auth_method": "none"}),
+        )
         .send()
         .await
         .unwrap()
@@ -664,7 +669,10 @@ async fn a_person_grants_one_of_two_libraries_on_the_oauth_consent_page() {
     br.fill("input[name=password]", PASSWORD).await;
     br.click("form[action='/admin/login'] button[type=submit]").await;
     let consent = br.wait_text("Connect an MCP client").await;
-    assert!(consent.contains("Browser test client") && consent.contains(&lib_b), "{consent}");
+    assert!(
+        consent.contains("Browser test client") && consent.contains(&lib_b),
+        "{consent}"
+    );
     br.shot("oauth-consent").await;
     for lib in [&lib_a, &lib_b] {
         let boxed = br.css(&format!("input[name=library][value='{lib}']")).await;

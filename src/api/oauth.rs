@@ -126,11 +126,15 @@ async fn register(State(state): State<AppState>, req: Request) -> Response {
     }
     let Ok(bytes) = axum::body::to_bytes(body, FORM_LIMIT).await else {
         count(&state, "register", "invalid_client_metadata");
-        return error_response(&OAuthError::InvalidClientMetadata("the registration is too large".into()));
+        return error_response(&OAuthError::InvalidClientMetadata(
+            "the registration is too large".into(),
+        ));
     };
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         count(&state, "register", "invalid_client_metadata");
-        return error_response(&OAuthError::InvalidClientMetadata("the registration is not JSON".into()));
+        return error_response(&OAuthError::InvalidClientMetadata(
+            "the registration is not JSON".into(),
+        ));
     };
     match service::register(&state.pg, &issuer, &format!("oauth:{address}"), "dcr", &request).await {
         Ok(answer) => {
@@ -243,7 +247,11 @@ async fn token(State(state): State<AppState>, headers: axum::http::HeaderMap, bo
         Err((e, reuse)) => {
             if let Some(service::Reuse::Revoked(grant)) = reuse {
                 count(&state, step, "reuse_revoked");
-                tracing::warn!(grant, step, "oauth: a spent code or refresh token came back; grant revoked");
+                tracing::warn!(
+                    grant,
+                    step,
+                    "oauth: a spent code or refresh token came back; grant revoked"
+                );
                 let _ = state.changes.fence().await;
             } else {
                 count(&state, step, e.code());

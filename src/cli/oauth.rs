@@ -97,9 +97,11 @@ pub(super) async fn run(
             {
                 anyhow::bail!("no client {client_id}");
             }
-            emit(json, serde_json::json!({"client_id": client_id, "removed": true}), || {
-                println!("client {client_id} removed with its grants")
-            });
+            emit(
+                json,
+                serde_json::json!({"client_id": client_id, "removed": true}),
+                || println!("client {client_id} removed with its grants"),
+            );
         }
         OAuthCmd::Grant(GrantCmd::List { user, all }) => {
             let list = store::grants(pool, user.as_deref(), all).await?;
@@ -123,7 +125,11 @@ pub(super) async fn run(
                         "{:<6} {:<20} {:<25} {:<7} {:<25} {:<20} {}",
                         g.id,
                         g.username,
-                        if g.client_name.is_empty() { &g.client_id } else { &g.client_name },
+                        if g.client_name.is_empty() {
+                            &g.client_id
+                        } else {
+                            &g.client_name
+                        },
                         g.active,
                         g.expires_at.to_rfc3339(),
                         tools_human(g.allowed_tools.as_deref()),

@@ -156,10 +156,7 @@ pub fn s256(verifier: &str) -> String {
 
 /// RFC 7636 §4.1: 43–128 characters of `[A-Za-z0-9-._~]`.
 fn valid_verifier(v: &str) -> bool {
-    (43..=128).contains(&v.len())
-        && v
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+    (43..=128).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
 }
 
 /// A challenge as S256 makes it: 43 base64url characters.
@@ -265,14 +262,20 @@ pub async fn register(
     request: &Value,
 ) -> Result<Value, OAuthError> {
     let meta = |m: &str| OAuthError::InvalidClientMetadata(m.to_owned());
-    let obj = request.as_object().ok_or_else(|| meta("the registration must be a JSON object"))?;
+    let obj = request
+        .as_object()
+        .ok_or_else(|| meta("the registration must be a JSON object"))?;
     let uris: Vec<String> = match obj.get("redirect_uris") {
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| v.as_str().map(str::to_owned))
             .collect::<Option<_>>()
             .ok_or_else(|| OAuthError::InvalidRedirectUri("redirect_uris must be strings".into()))?,
-        _ => return Err(OAuthError::InvalidRedirectUri("redirect_uris is required (a list)".into())),
+        _ => {
+            return Err(OAuthError::InvalidRedirectUri(
+                "redirect_uris is required (a list)".into(),
+            ))
+        }
     };
     if uris.is_empty() || uris.len() > MAX_REDIRECT_URIS {
         return Err(OAuthError::InvalidRedirectUri(format!(
@@ -433,7 +436,9 @@ pub async fn authorize(pg: &PgPool, issuer: &Issuer, q: &AuthorizeQuery) -> Resu
         error,
     };
     if state.is_some_and(|s| s.len() > 1000) {
-        return Err(refuse(OAuthError::InvalidRequest("state is longer than 1000 characters".into())));
+        return Err(refuse(OAuthError::InvalidRequest(
+            "state is longer than 1000 characters".into(),
+        )));
     }
     if q.response_type.as_deref() != Some("code") {
         return Err(refuse(OAuthError::UnsupportedResponseType));
@@ -614,12 +619,16 @@ async fn checked_pick(
     consent: &Consent<'_>,
 ) -> Result<Result<(Vec<String>, Option<Vec<String>>), OAuthError>, sqlx::Error> {
     if !LIFETIME_DAYS.contains(&consent.lifetime_days) {
-        return Ok(Err(OAuthError::InvalidRequest("the lifetime is not one offered".into())));
+        return Ok(Err(OAuthError::InvalidRequest(
+            "the lifetime is not one offered".into(),
+        )));
     }
     let mut libs: Vec<String> = Vec::new();
     for l in consent.libraries {
         if crate::ids::LibraryUid::parse("library", l).is_err() || libs.len() >= super::tokens::MAX_TOKEN_LIBRARIES {
-            return Ok(Err(OAuthError::InvalidScope("a library picked is not a library uid".into())));
+            return Ok(Err(OAuthError::InvalidScope(
+                "a library picked is not a library uid".into(),
+            )));
         }
         if !libs.contains(l) {
             libs.push(l.clone());
@@ -889,13 +898,22 @@ async fn issue(
     client_name: &str,
     access_secs: u64,
 ) -> Result<Issued, sqlx::Error> {
-    let g = store::grant(&mut *tx, grant_id).await?.ok_or(sqlx::Error::RowNotFound)?;
+    let g = store::grant(&mut *tx, grant_id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
     let access = crate::service::tokens::new_token_plaintext();
     let expires_at: DateTime<Utc> = (Utc::now() + Duration::seconds(access_secs.max(1) as i64)).min(g.expires_at);
-    let name: String = format!("OAuth: {}", if client_name.is_empty() { &g.client_id } else { client_name })
-        .chars()
-        .take(200)
-        .collect();
+    let name: String = format!(
+        "OAuth: {}",
+        if client_name.is_empty() {
+            &g.client_id
+        } else {
+            client_name
+        }
+    )
+    .chars()
+    .take(200)
+    .collect();
     store::insert_access_token(
         tx,
         g.user_id,
@@ -933,7 +951,14 @@ pub async fn revoke(pg: &PgPool, client_id: &str, token: &str) -> Result<Option<
     if let Some(r) = store::lock_refresh(&mut tx, &hash).await? {
         if r.client_id == client_id && r.grant_active {
             store::revoke_grant_for_reuse(&mut tx, r.grant_id).await?;
-            pg::audit(&mut tx, &actor, "oauth_grant_revoked", &r.grant_id.to_string(), json!({"by": "client"})).await?;
+            pg::audit(
+                &mut tx,
+                &actor,
+                "oauth_grant_revoked",
+                &r.grant_id.to_string(),
+                json!({"by": "client"}),
+            )
+            .await?;
             tx.commit().await?;
             return Ok(Some(r.grant_id));
         }
@@ -942,7 +967,14 @@ pub async fn revoke(pg: &PgPool, client_id: &str, token: &str) -> Result<Option<
     if let Some((token_id, grant_id, owner)) = store::access_token_grant(&mut tx, &hash).await? {
         if owner == client_id {
             store::deactivate_token(&mut tx, token_id).await?;
-            pg::audit(&mut tx, &actor, "token_revoked", &token_id.to_string(), json!({"grant": grant_id})).await?;
+            pg::audit(
+                &mut tx,
+                &actor,
+                "token_revoked",
+                &token_id.to_string(),
+                json!({"grant": grant_id}),
+            )
+            .await?;
             tx.commit().await?;
             return Ok(Some(grant_id));
         }
@@ -991,11 +1023,20 @@ mod tests {
             "https://app.example/cb".to_owned(),
         ];
         assert!(redirect_matches(&reg, "http://127.0.0.1:4000/callback"));
-        assert!(redirect_matches(&reg, "http://127.0.0.1:53123/callback"), "RFC 8252 §7.3");
+        assert!(
+            redirect_matches(&reg, "http://127.0.0.1:53123/callback"),
+            "RFC 8252 §7.3"
+        );
         assert!(!redirect_matches(&reg, "http://127.0.0.1:53123/other"));
-        assert!(!redirect_matches(&reg, "http://localhost:4000/callback"), "another host");
+        assert!(
+            !redirect_matches(&reg, "http://localhost:4000/callback"),
+            "another host"
+        );
         assert!(redirect_matches(&reg, "https://app.example/cb"));
-        assert!(!redirect_matches(&reg, "https://app.example:8443/cb"), "ports vary on loopback only");
+        assert!(
+            !redirect_matches(&reg, "https://app.example:8443/cb"),
+            "ports vary on loopback only"
+        );
         assert!(!redirect_matches(&reg, "https://app.example/cb?x=1"));
         assert!(!redirect_matches(&reg, "https://evil.example/cb"));
     }
@@ -1006,8 +1047,14 @@ mod tests {
         assert!(check_redirect_uri("http://127.0.0.1/cb", true).is_ok());
         assert!(check_redirect_uri("http://[::1]:8080/cb", true).is_ok());
         assert!(check_redirect_uri("http://app.example/cb", true).is_err());
-        assert!(check_redirect_uri("http://app.example/cb", false).is_ok(), "plain-http development");
-        assert!(check_redirect_uri("com.example.app:/oauth", true).is_ok(), "RFC 8252 §7.1");
+        assert!(
+            check_redirect_uri("http://app.example/cb", false).is_ok(),
+            "plain-http development"
+        );
+        assert!(
+            check_redirect_uri("com.example.app:/oauth", true).is_ok(),
+            "RFC 8252 §7.1"
+        );
         assert!(check_redirect_uri("javascript:alert(1)", false).is_err());
         assert!(check_redirect_uri("https://app.example/cb#frag", true).is_err());
         assert!(check_redirect_uri("/relative", true).is_err());
@@ -1016,7 +1063,12 @@ mod tests {
     #[test]
     fn error_redirects_carry_state_and_iss() {
         let i = Issuer::new("https://mnemosyne.example/");
-        let to = error_redirect(&i, "https://app.example/cb?keep=1", Some("xyz"), &OAuthError::AccessDenied);
+        let to = error_redirect(
+            &i,
+            "https://app.example/cb?keep=1",
+            Some("xyz"),
+            &OAuthError::AccessDenied,
+        );
         let u = reqwest::Url::parse(&to).unwrap();
         let q: Vec<(String, String)> = u.query_pairs().into_owned().collect();
         assert_eq!(q[0], ("keep".into(), "1".into()));

@@ -267,7 +267,10 @@ async fn authorization_server_metadata_is_rfc_8414_from_the_public_url() {
         assert_eq!(m["revocation_endpoint"], format!("{b}/oauth/revoke"));
         assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
         assert_eq!(m["response_types_supported"], json!(["code"]));
-        assert_eq!(m["grant_types_supported"], json!(["authorization_code", "refresh_token"]));
+        assert_eq!(
+            m["grant_types_supported"],
+            json!(["authorization_code", "refresh_token"])
+        );
         assert_eq!(m["token_endpoint_auth_methods_supported"], json!(["none"]));
         assert_eq!(m["authorization_response_iss_parameter_supported"], true);
     }
@@ -315,7 +318,12 @@ async fn with_oauth_off_there_is_no_metadata_and_a_bare_challenge() {
 #[tokio::test]
 async fn registration_refuses_redirects_that_are_not_https_loopback_or_native() {
     let app = TestApp::spawn_with(|s| s.public_url = "https://mnemosyne.example".into()).await;
-    for bad in ["http://app.example/cb", "javascript:alert(1)", "https://app.example/cb#x", "/cb"] {
+    for bad in [
+        "http://app.example/cb",
+        "javascript:alert(1)",
+        "https://app.example/cb#x",
+        "/cb",
+    ] {
         let (status, body) = send(
             app.http
                 .post(app.url("/oauth/register"))
@@ -391,13 +399,24 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
         let boxed = format!("name=\"library\" value=\"{lib}\"");
         let at = page.body.find(&boxed).unwrap_or_else(|| panic!("{lib} offered"));
         let tag_end = page.body[at..].find('>').unwrap();
-        assert!(!page.body[at..at + tag_end].contains("checked"), "nothing granted by default");
+        assert!(
+            !page.body[at..at + tag_end].contains("checked"),
+            "nothing granted by default"
+        );
     }
     let request = path.rsplit('=').next().unwrap().to_owned();
     for t in mnemosyne::mcp::TOOLS {
-        assert!(page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")), "{t} offered");
+        assert!(
+            page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")),
+            "{t} offered"
+        );
     }
-    let mut fields = vec![("request", request.as_str()), ("decision", "approve"), ("library", &w.lib_a), ("lifetime", "30")];
+    let mut fields = vec![
+        ("request", request.as_str()),
+        ("decision", "approve"),
+        ("library", &w.lib_a),
+        ("lifetime", "30"),
+    ];
     fields.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
     let r = c.post("/admin/oauth/consent", &fields).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
@@ -435,13 +454,12 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
     assert_eq!(libs, vec![w.lib_a.as_str()], "{found}");
 
     // The access token is an opaque MCP token with an expiry and its grant.
-    let (expires, grant): (Option<chrono::DateTime<chrono::Utc>>, Option<i64>) = sqlx::query_as(
-        "SELECT expires_at, oauth_grant_id FROM mcp_tokens WHERE token_hash = $1",
-    )
-    .bind(mnemosyne::auth::resolver::token_hash(&access))
-    .fetch_one(&w.app.pg)
-    .await
-    .unwrap();
+    let (expires, grant): (Option<chrono::DateTime<chrono::Utc>>, Option<i64>) =
+        sqlx::query_as("SELECT expires_at, oauth_grant_id FROM mcp_tokens WHERE token_hash = $1")
+            .bind(mnemosyne::auth::resolver::token_hash(&access))
+            .fetch_one(&w.app.pg)
+            .await
+            .unwrap();
     assert!(expires.is_some() && grant.is_some());
 
     // Refresh: rotated; the new access token reads the same library.
@@ -449,10 +467,18 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
     assert_eq!(status, StatusCode::OK, "{fresh}");
     assert_ne!(fresh["refresh_token"], json!(refresh));
     let access2 = fresh["access_token"].as_str().unwrap();
-    assert_eq!(w.app.mcp(access2).connect().await.library_uids().await, vec![w.lib_a.clone()]);
+    assert_eq!(
+        w.app.mcp(access2).connect().await.library_uids().await,
+        vec![w.lib_a.clone()]
+    );
 
     let metrics = w.app.metrics().await;
-    for (step, outcome) in [("authorize", "ok"), ("consent", "ok"), ("token", "ok"), ("refresh", "ok")] {
+    for (step, outcome) in [
+        ("authorize", "ok"),
+        ("consent", "ok"),
+        ("token", "ok"),
+        ("refresh", "ok"),
+    ] {
         let line = format!("oauth_flows_total{{outcome=\"{outcome}\",step=\"{step}\"}} ");
         assert!(
             metrics.lines().any(|l| l.starts_with(&line) && !l.ends_with(" 0")),
@@ -481,7 +507,11 @@ async fn a_revoked_grant_is_refused_on_the_next_request_on_another_replica() {
     // Revoked on the first replica's console (My tokens).
     let mut c = w.signed_in().await;
     let me = c.get("/admin/me").await;
-    assert!(me.body.contains("Connected MCP clients") && me.body.contains("Test MCP client"), "{}", me.body);
+    assert!(
+        me.body.contains("Connected MCP clients") && me.body.contains("Test MCP client"),
+        "{}",
+        me.body
+    );
     let grant: i64 = sqlx::query_scalar("SELECT id FROM oauth_grants")
         .fetch_one(&w.app.pg)
         .await
@@ -538,7 +568,11 @@ async fn authorize_refuses_an_unknown_client_without_redirecting() {
 #[tokio::test]
 async fn authorize_refuses_a_redirect_not_registered_without_redirecting() {
     let w = world().await;
-    for bad in ["http://127.0.0.1:4000/elsewhere", "https://evil.example/callback", "http://localhost:4000/callback"] {
+    for bad in [
+        "http://127.0.0.1:4000/elsewhere",
+        "https://evil.example/callback",
+        "http://localhost:4000/callback",
+    ] {
         let r = w.authorize(&[("redirect_uri", Some(bad))]).await;
         assert!(location(&r).is_empty(), "{bad}: never redirected");
         let (status, body) = crate::helpers::json_of(r).await;
@@ -571,7 +605,10 @@ async fn authorize_with_plain_pkce_is_invalid_request() {
     let w = world().await;
     refused_by_redirect(
         &w,
-        &[("code_challenge_method", Some("plain")), ("code_challenge", Some(VERIFIER))],
+        &[
+            ("code_challenge_method", Some("plain")),
+            ("code_challenge", Some(VERIFIER)),
+        ],
         "invalid_request",
     )
     .await;
@@ -612,13 +649,20 @@ async fn a_grant_for_a_library_the_person_does_not_manage_is_invalid_scope() {
     let w = world().await;
     let foreign = w.app.library("oauth_foreign").await;
     let reader_only = w.app.library("oauth_read").await;
-    users::grant(&w.app.pg, &w.alice, &reader_only, Role::Reader).await.unwrap();
+    users::grant(&w.app.pg, &w.alice, &reader_only, Role::Reader)
+        .await
+        .unwrap();
     for lib in [&foreign, &reader_only] {
         let mut c = w.signed_in().await;
         let to = w
             .answer(
                 &mut c,
-                &[("decision", "approve"), ("library", &w.lib_a), ("library", lib), ("lifetime", "30")],
+                &[
+                    ("decision", "approve"),
+                    ("library", &w.lib_a),
+                    ("library", lib),
+                    ("lifetime", "30"),
+                ],
             )
             .await;
         let p = params(&to);
@@ -642,7 +686,12 @@ async fn a_consent_with_a_forged_csrf_token_is_refused() {
     let r = c
         .post_raw(
             "/admin/oauth/consent",
-            &[("csrf", "forged"), ("request", &request), ("decision", "approve"), ("library", &w.lib_a)],
+            &[
+                ("csrf", "forged"),
+                ("request", &request),
+                ("decision", "approve"),
+                ("library", &w.lib_a),
+            ],
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
@@ -689,7 +738,11 @@ async fn token_requests_name_the_rfc_6749_error() {
         .await;
     assert_error(status, &body, StatusCode::BAD_REQUEST, "unsupported_grant_type");
     let (status, body, _) = w
-        .token(&[("grant_type", "authorization_code"), ("code", "x"), ("client_id", "mcl_nobody")])
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", "x"),
+            ("client_id", "mcl_nobody"),
+        ])
         .await;
     assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
     let (status, body, _) = w
@@ -777,7 +830,13 @@ async fn the_tools_picked_on_the_consent_page_are_the_tokens_allowlist() {
     let r = c
         .post(
             "/admin/oauth/consent",
-            &[("request", &request), ("decision", "approve"), ("library", &w.lib_a), ("tool", "list_libraries"), ("lifetime", "1")],
+            &[
+                ("request", &request),
+                ("decision", "approve"),
+                ("library", &w.lib_a),
+                ("tool", "list_libraries"),
+                ("lifetime", "1"),
+            ],
         )
         .await;
     let code = params(r.location())["code"].clone();
@@ -786,7 +845,11 @@ async fn the_tools_picked_on_the_consent_page_are_the_tokens_allowlist() {
     let mut mcp = w.app.mcp(t["access_token"].as_str().unwrap()).connect().await;
     assert_eq!(mcp.library_uids().await, vec![w.lib_a.clone()]);
     let ex = mcp.call_raw("search", json!({"query": "quokkas"}), None).await;
-    assert!(ex.response().get("error").is_some(), "search was not granted: {:?}", ex.response());
+    assert!(
+        ex.response().get("error").is_some(),
+        "search was not granted: {:?}",
+        ex.response()
+    );
     // A tool beyond the person's ceiling cannot be granted.
     sqlx::query("UPDATE users SET max_tools = '{search}' WHERE username = $1")
         .bind(&w.alice)
@@ -794,7 +857,10 @@ async fn the_tools_picked_on_the_consent_page_are_the_tokens_allowlist() {
         .await
         .unwrap();
     let to = w
-        .answer(&mut c, &[("decision", "approve"), ("library", &w.lib_a), ("lifetime", "1")])
+        .answer(
+            &mut c,
+            &[("decision", "approve"), ("library", &w.lib_a), ("lifetime", "1")],
+        )
         .await;
     assert_eq!(params(&to)["error"], "invalid_scope", "{to}");
 }
@@ -821,7 +887,10 @@ async fn a_person_who_stops_managing_a_library_stops_reading_it_through_oauth() 
     let w = world().await;
     let t = w.tokens().await;
     let access = t["access_token"].as_str().unwrap();
-    assert_eq!(w.app.mcp(access).connect().await.library_uids().await, vec![w.lib_a.clone()]);
+    assert_eq!(
+        w.app.mcp(access).connect().await.library_uids().await,
+        vec![w.lib_a.clone()]
+    );
     users::revoke(&w.app.pg, &w.alice, &w.lib_a, Role::Owner).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await; // NOTIFY delivery
     assert!(w.app.mcp(access).connect().await.library_uids().await.is_empty());
@@ -845,8 +914,14 @@ async fn the_cli_adds_lists_and_removes_clients_and_revokes_grants() {
     let added: Value = serde_json::from_str(&out).unwrap();
     let id = added["client_id"].as_str().unwrap().to_owned();
     let list: Value = serde_json::from_str(&w.app.cli_ok(&["--json", "oauth", "client", "list"])).unwrap();
-    assert!(list.as_array().unwrap().iter().any(|c| c["client_id"] == id.as_str() && c["source"] == "cli"));
-    let (ok, _, err) = w.app.cli(&["oauth", "client", "add", "--name", "x", "--redirect-uri", "ftp://x/"]);
+    assert!(list
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["client_id"] == id.as_str() && c["source"] == "cli"));
+    let (ok, _, err) = w
+        .app
+        .cli(&["oauth", "client", "add", "--name", "x", "--redirect-uri", "ftp://x/"]);
     assert!(!ok && err.contains("invalid_redirect_uri"), "{err}");
 
     let t = w.tokens().await;
@@ -871,7 +946,11 @@ async fn staff_see_and_revoke_every_grant() {
     let staff = crate::admin::staff(&w.app, &format!("staff-{}", w.app.ns)).await;
     let mut c = Console::signed_in(&w.app, &staff, STAFF_PASSWORD).await;
     let page = c.get("/admin/tokens").await;
-    assert!(page.body.contains("Connected OAuth clients") && page.body.contains(&w.alice), "{}", page.body);
+    assert!(
+        page.body.contains("Connected OAuth clients") && page.body.contains(&w.alice),
+        "{}",
+        page.body
+    );
     let grant: i64 = sqlx::query_scalar("SELECT id FROM oauth_grants")
         .fetch_one(&w.app.pg)
         .await
