@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import uuid
-from urllib.parse import parse_qs, urljoin, urlparse
+from urllib.parse import parse_qs, urlencode, urljoin, urlparse
 
 import anyio
 import httpx2
@@ -100,7 +100,8 @@ class Person:
             tools = re.findall(r'name="tool" value="([^"]+)"', page)
             r = await b.post(
                 urljoin(self.base, "/admin/oauth/consent"),
-                data=[
+                headers={"content-type": "application/x-www-form-urlencoded"},
+                content=urlencode([
                     ("csrf", _hidden(page, "csrf")),
                     ("once", _hidden(page, "once")),
                     ("request", _hidden(page, "request")),
@@ -108,7 +109,7 @@ class Person:
                     ("library", self.library),
                     ("lifetime", "30"),
                     *[("tool", t) for t in tools],
-                ],
+                ]),
             )
             assert r.status_code == 303, r.text
             to = r.headers["location"]
@@ -175,7 +176,7 @@ async def test_the_sdk_connects_with_only_the_url_and_reads_exactly_the_library_
             assert first is not None and first.refresh_token and first.expires_in
 
             # Its token refreshes: the next request goes with a new one.
-            provider.context.token_expiry_time = 0
+            provider.context.token_expiry_time = 1.0  # long past (0 would mean "no expiry")
             async with Client(
                 streamable_http_client(stack.mcp_url, http_client=http),
                 mode="legacy",
