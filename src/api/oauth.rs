@@ -36,12 +36,17 @@ pub fn routes() -> Router<AppState> {
         .layer(middleware::from_fn(cross_origin))
 }
 
-/// The embedded server's issuer, or the 404 of a deployment without it.
-fn issuer(state: &AppState) -> Result<Issuer, Response> {
-    match state.settings.oauth_issuer() {
-        Some(_) => Ok(Issuer::new(&state.settings.public_url)),
-        None => Err(crate::error::ApiError::NotFound("no authorization server is configured".into()).into_response()),
-    }
+/// The embedded server's issuer; None when it is off (then `off()`).
+fn issuer(state: &AppState) -> Option<Issuer> {
+    state
+        .settings
+        .oauth_issuer()
+        .map(|_| Issuer::new(&state.settings.public_url))
+}
+
+/// The 404 of a deployment without the embedded server.
+fn off() -> Response {
+    crate::error::ApiError::NotFound("no authorization server is configured".into()).into_response()
 }
 
 /// Browser-based MCP clients call these endpoints from their own origin.
@@ -102,17 +107,16 @@ fn count(state: &AppState, step: &str, outcome: &str) {
 /// GET /.well-known/oauth-authorization-server (and the OpenID path).
 async fn metadata(State(state): State<AppState>) -> Response {
     match issuer(&state) {
-        Ok(i) => Json(i.metadata()).into_response(),
-        Err(r) => r,
+        Some(i) => Json(i.metadata()).into_response(),
+        None => off(),
     }
 }
 
 /// POST /oauth/register (RFC 7591): rate-limited per client address,
 /// audited. Public clients only (`token_endpoint_auth_method: none`).
 async fn register(State(state): State<AppState>, req: Request) -> Response {
-    let issuer = match issuer(&state) {
-        Ok(i) => i,
-        Err(r) => return r,
+    let Some(issuer) = issuer(&state) else {
+        return off();
     };
     let (parts, body) = req.into_parts();
     let address = crate::auth::basic::client_address(&parts);
@@ -153,9 +157,8 @@ async fn register(State(state): State<AppState>, req: Request) -> Response {
 /// browser to the console's consent page (where the console's cookies
 /// are; the person signs in there first when they have to).
 async fn authorize(State(state): State<AppState>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let issuer = match issuer(&state) {
-        Ok(i) => i,
-        Err(r) => return r,
+    let Some(issuer) = issuer(&state) else {
+        return off();
     };
     let take = |k: &str| q.get(k).cloned();
     let query = service::AuthorizeQuery {
@@ -212,9 +215,8 @@ async fn read_form(headers: &axum::http::HeaderMap, body: Bytes) -> Result<HashM
 /// POST /oauth/token: `authorization_code` (with its `code_verifier`) or
 /// `refresh_token` (rotated; a used one revokes the grant).
 async fn token(State(state): State<AppState>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
-    let issuer = match issuer(&state) {
-        Ok(i) => i,
-        Err(r) => return r,
+    let Some(issuer) = issuer(&state) else {
+        return off();
     };
     let mut p = match read_form(&headers, body).await {
         Ok(p) => p,
@@ -264,8 +266,8 @@ async fn token(State(state): State<AppState>, headers: axum::http::HeaderMap, bo
 /// POST /oauth/revoke (RFC 7009): 200 whether or not there was anything to
 /// revoke (only an unknown client is refused).
 async fn revoke(State(state): State<AppState>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = issuer(&state) {
-        return r;
+    if issuer(&state).is_none() {
+        return off();
     }
     let p = match read_form(&headers, body).await {
         Ok(p) => p,
