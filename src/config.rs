@@ -146,6 +146,12 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_TRUSTED_PROXIES", default_value = "", global = true)]
     pub trusted_proxies: crate::proxies::TrustedProxies,
 
+    /// The one header the trusted proxies write the client's address into:
+    /// `x-forwarded-for` (HAProxy's `option forwardfor`, the default) or
+    /// `forwarded` (RFC 7239). The other is never read.
+    #[arg(long, env = "MNEMOSYNE_FORWARDED_HEADER", value_enum, default_value_t = crate::proxies::ForwardedHeader::XForwardedFor, global = true)]
+    pub forwarded_header: crate::proxies::ForwardedHeader,
+
     #[arg(long, env = "MNEMOSYNE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
@@ -385,6 +391,12 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_SEARCH_CONCURRENCY", default_value_t = 4, global = true)]
     pub search_concurrency: usize,
 
+    /// Searches all of one user's tokens may run at once on a replica,
+    /// together (each token also within MNEMOSYNE_SEARCH_CONCURRENCY); one
+    /// more waits up to 1 s, then gets 429. 0: no user-wide limit.
+    #[arg(long, env = "MNEMOSYNE_USER_SEARCH_CONCURRENCY", default_value_t = 4, global = true)]
+    pub user_search_concurrency: usize,
+
     /// Directory of this replica's per-library search indexes (derived from
     /// the graph, rebuilt from it when missing; `scripts/dev` uses
     /// .dev/index). Each replica needs its own. Unset: every search reads
@@ -469,6 +481,7 @@ impl fmt::Debug for Settings {
             public_url,
             allowed_origins,
             trusted_proxies,
+            forwarded_header,
             log_format,
             cache_max_staleness_secs,
             body_limit_bytes,
@@ -506,6 +519,7 @@ impl fmt::Debug for Settings {
             embed_batch,
             vector_cache_chunks,
             search_concurrency,
+            user_search_concurrency,
             index_dir,
             index_open_libraries,
             embed_scope_prefix,
@@ -523,6 +537,7 @@ impl fmt::Debug for Settings {
             .field("public_url", public_url)
             .field("allowed_origins", allowed_origins)
             .field("trusted_proxies", trusted_proxies)
+            .field("forwarded_header", forwarded_header)
             .field("log_format", log_format)
             .field("cache_max_staleness_secs", cache_max_staleness_secs)
             .field("body_limit_bytes", body_limit_bytes)
@@ -560,6 +575,7 @@ impl fmt::Debug for Settings {
             .field("embed_batch", embed_batch)
             .field("vector_cache_chunks", vector_cache_chunks)
             .field("search_concurrency", search_concurrency)
+            .field("user_search_concurrency", user_search_concurrency)
             .field("index_dir", index_dir)
             .field("index_open_libraries", index_open_libraries)
             .field("embed_scope_prefix", embed_scope_prefix)

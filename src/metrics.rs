@@ -47,6 +47,9 @@ pub struct Metrics {
     /// 1 when the store answered its probe at the last scrape.
     pub store_up: IntGaugeVec,
     pub sessions_active: IntGauge,
+    /// `mcp_tool_calls_running{tool}`: tool calls whose work is running now
+    /// (a search holds its slot exactly as long).
+    pub tool_calls_running: IntGaugeVec,
     pub ingest_chunks: IntCounter,
     pub ingest_duration: Histogram,
     pub build_info: IntGaugeVec,
@@ -131,6 +134,11 @@ impl Metrics {
                 "1 when the store answered its probe at the last scrape",
                 &["store"],
             ),
+            tool_calls_running: gauge_vec(
+                "mcp_tool_calls_running",
+                "MCP tool calls whose work is running on this replica, by tool",
+                &["tool"],
+            ),
             sessions_active: IntGauge::new("mcp_sessions_active", "Open legacy MCP sessions on this replica")
                 .expect("valid metric"),
             ingest_chunks: IntCounter::new("ingest_chunks_total", "Chunks written by ingest").expect("valid metric"),
@@ -163,6 +171,7 @@ impl Metrics {
             Box::new(self.pg_acquire_seconds.clone()),
             Box::new(self.store_up.clone()),
             Box::new(self.sessions_active.clone()),
+            Box::new(self.tool_calls_running.clone()),
             Box::new(self.ingest_chunks.clone()),
             Box::new(self.ingest_duration.clone()),
             Box::new(self.build_info.clone()),

@@ -123,29 +123,42 @@ pub fn rate_key(ip: IpAddr) -> String {
     }
 }
 
+/// Which header the trusted proxies write the client's address into
+/// (`MNEMOSYNE_FORWARDED_HEADER`): only that one is read. HAProxy's
+/// `option forwardfor` (what `deploy/` configures) appends to
+/// `X-Forwarded-For`; a proxy that writes RFC 7239 `Forwarded` instead is
+/// configured as `forwarded`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    #[default]
+    #[value(name = "x-forwarded-for")]
+    XForwardedFor,
+    #[value(name = "forwarded")]
+    Forwarded,
+}
+
 /// The client's address: `peer` itself unless it is trusted; then the
-/// rightmost hop of the forwarding header that is not a trusted proxy.
-///
-/// When both `Forwarded` and `X-Forwarded-For` are present and name
-/// different clients, neither is believed (a client may have written the
-/// one its proxy passes through untouched): the peer is the client then, so
-/// such a request is counted under the proxy's address, never under an
-/// address of its choosing.
-pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
+/// rightmost hop of the one forwarding header the proxies write (`which`)
+/// that is not a trusted proxy. The other header is never read: a client
+/// that writes it beside the proxy's (issue 54: a `Forwarded` of the
+/// client's own beside HAProxy's `X-Forwarded-For` made the two disagree,
+/// and the request counted under the proxy's address, with everyone's)
+/// changes nothing.
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr], which: ForwardedHeader) -> IpAddr {
     let peer = canonical(peer);
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if !is_trusted(peer) {
         return peer;
     }
-    let forwarded = header_hops(headers, "forwarded", forwarded_for);
-    let x_forwarded_for = header_hops(headers, "x-forwarded-for", |v| {
-        v.split(',').map(|h| parse_node(h.trim())).collect()
-    });
-    let from = |hops: Option<Vec<Option<IpAddr>>>| hops.map(|h| rightmost_untrusted(peer, &h, &is_trusted));
-    match (from(forwarded), from(x_forwarded_for)) {
-        (Some(a), Some(b)) if a != b => peer,
-        (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => peer,
+    let hops = match which {
+        ForwardedHeader::Forwarded => header_hops(headers, "forwarded", forwarded_for),
+        ForwardedHeader::XForwardedFor => header_hops(headers, "x-forwarded-for", |v| {
+            v.split(',').map(|h| parse_node(h.trim())).collect()
+        }),
+    };
+    match hops {
+        Some(h) => rightmost_untrusted(peer, &h, &is_trusted),
+        None => peer,
     }
 }
 
@@ -278,9 +291,11 @@ mod tests {
     #[test]
     fn an_untrusted_peer_is_the_client_whatever_it_forwards() {
         let h = headers(&[("x-forwarded-for", "203.0.113.9"), ("forwarded", "for=203.0.113.9")]);
-        assert_eq!(client_ip(ip("198.51.100.1"), &h, &[]), ip("198.51.100.1"));
-        let trusted = cidrs(&["10.0.0.0/8"]);
-        assert_eq!(client_ip(ip("198.51.100.1"), &h, &trusted), ip("198.51.100.1"));
+        for which in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+            assert_eq!(client_ip(ip("198.51.100.1"), &h, &[], which), ip("198.51.100.1"));
+            let trusted = cidrs(&["10.0.0.0/8"]);
+            assert_eq!(client_ip(ip("198.51.100.1"), &h, &trusted, which), ip("198.51.100.1"));
+        }
     }
 
     #[test]
@@ -312,19 +327,46 @@ mod tests {
             (&[("x-forwarded-for", "")], "10.0.0.2"),
             // Every hop trusted: the leftmost.
             (&[("x-forwarded-for", "10.0.0.9, 10.0.0.7")], "10.0.0.9"),
-            // Both headers agree: that client; disagree: the proxy itself.
-            (
-                &[("forwarded", "for=203.0.113.9"), ("x-forwarded-for", "203.0.113.9")],
-                "203.0.113.9",
-            ),
+            // Only the configured header is read: a client's own other
+            // header beside it changes nothing.
             (
                 &[("forwarded", "for=1.2.3.4"), ("x-forwarded-for", "203.0.113.9")],
-                "10.0.0.2",
+                "203.0.113.9",
             ),
             (&[], "10.0.0.2"),
         ];
+        let is_forwarded = |h: &[(&str, &str)]| h.iter().any(|(k, _)| *k == "forwarded");
         for (h, want) in table {
-            assert_eq!(client_ip(proxy, &headers(h), &trusted), ip(want), "{h:?}");
+            // X-Forwarded-For configured (the default): `Forwarded` rows are
+            // the proxy's own address unless they carry X-Forwarded-For too.
+            let xff_only = !h.iter().any(|(k, _)| *k == "x-forwarded-for");
+            let want_xff = if is_forwarded(h) && xff_only { "10.0.0.2" } else { want };
+            assert_eq!(
+                client_ip(proxy, &headers(h), &trusted, ForwardedHeader::XForwardedFor),
+                ip(want_xff),
+                "{h:?}"
+            );
+        }
+        // `Forwarded` configured: the same walk over it, X-Forwarded-For ignored.
+        let forwarded: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("forwarded", "for=192.0.2.60;proto=http;by=203.0.113.43")],
+                "192.0.2.60",
+            ),
+            (&[("forwarded", "for=\"192.0.2.43:47011\", for=10.9.9.9")], "192.0.2.43"),
+            (&[("forwarded", "for=_hidden")], "10.0.0.2"),
+            (
+                &[("forwarded", "for=203.0.113.9"), ("x-forwarded-for", "1.2.3.4")],
+                "203.0.113.9",
+            ),
+            (&[("x-forwarded-for", "203.0.113.9")], "10.0.0.2"),
+        ];
+        for (h, want) in forwarded {
+            assert_eq!(
+                client_ip(proxy, &headers(h), &trusted, ForwardedHeader::Forwarded),
+                ip(want),
+                "{h:?}"
+            );
         }
     }
 

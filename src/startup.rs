@@ -113,10 +113,14 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             }
         }
     });
-    let (limits, basic) = (state.mcp.limits.clone(), state.basic.clone());
+    let (limits, basic, guard) = (state.mcp.limits.clone(), state.basic.clone(), state.mcp.clone());
     tasks.spawn(crate::store::graph::indexing::sweep_loop(
         state.pg.clone(),
         Duration::from_secs(3600),
+    ));
+    tasks.spawn(crate::store::graph::indexing::intent_sweep_loop(
+        state.pg.clone(),
+        Duration::from_secs(5),
     ));
     tasks.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -124,6 +128,7 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             tick.tick().await;
             limits.shrink();
             basic.shrink();
+            guard.lookups.shrink();
         }
     });
     if let Some(s) = state.knowledge.semantic() {
@@ -209,6 +214,7 @@ async fn serve(
 
     let connections = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
     let trusted: Arc<[crate::proxies::Cidr]> = settings.trusted_proxies.0.clone().into();
+    let forwarded_header = settings.forwarded_header;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(settings.header_timeout_secs.max(1)))
@@ -254,7 +260,7 @@ async fn serve(
         let router = router.clone();
         let trusted = trusted.clone();
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-            let client = crate::proxies::client_ip(peer.ip(), req.headers(), &trusted);
+            let client = crate::proxies::client_ip(peer.ip(), req.headers(), &trusted, forwarded_header);
             req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
             req.extensions_mut().insert(crate::proxies::ClientAddress(client));
             router.clone().oneshot(req.map(axum::body::Body::new))

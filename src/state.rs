@@ -108,7 +108,8 @@ impl AppState {
                     &model,
                     dim,
                     settings.vector_cache_chunks,
-                )?;
+                )?
+                .lock()?;
                 for c in index.collectors() {
                     metrics.register(c);
                 }

@@ -671,3 +671,108 @@ async fn terminated_postgres_connections_give_no_wrong_answer_and_no_false_repla
     check(&t, "postgres connections terminated");
     assert_eq!(false_replays, 0, "a turn was refused as a replay of itself");
 }
+
+/// Issue 54: a search's slot is held until its work ends, and work whose
+/// caller left stops. The test's own graph paused (SIGSTOP) and no search
+/// index (every search reads the graph), every search hangs in its graph
+/// query; each client sends a search (statelessly, with a progress token,
+/// so rmcp answers with an event stream and runs the call on a task of its
+/// own), reads the first event (progress 0: the search started) and closes
+/// its connection. Counted from the server's own gauge: never more searches
+/// running than the credential's slots, and none left running once their
+/// callers are gone.
+#[tokio::test]
+async fn searches_whose_callers_left_hold_their_slots_until_they_stop() {
+    const SLOTS: usize = 2;
+    let graph = OwnGraph::start().await;
+    let (app, creds) = scenario(&graph, |s| {
+        s.index_dir = None;
+        s.search_concurrency = SLOTS;
+        s.store_timeout_ms = 10_000;
+        s.tool_deadline_ms = 10_000;
+    })
+    .await;
+    let token = creds[0].bearer.clone();
+    let mut warm = app.mcp(&token).stateless();
+    assert_eq!(
+        warm.call_ok("search", json!({"query": "pelican"})).await["results"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let running = || {
+        app.state
+            .metrics
+            .tool_calls_running
+            .with_label_values(&["search"])
+            .get()
+    };
+    assert_eq!(running(), 0);
+    signal(graph.pid(), "-STOP");
+    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    // 12 clients at once, each dropping its connection after the first event.
+    let client = |i: usize| {
+        let (http, url, token) = (http.clone(), app.url("/mcp/"), token.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                "params": {"name": "search", "arguments": {"query": "pelican"},
+                           "_meta": {"progressToken": format!("p{i}"),
+                                     "io.modelcontextprotocol/protocolVersion": helpers::STATELESS,
+                                     "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let sent = http
+                .post(url)
+                .header("Authorization", format!("Bearer {token}"))
+                .header("Accept", "application/json, text/event-stream")
+                .header("MCP-Protocol-Version", helpers::STATELESS)
+                .header("Mcp-Method", "tools/call")
+                .header("Mcp-Name", "search")
+                .json(&body)
+                .send();
+            if let Ok(Ok(mut resp)) = tokio::time::timeout(Duration::from_secs(3), sent).await {
+                let _ = tokio::time::timeout(Duration::from_secs(3), resp.chunk()).await;
+            }
+        }
+    };
+    let done = AtomicBool::new(false);
+    let sample = async {
+        let mut most = 0;
+        // Bounded: at most 10 s of samples.
+        for _ in 0..1_000 {
+            most = most.max(running());
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        most
+    };
+    let clients = async {
+        futures::future::join_all((0..12).map(client)).await;
+        done.store(true, Ordering::SeqCst);
+    };
+    let (mut most, ()) = tokio::join!(sample, clients);
+    // Bounded: the stopped calls leave the gauge within a few seconds (the
+    // deadline they would otherwise run to is 10 s).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running() > 0 && Instant::now() < deadline {
+        most = most.max(running());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = running();
+    signal(graph.pid(), "-CONT");
+    println!("searches running at most {most} (slots {SLOTS}); {left} left after their callers went");
+    assert!(most >= 1, "the searches did run (hung on the paused Postgres)");
+    assert!(most <= SLOTS as i64, "{most} searches ran at once on {SLOTS} slots");
+    assert_eq!(left, 0, "searches kept running after their callers left");
+    // And the credential searches again once the graph is back.
+    let mut after = app.mcp(&token).stateless();
+    for _ in 0..50 {
+        let out = after.call("search", json!({"query": "pelican"})).await;
+        if out["isError"] != json!(true) {
+            assert_eq!(out["structuredContent"]["results"].as_array().map(Vec::len), Some(1));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the credential could not search after the graph came back");
+}

@@ -45,6 +45,50 @@ pub struct Guard {
     /// Cancelled at shutdown, once the requests in flight are answered: ends
     /// rmcp's GET event streams and session workers.
     pub streams: tokio_util::sync::CancellationToken,
+    /// What bounds the reads of the shared session table made before any
+    /// authentication (`before_auth`).
+    pub lookups: SessionLookups,
+}
+
+/// The reads of the shared session table that a session id this replica
+/// does not hold costs before the bearer is resolved (issue 54: a flood of
+/// random ids from one address queued every other request's Postgres work).
+/// Three bounds, cheapest first: an id found absent is remembered (no read
+/// for it again: session ids are the server's, an absent one never comes
+/// back); each client address (`proxies::rate_key`) gets `PER_ADDRESS` reads
+/// a second (burst `BURST`), then 429 without a read; and at most
+/// `IN_FLIGHT` such reads run at once on a replica (then 429 too), so they
+/// never hold more than a few of the pool's connections. A legitimate client
+/// reads once per session per replica (the replica then holds the session).
+pub struct SessionLookups {
+    absent: moka::sync::Cache<String, ()>,
+    per_address: governor::DefaultKeyedRateLimiter<String>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl SessionLookups {
+    pub const PER_ADDRESS: u32 = 20;
+    pub const BURST: u32 = 40;
+    pub const IN_FLIGHT: usize = 4;
+
+    fn new() -> Self {
+        let quota = governor::Quota::per_second(std::num::NonZeroU32::new(Self::PER_ADDRESS).expect("non-zero"))
+            .allow_burst(std::num::NonZeroU32::new(Self::BURST).expect("non-zero"));
+        SessionLookups {
+            absent: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(std::time::Duration::from_secs(600))
+                .build(),
+            per_address: governor::RateLimiter::dashmap(quota),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(Self::IN_FLIGHT)),
+        }
+    }
+
+    /// Forgets idle addresses' buckets.
+    pub fn shrink(&self) {
+        self.per_address.retain_recent();
+        self.per_address.shrink_to_fit();
+    }
 }
 
 impl Guard {
@@ -72,8 +116,12 @@ impl Guard {
                 settings.tool_rate_limit_per_minute,
                 auth.caches.live_replicas(),
             )),
-            search_slots: crate::limits::search::SearchSlots::new(settings.search_concurrency),
+            search_slots: crate::limits::search::SearchSlots::with_user_limit(
+                settings.search_concurrency,
+                settings.user_search_concurrency,
+            ),
             streams: tokio_util::sync::CancellationToken::new(),
+            lookups: SessionLookups::new(),
             settings,
             auth,
             metrics,
@@ -440,13 +488,28 @@ async fn on_session(
     Ok(resp)
 }
 
-/// The response, holding a search slot (if any) until its body (a JSON
-/// answer or an event stream) has been sent or dropped.
-fn holding(resp: Response, slot: Option<crate::limits::search::SearchSlot>) -> Response {
-    let Some(slot) = slot else { return resp };
+/// A tool call's tie to its caller, in the request's extensions: the tool
+/// runs while it holds a clone (`KnowledgeServer::run`), and stops at its
+/// next await point once `gone` is cancelled — when the answer's body (a
+/// JSON answer or an event stream) is dropped, which is when the connection
+/// closed (or the answer was sent: the work is done then). A search's slot
+/// is held by the clones, so it is held until the work ended *and* the
+/// answer was sent or dropped: a client that closes its socket at once no
+/// longer frees a slot its search still runs on.
+#[derive(Clone)]
+pub struct Caller {
+    pub gone: tokio_util::sync::CancellationToken,
+    _slot: Option<Arc<crate::limits::search::SearchSlot>>,
+}
+
+/// The response, holding the call's `Caller` (its slot, if any) until its
+/// body has been sent or dropped, and cancelling the call's work then.
+fn holding(resp: Response, caller: Option<Caller>) -> Response {
+    let Some(caller) = caller else { return resp };
     let (parts, body) = resp.into_parts();
+    let gone = caller.gone.clone().drop_guard();
     let body = axum::body::Body::from_stream(futures::StreamExt::map(body.into_data_stream(), move |chunk| {
-        let _held = &slot;
+        let _held = (&caller, &gone);
         chunk
     }));
     Response::from_parts(parts, body)
@@ -503,13 +566,16 @@ async fn before_auth(state: &Guard, req: Request) -> Result<(Request, Option<Nam
                 owner,
                 stored: false,
             }),
-            None => match state.sessions.stored_owner(&id).await {
+            None => match stored_owner(state, req.extensions().get().copied(), &id).await? {
                 Ok(Some(o)) => Some(NamedSession {
                     id,
                     owner: o.credential.into(),
                     stored: true,
                 }),
-                Ok(None) => return Err(session_not_found()),
+                Ok(None) => {
+                    state.lookups.absent.insert(id, ());
+                    return Err(session_not_found());
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read the shared MCP session table");
                     return Err(AuthError::Unavailable("postgres").into_response_with(None));
@@ -519,6 +585,40 @@ async fn before_auth(state: &Guard, req: Request) -> Result<(Request, Option<Nam
         None => None,
     };
     Ok((req, session))
+}
+
+/// The owner of a session this replica does not hold, read from the shared
+/// table within `SessionLookups`' bounds: the outer error is the answer
+/// when a bound refuses the read (or the id is known absent).
+async fn stored_owner(
+    state: &Guard,
+    address: Option<crate::proxies::ClientAddress>,
+    id: &str,
+) -> Result<Result<Option<crate::store::pg::sessions::Owner>, sqlx::Error>, Response> {
+    if state.lookups.absent.contains_key(id) {
+        return Err(session_not_found());
+    }
+    let refused = || {
+        ApiError::RateLimited {
+            retry_after_secs: 1,
+            message: "Too many requests naming MCP sessions this server does not hold; retry later.".into(),
+        }
+        .into_response()
+    };
+    if let Some(crate::proxies::ClientAddress(ip)) = address {
+        if state
+            .lookups
+            .per_address
+            .check_key(&crate::proxies::rate_key(ip))
+            .is_err()
+        {
+            return Err(refused());
+        }
+    }
+    let Ok(_permit) = state.lookups.in_flight.clone().try_acquire_owned() else {
+        return Err(refused());
+    };
+    Ok(state.sessions.stored_owner(id).await)
 }
 
 /// How long a body read by the guard may take to arrive.
@@ -572,16 +672,18 @@ async fn within_rates(
     state: &Guard,
     principal: &Principal,
     req: Request,
-) -> Result<(Request, Option<crate::limits::search::SearchSlot>), Response> {
-    // A token whose user has a rate ceiling also counts against the user's
-    // bucket, shared by all the user's tokens (issue 32: minting more tokens
-    // adds no rate).
+) -> Result<(Request, Option<Caller>), Response> {
+    // A token also counts against its user's bucket, shared by all the
+    // user's tokens (issues 32, 54: minting more tokens adds no rate): at the
+    // user's ceiling when it has one, else at the configured rate — unless
+    // the token carries a rate of its own, which an operator gave it.
     let limited = state
         .limits
         .request(principal.subject(), principal.rate_limit_per_minute())
-        .and_then(|()| match principal.user_rate() {
-            Some((user, rate)) => state.limits.request(user, Some(rate)),
-            None => Ok(()),
+        .and_then(|()| match (principal.user_rate(), principal.user()) {
+            (Some((user, rate)), _) => state.limits.request(user, Some(rate)),
+            (None, Some(user)) if principal.rate_limit_per_minute().is_none() => state.limits.request(user, None),
+            _ => Ok(()),
         });
     if let Err(l) = limited {
         state
@@ -611,14 +713,19 @@ async fn within_rates(
         Err(_) => return Err(ApiError::bad_field("body", "the request body did not arrive in time").into_response()),
     };
     let mut slot = None;
-    if let Some((id, tool)) = tool_call_of(&bytes) {
+    let tool_call = tool_call_of(&bytes);
+    if let Some((id, tool)) = tool_call.clone() {
         if state.limits.per_tool() {
             if let Some(refused) = over_tool_rate(state, principal, id.clone(), tool) {
                 return Err(refused);
             }
         }
         if tool == "search" {
-            match state.search_slots.acquire(principal.subject()).await {
+            match state
+                .search_slots
+                .acquire(principal.subject(), principal.user().map(|u| &**u))
+                .await
+            {
                 Some(s) => slot = Some(s),
                 None => {
                     refused_call(state, principal, tool);
@@ -629,7 +736,15 @@ async fn within_rates(
             }
         }
     }
-    Ok((Request::from_parts(parts, axum::body::Body::from(bytes)), slot))
+    let caller = tool_call.map(|_| Caller {
+        gone: tokio_util::sync::CancellationToken::new(),
+        _slot: slot.map(Arc::new),
+    });
+    let mut req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    if let Some(c) = &caller {
+        req.extensions_mut().insert(c.clone());
+    }
+    Ok((req, caller))
 }
 
 /// Counts a tool call refused by a limit (metrics and usage).
@@ -648,7 +763,17 @@ fn refused_call(state: &Guard, principal: &Principal, tool: &'static str) {
 /// with one has it refused and counted by the server, as any tool it may not
 /// use).
 fn over_tool_rate(state: &Guard, principal: &Principal, id: serde_json::Value, tool: &'static str) -> Option<Response> {
-    if let Err(l) = state.limits.tool_call(principal.subject(), tool) {
+    // A token's calls also count against its user's bucket of the tool,
+    // shared by all the user's tokens (issue 54: 25 tokens are not 25 rates).
+    let user_key = principal.user().map(|u| format!("user\u{0}{u}"));
+    let limited = state
+        .limits
+        .tool_call(principal.subject(), tool)
+        .and_then(|()| match &user_key {
+            Some(k) => state.limits.tool_call(k, tool),
+            None => Ok(()),
+        });
+    if let Err(l) = limited {
         refused_call(state, principal, tool);
         return Some(tool_rate_limited(id, tool, l.retry_after_secs()));
     }

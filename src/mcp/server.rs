@@ -109,14 +109,32 @@ impl KnowledgeServer {
     ) -> CallToolResult {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("mcp.tool", tool, outcome = tracing::field::Empty);
+        let running = Running::new(self.state.metrics.tool_calls_running.with_label_values(&[tool]));
         Self::progress(ctx, tool, "started").await;
-        // One deadline for the whole call, however many store queries it makes.
+        // One deadline for the whole call, however many store queries it
+        // makes; and it stops when its caller has gone (the guard's
+        // `Caller`, whose clone here also holds a search's slot meanwhile).
         let deadline = self.state.deadline;
+        let caller = parts.extensions.get::<crate::mcp::guard::Caller>().cloned();
+        let work = async {
+            match &caller {
+                Some(c) => tokio::select! {
+                    out = work => out,
+                    () = c.gone.cancelled() => Err(ToolError::CallerGone),
+                },
+                None => work.await,
+            }
+        };
         let out = tokio::time::timeout(deadline, work)
             .instrument(span.clone())
             .await
             .unwrap_or(Err(ToolError::TimedOut(deadline)));
-        Self::progress(ctx, tool, if out.is_err() { "failed" } else { "completed" }).await;
+        drop((running, caller));
+        // A caller that has gone reads no progress (and sending it would
+        // wait for rmcp's drain of a closed stream).
+        if !matches!(out, Err(ToolError::CallerGone)) {
+            Self::progress(ctx, tool, if out.is_err() { "failed" } else { "completed" }).await;
+        }
         let outcome = if out.is_err() { Outcome::ToolError } else { Outcome::Ok };
         span.record("outcome", outcome.as_str());
         let elapsed = started.elapsed();
@@ -139,6 +157,23 @@ impl KnowledgeServer {
             "tool call"
         );
         into_result(out)
+    }
+}
+
+/// A running tool call, counted in `mcp_tool_calls_running` until dropped
+/// (also when its request is dropped mid-way).
+struct Running(prometheus::IntGauge);
+
+impl Running {
+    fn new(g: prometheus::IntGauge) -> Self {
+        g.inc();
+        Running(g)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

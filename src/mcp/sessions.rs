@@ -427,6 +427,48 @@ struct SharedStore {
     timeout: Duration,
 }
 
+/// Most bytes of a client's `initialize` parameters kept in its session's
+/// row (issue 54: a body of up to the 4 MiB limit was kept whole; 64
+/// sessions a user made 256 MiB).
+pub const INIT_KEPT_BYTES: usize = 16 * 1024;
+
+/// What rebuilding a session on another replica needs of its `initialize`
+/// parameters, within `INIT_KEPT_BYTES`: small parameters as they are; of
+/// larger ones the protocol version, the standard capabilities (no
+/// `experimental` entries, no `_meta`) and the client's name, version and
+/// title (each cut to 256 characters); if that is still too large, no
+/// capabilities. This server reads none of what is dropped.
+pub fn kept_init(mut v: serde_json::Value) -> serde_json::Value {
+    let size = |v: &serde_json::Value| serde_json::to_vec(v).map_or(usize::MAX, |b| b.len());
+    if size(&v) <= INIT_KEPT_BYTES {
+        return v;
+    }
+    let Some(o) = v.as_object_mut() else {
+        return serde_json::Value::Null;
+    };
+    o.retain(|k, _| matches!(k.as_str(), "protocolVersion" | "capabilities" | "clientInfo"));
+    if let Some(c) = o.get_mut("capabilities").and_then(|c| c.as_object_mut()) {
+        c.remove("experimental");
+    }
+    if let Some(info) = o.get_mut("clientInfo").and_then(|c| c.as_object_mut()) {
+        info.retain(|k, _| matches!(k.as_str(), "name" | "version" | "title"));
+        for (_, f) in info.iter_mut() {
+            if let Some(s) = f.as_str() {
+                *f = serde_json::Value::String(s.chars().take(256).collect());
+            }
+        }
+    }
+    if let Some(p) = o.get_mut("protocolVersion") {
+        if p.as_str().is_none_or(|s| s.len() > 64) {
+            *p = serde_json::Value::String("2025-06-18".into());
+        }
+    }
+    if size(&v) > INIT_KEPT_BYTES {
+        v["capabilities"] = serde_json::json!({});
+    }
+    v
+}
+
 #[async_trait::async_trait]
 impl SessionStore for SharedStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
@@ -437,7 +479,7 @@ impl SessionStore for SharedStore {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let params = serde_json::to_value(&state.initialize_params)?;
+        let params = kept_init(serde_json::to_value(&state.initialize_params)?);
         Ok(bounded(self.timeout, store::save_init(&self.pg, session_id, &params)).await?)
     }
 

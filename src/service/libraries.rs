@@ -76,6 +76,9 @@ pub async fn delete_workspace(
         }
     }
     graph.delete_libraries(&deleted).await?;
+    // A retry after a delete whose record failed finds nothing left: its
+    // change is recorded now, before the answer.
+    graph.settle_library_deletes(&cleared).await?;
     let mut notes = Vec::new();
     if !deleted.is_empty() {
         notes.push(format!("workspace:{ws}"));
@@ -374,6 +377,8 @@ pub async fn delete(
     let content = user_managed(graph, &uid).await?;
     if content.is_some() {
         graph.delete_libraries(std::slice::from_ref(&uid)).await?;
+    } else {
+        graph.settle_library_deletes(std::slice::from_ref(&uid)).await?;
     }
     let cleared = [uid.clone()];
     let cleanup = async {

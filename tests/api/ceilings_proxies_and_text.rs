@@ -41,37 +41,82 @@ async fn forwarding_headers_are_ignored_unless_the_peer_is_a_trusted_proxy() {
 }
 
 /// Behind a trusted proxy each client has its own sign-in bucket: the
-/// rightmost hop the proxy appended (what the client wrote to its left is
-/// not believed), `Forwarded` as well as `X-Forwarded-For`, and IPv6 grouped
-/// by /64.
+/// rightmost hop the proxy appended to the one header it writes (what the
+/// client wrote to its left is not believed; the other header, which a
+/// client may add itself, is not read), `X-Forwarded-For` by default or
+/// `Forwarded` when configured, and IPv6 grouped by /64.
 #[tokio::test]
 async fn sign_in_limits_count_the_forwarded_client_behind_a_trusted_proxy() {
-    let app = TestApp::spawn_with(|s| {
-        s.admin_sign_in_per_minute = 6;
-        behind_a_proxy(s);
-    })
-    .await;
-    person(&app, "pat").await;
+    use mnemosyne::proxies::ForwardedHeader;
     let xff = "x-forwarded-for";
-    let cases = [
-        (xff, "203.0.113.1", StatusCode::SEE_OTHER),
-        (xff, "203.0.113.1", StatusCode::TOO_MANY_REQUESTS),
-        // A client that writes another address in front of its own.
-        (xff, "198.51.100.7, 203.0.113.1", StatusCode::TOO_MANY_REQUESTS),
-        (xff, "203.0.113.2", StatusCode::SEE_OTHER),
-        ("forwarded", "for=203.0.113.3;proto=https", StatusCode::SEE_OTHER),
-        ("forwarded", "for=203.0.113.3", StatusCode::TOO_MANY_REQUESTS),
-        ("forwarded", "for=\"[2001:db8:1:2::1]:4711\"", StatusCode::SEE_OTHER),
-        // Another address of the same /64.
+    for (which, cases) in [
         (
-            "forwarded",
-            "for=\"[2001:db8:1:2:ffff::9]\"",
-            StatusCode::TOO_MANY_REQUESTS,
+            ForwardedHeader::XForwardedFor,
+            vec![
+                (vec![(xff, "203.0.113.1")], StatusCode::SEE_OTHER),
+                (vec![(xff, "203.0.113.1")], StatusCode::TOO_MANY_REQUESTS),
+                // A client that writes another address in front of its own.
+                (vec![(xff, "198.51.100.7, 203.0.113.1")], StatusCode::TOO_MANY_REQUESTS),
+                // Or a `Forwarded` of its own beside the proxy's header
+                // (before: the two disagreed, and it counted under the
+                // proxy's address, everyone's).
+                (
+                    vec![("forwarded", "for=198.51.100.8"), (xff, "203.0.113.1")],
+                    StatusCode::TOO_MANY_REQUESTS,
+                ),
+                (
+                    vec![("forwarded", "for=198.51.100.8"), (xff, "203.0.113.2")],
+                    StatusCode::SEE_OTHER,
+                ),
+                (
+                    vec![("forwarded", "for=198.51.100.9"), (xff, "203.0.113.4")],
+                    StatusCode::SEE_OTHER,
+                ),
+            ],
         ),
-        ("forwarded", "for=\"[2001:db8:1:3::1]\"", StatusCode::SEE_OTHER),
-    ];
-    for (h, v, want) in cases {
-        assert_eq!(sign_in_as(&app, h, v, STAFF_PASSWORD).await, want, "{h}: {v}");
+        (
+            ForwardedHeader::Forwarded,
+            vec![
+                (
+                    vec![("forwarded", "for=203.0.113.3;proto=https")],
+                    StatusCode::SEE_OTHER,
+                ),
+                (vec![("forwarded", "for=203.0.113.3")], StatusCode::TOO_MANY_REQUESTS),
+                (
+                    vec![(xff, "198.51.100.7"), ("forwarded", "for=203.0.113.3")],
+                    StatusCode::TOO_MANY_REQUESTS,
+                ),
+                (
+                    vec![("forwarded", "for=\"[2001:db8:1:2::1]:4711\"")],
+                    StatusCode::SEE_OTHER,
+                ),
+                // Another address of the same /64.
+                (
+                    vec![("forwarded", "for=\"[2001:db8:1:2:ffff::9]\"")],
+                    StatusCode::TOO_MANY_REQUESTS,
+                ),
+                (vec![("forwarded", "for=\"[2001:db8:1:3::1]\"")], StatusCode::SEE_OTHER),
+            ],
+        ),
+    ] {
+        let app = TestApp::spawn_with(|s| {
+            s.admin_sign_in_per_minute = 6;
+            s.forwarded_header = which;
+            behind_a_proxy(s);
+        })
+        .await;
+        person(&app, "pat").await;
+        for (headers, want) in cases {
+            let mut console = Console::new(&app);
+            for (h, v) in &headers {
+                console = console.with_header(h, v);
+            }
+            assert_eq!(
+                console.sign_in("pat", STAFF_PASSWORD).await.status,
+                want,
+                "{which:?}: {headers:?}"
+            );
+        }
     }
 }
 

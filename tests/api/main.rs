@@ -13,6 +13,7 @@ mod ceilings_proxies_and_text;
 mod dos;
 mod foundation;
 mod fuzz_seeds;
+mod hardening;
 mod ingest;
 mod libraries;
 mod mcp;

@@ -26,6 +26,22 @@ struct Bouncer {
 
 impl Drop for Bouncer {
     fn drop(&mut self) {
+        // The child may be `runuser`, whose SIGKILL leaves its pgbouncer
+        // running (two were left after a fresh-clone run): stop pgbouncer
+        // itself by its pidfile first, then the child.
+        if let Some(pid) = std::fs::read_to_string(self.dir.join("pgbouncer.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            for _ in 0..50 {
+                if unsafe { libc::kill(pid, 0) } != 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -61,9 +77,10 @@ impl Bouncer {
                  pool_mode = transaction\nmax_prepared_statements = 200\n\
                  default_pool_size = 3\nmax_client_conn = 500\n\
                  ignore_startup_parameters = extra_float_digits\n\
-                 logfile = {log}\n",
+                 logfile = {log}\npidfile = {pid}\n",
                 users = dir.join("users.txt").display(),
                 log = dir.join("pgbouncer.log").display(),
+                pid = dir.join("pgbouncer.pid").display(),
             ),
         )
         .unwrap();

@@ -473,3 +473,62 @@ async fn a_word_stemmed_two_ways_is_one_word_for_relevance() {
     assert_eq!(indexed.len(), 1, "{indexed:?}");
     assert_eq!(indexed[0]["relevance"], json!(1.0));
 }
+
+#[tokio::test]
+async fn a_second_process_given_the_same_index_directory_refuses_to_start() {
+    let app = TestApp::spawn().await;
+    let dir = app
+        .settings
+        .index_dir
+        .clone()
+        .expect("test apps have an index directory");
+    // Another `serve` process, on a port of its own, over the same directory.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemosyne"))
+        .arg("serve")
+        .env("MNEMOSYNE_DATABASE_URL", &app.settings.database_url)
+        .env("MNEMOSYNE_LISTEN", format!("127.0.0.1:{}", crate::helpers::free_port()))
+        .env("MNEMOSYNE_INDEX_DIR", &dir)
+        .env_remove("MNEMOSYNE_EMBED_MODEL")
+        .env_remove("MNEMOSYNE_CROSS_MODEL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the mnemosyne binary");
+    // Bounded: a process that starts serving is killed and fails the test.
+    let mut child = out;
+    let mut waited = 0;
+    while child.try_wait().unwrap().is_none() && waited < 600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    if child.try_wait().unwrap().is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a second process served from {}: {stderr}",
+        dir.display()
+    );
+    let pid = format!("pid {}", std::process::id());
+    assert!(
+        stderr.contains(&format!("MNEMOSYNE_INDEX_DIR={}", dir.display()))
+            && stderr.contains("in use by another mnemosyne process")
+            && stderr.contains(&pid),
+        "{stderr}"
+    );
+    // This process's own servers may share it (a restarted replica in one
+    // test process), and the first server still answers.
+    let replica = app.replica_with(app.settings.clone()).await;
+    let lib = app.library("docs").await;
+    app.ingest(json!({"library_uid": lib, "item": {"title": "T"}, "content": "kelp forests"}))
+        .await;
+    let token = app.opaque_token(&[lib]).await;
+    assert_eq!(
+        search(&mut replica.mcp(&token).connect().await, "kelp", json!({}))
+            .await
+            .len(),
+        1
+    );
+}

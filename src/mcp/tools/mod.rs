@@ -48,6 +48,10 @@ pub enum ToolError {
         .0.as_millis()
     )]
     TimedOut(Duration),
+    /// The caller closed its connection: the work stopped, nobody reads
+    /// this answer.
+    #[error("The call was stopped: its caller closed the connection.")]
+    CallerGone,
 }
 
 impl ToolError {

@@ -172,7 +172,13 @@ pub struct SearchIndex {
     /// The decoded vector codes of the indexes' segments, under one budget.
     codes: Arc<CodeCache>,
     metrics: Metrics,
+    /// The directory's lock while this process serves from it (`lock`).
+    lock: Option<std::fs::File>,
 }
+
+/// The file under an index directory that the serving process holds locked
+/// (and in which it writes its pid and host).
+const LOCK_FILE: &str = ".mnemosyne-serve.lock";
 
 /// The directory name of a library's index (uids may hold any character).
 fn dir_name(uid: &str) -> String {
@@ -210,7 +216,52 @@ impl SearchIndex {
             model: model.to_owned(),
             codes: CodeCache::new(vector_chunks.saturating_mul(vectors::quantized_len(dim))),
             metrics: Metrics::new(),
+            lock: None,
         })
+    }
+
+    /// Takes the directory for this process (`serve`): two replicas given
+    /// one `MNEMOSYNE_INDEX_DIR` (a shared volume) would each write and
+    /// garbage-collect the other's segments, so the second one refuses to
+    /// start, naming the directory and the process holding it. The lock is
+    /// the operating system's (`flock`, released when the process ends,
+    /// however it ends); servers of one process (tests) may share it.
+    pub fn lock(mut self) -> anyhow::Result<Self> {
+        use std::io::{Read, Seek, Write};
+        let path = self.root.join(LOCK_FILE);
+        let fail =
+            |e: std::io::Error| anyhow::anyhow!("MNEMOSYNE_INDEX_DIR={}: cannot write: {e}", self.root.display());
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(fail)?;
+        match file.try_lock() {
+            Ok(()) => {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                file.set_len(0).map_err(fail)?;
+                file.rewind().map_err(fail)?;
+                write!(file, "pid {} host {}\n", std::process::id(), host.trim()).map_err(fail)?;
+                self.lock = Some(file);
+                Ok(self)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                if holder.split_whitespace().nth(1) == Some(std::process::id().to_string().as_str()) {
+                    return Ok(self); // this very process already serves from it
+                }
+                anyhow::bail!(
+                    "MNEMOSYNE_INDEX_DIR={} is in use by another mnemosyne process ({}): each replica needs an index directory of its own",
+                    self.root.display(),
+                    if holder.is_empty() { "unknown" } else { holder }
+                )
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(fail(e)),
+        }
     }
 
     /// The index's metrics, to register.
@@ -598,6 +649,38 @@ pub async fn sweep_loop(pool: PgPool, every: std::time::Duration) {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "search index change rows past retention deleted"),
             Err(e) => tracing::warn!(error = %e, "search index change sweep failed; retried on the next tick"),
+        }
+    }
+}
+
+/// Seconds after which a write's intent is recorded by the sweep (a write
+/// still running then records its change again: harmless), and after which
+/// it is dropped (recorded once a tick until then).
+pub const INTENT_GRACE_SECS: f64 = 5.0;
+pub const INTENT_KEPT_SECS: f64 = 600.0;
+
+/// Records the changes of writes that committed in the graph but could not
+/// record them (Postgres failed between the two, or the caller gave up), and
+/// whose client never retried: every `every`, each intent older than
+/// `INTENT_GRACE_SECS` (`pg::index_changes::record_pending`). Every replica
+/// may run it; a change recorded twice is only re-read twice.
+pub async fn intent_sweep_loop(pool: PgPool, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        match index_changes::record_pending(&pool, index_changes::Pending::OlderThan(INTENT_GRACE_SECS)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                changes = n,
+                "recorded search index changes whose writes could not record them"
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "search index intent sweep failed; retried on the next tick");
+                continue;
+            }
+        }
+        if let Err(e) = index_changes::expire_intents(&pool, INTENT_KEPT_SECS).await {
+            tracing::debug!(error = %e, "expiring search index intents failed; retried on the next tick");
         }
     }
 }

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::{GraphError, GraphStore, Known, Step, Txn};
 use crate::search::analysis::Language;
+use crate::store::pg::index_changes::Pending;
 
 /// A workspace's library as the workspace API publishes it (`library` of
 /// `GET …/workspaces/{id}/`): a wire shape, kept apart from the admin
@@ -574,6 +575,10 @@ impl AdminGraph {
                     .param("chunks", batch),
             ));
         }
+        // The change is intended before the graph is touched, so that a
+        // commit whose record fails (or whose caller gave up) is still
+        // recorded: by the retry, or by the sweep.
+        let intent = self.0.intend(w.library_uid, Some(w.uid)).await?;
         // Find-or-create: two first ingests of one uid race on the Item's
         // uniqueness; the loser's next attempt finds the winner's item.
         let outcome = match self.0.transaction("write item", true, steps).await? {
@@ -586,7 +591,9 @@ impl AdminGraph {
         // unchanged re-ingest records too: it is how a client's retry heals a
         // write whose recording failed after its commit.
         if matches!(outcome, ItemOutcome::Written { .. } | ItemOutcome::Unchanged { .. }) {
-            self.0.record_change(w.library_uid, Some(w.uid)).await?;
+            self.0.record_intended(intent, w.library_uid, Some(w.uid)).await?;
+        } else {
+            self.0.forget_intent(intent).await;
         }
         Ok(outcome)
     }
@@ -604,9 +611,15 @@ impl AdminGraph {
         // into another library meanwhile is looked up again (bounded).
         for _ in 0..3 {
             let Some(existing) = self.find_item(uid).await? else {
+                // Nothing left: perhaps an earlier attempt deleted it and
+                // could not record that (503, and this is the client's
+                // retry). Its intent is recorded now, before the answer, so
+                // no index serves the item after it.
+                self.0.record_pending(Pending::Item(uid)).await?;
                 return Ok(false);
             };
             let lib = existing.library_uid;
+            let intent = self.0.intend(&lib, Some(uid)).await?;
             let expected = lib.clone();
             let steps = vec![
                 Step::run(
@@ -636,11 +649,18 @@ impl AdminGraph {
             ];
             match self.0.transaction("delete item", false, steps).await? {
                 Txn::Committed => {
-                    self.0.record_change(&lib, Some(uid)).await?;
+                    self.0.record_intended(intent, &lib, Some(uid)).await?;
                     return Ok(true);
                 }
-                Txn::Stopped(Moved::Gone) => return Ok(false),
-                Txn::Stopped(Moved::Elsewhere) => continue,
+                Txn::Stopped(Moved::Gone) => {
+                    self.0.forget_intent(intent).await;
+                    self.0.record_pending(Pending::Item(uid)).await?;
+                    return Ok(false);
+                }
+                Txn::Stopped(Moved::Elsewhere) => {
+                    self.0.forget_intent(intent).await;
+                    continue;
+                }
             }
         }
         Err(GraphError::Conflict(format!(
@@ -683,6 +703,10 @@ impl AdminGraph {
     pub async fn delete_libraries(&self, libs: &[String]) -> Result<(), GraphError> {
         if libs.is_empty() {
             return Ok(());
+        }
+        let mut intents = Vec::with_capacity(libs.len());
+        for lib in libs {
+            intents.push(self.0.intend(lib, None).await?);
         }
         const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
@@ -751,10 +775,20 @@ impl AdminGraph {
                 ],
             )
             .await?;
-        for lib in libs {
-            self.0.record_change(lib, None).await?;
+        for (lib, intent) in libs.iter().zip(intents) {
+            self.0.record_intended(intent, lib, None).await?;
         }
         Ok(())
+    }
+
+    /// Records the changes of library deletes that began but may not have
+    /// been recorded (their retry finds nothing left to delete): called by
+    /// the library and workspace deletes with the libraries they clear.
+    pub async fn settle_library_deletes(&self, libs: &[String]) -> Result<(), GraphError> {
+        if libs.is_empty() {
+            return Ok(());
+        }
+        self.0.record_pending(Pending::Libraries(libs)).await
     }
 }
 

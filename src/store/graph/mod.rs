@@ -549,6 +549,53 @@ impl GraphStore {
             .map_err(|e| GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}")))
     }
 
+    /// Records, before a write touches the graph, the change it is about
+    /// to make (`pg::index_changes::intend`): if recording the change after
+    /// the commit fails, the intent is what makes the retry, or the sweep,
+    /// record it. A failure here is the write's failure, before anything
+    /// was written.
+    pub(super) async fn intend(&self, library: &str, item: Option<&str>) -> Result<i64, GraphError> {
+        crate::store::pg::index_changes::intend(&self.change_log, library, item)
+            .await
+            .map_err(|e| GraphError::Unavailable(format!("postgres: recording a write's intent: {e}")))
+    }
+
+    /// `record_change` for a write that began with `intend`: the change and
+    /// the intent's removal in one statement. A failure leaves the intent.
+    pub(super) async fn record_intended(
+        &self,
+        intent: i64,
+        library: &str,
+        item: Option<&str>,
+    ) -> Result<(), GraphError> {
+        crate::store::pg::index_changes::record_intended(&self.change_log, intent, library, item)
+            .await
+            .map(|_| ())
+            .map_err(|e| GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}")))
+    }
+
+    /// Removes the intent of a write that changed nothing (best effort: a
+    /// left-over intent only makes the sweep record a harmless change).
+    pub(super) async fn forget_intent(&self, intent: i64) {
+        if let Err(e) = crate::store::pg::index_changes::forget_intent(&self.change_log, intent).await {
+            tracing::debug!(error = %e, "an unused write intent stays for the sweep");
+        }
+    }
+
+    /// Records the changes that writes began but may not have recorded
+    /// (`pg::index_changes::record_pending`): a delete's retry that finds
+    /// nothing left calls it, so that what the first attempt removed from
+    /// the graph is removed from every index before the retry answers.
+    pub(super) async fn record_pending(
+        &self,
+        which: crate::store::pg::index_changes::Pending<'_>,
+    ) -> Result<(), GraphError> {
+        crate::store::pg::index_changes::record_pending(&self.change_log, which)
+            .await
+            .map(|_| ())
+            .map_err(|e| GraphError::Unavailable(format!("postgres: recording an earlier write's change: {e}")))
+    }
+
     /// Searches through this replica's per-library indexes.
     pub fn with_index(mut self, index: Arc<indexing::SearchIndex>) -> Self {
         self.index = Some(index);

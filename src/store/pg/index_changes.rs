@@ -41,6 +41,100 @@ pub async fn record(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) ->
     .await
 }
 
+/// Records, before a write touches the graph, the change it is about to
+/// make (`item_uid` of `library_uid`; None: the whole library); returns the
+/// intent's id. Kept until `record_intended` records the change (or the
+/// sweep does, when that failed): see migration `..._index_intents.sql`.
+pub async fn intend(pool: &PgPool, library_uid: &str, item_uid: Option<&str>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("INSERT INTO index_intents (library_uid, item_uid) VALUES ($1, $2) RETURNING id")
+        .bind(library_uid)
+        .bind(item_uid)
+        .fetch_one(pool)
+        .await
+}
+
+/// `record`, and the removal of the write's intent, in one statement (both
+/// or neither); returns the library's new sequence number.
+pub async fn record_intended(
+    pool: &PgPool,
+    intent: i64,
+    library_uid: &str,
+    item_uid: Option<&str>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH done AS (DELETE FROM index_intents WHERE id = $3),
+              s AS (
+             INSERT INTO index_sequences (library_uid, seq) VALUES ($1, 1)
+             ON CONFLICT (library_uid) DO UPDATE SET seq = index_sequences.seq + 1
+             RETURNING seq)
+         INSERT INTO index_changes (library_uid, seq, item_uid)
+         SELECT $1, s.seq, $2 FROM s
+         RETURNING seq",
+    )
+    .bind(library_uid)
+    .bind(item_uid)
+    .bind(intent)
+    .fetch_one(pool)
+    .await
+}
+
+/// Removes the intent of a write that changed nothing.
+pub async fn forget_intent(pool: &PgPool, intent: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM index_intents WHERE id = $1")
+        .bind(intent)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Which intents `record_pending` records.
+pub enum Pending<'a> {
+    /// Those of an item, in whatever library (a delete's retry that found nothing).
+    Item(&'a str),
+    /// Those of whole libraries (a library or workspace delete's retry).
+    Libraries(&'a [String]),
+    /// Every intent older than this many seconds (the sweep).
+    OlderThan(f64),
+}
+
+/// Records the change of every intent `which` selects (once per library and
+/// item), leaving the intents in place: a write still running keeps its own
+/// (`record_intended` removes it), the sweep removes the rest once expired.
+/// Returns how many changes were recorded.
+pub async fn record_pending(pool: &PgPool, which: Pending<'_>) -> Result<usize, sqlx::Error> {
+    let q = match which {
+        Pending::Item(item) => {
+            sqlx::query_as("SELECT DISTINCT library_uid, item_uid FROM index_intents WHERE item_uid = $1")
+                .bind(item.to_owned())
+        }
+        Pending::Libraries(libs) => sqlx::query_as(
+            "SELECT DISTINCT library_uid, item_uid FROM index_intents
+              WHERE item_uid IS NULL AND library_uid = ANY($1)",
+        )
+        .bind(libs.to_vec()),
+        Pending::OlderThan(secs) => sqlx::query_as(
+            "SELECT DISTINCT library_uid, item_uid FROM index_intents
+              WHERE at < now() - make_interval(secs => $1)",
+        )
+        .bind(secs),
+    };
+    let pending: Vec<(String, Option<String>)> = q.fetch_all(pool).await?;
+    for (library, item) in &pending {
+        record(pool, library, item.as_deref()).await?;
+    }
+    Ok(pending.len())
+}
+
+/// Removes intents older than `secs` seconds (after the sweep recorded
+/// them, many times over); returns how many went.
+pub async fn expire_intents(pool: &PgPool, secs: f64) -> Result<u64, sqlx::Error> {
+    sqlx::query("DELETE FROM index_intents WHERE at < now() - make_interval(secs => $1)")
+        .bind(secs)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected())
+}
+
 /// Records that the `items` of `library_uid` changed (their vectors were
 /// stored), one sequence number each, in one statement; returns the
 /// library's new sequence number (None for no items).
