@@ -174,10 +174,39 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_STORE_TIMEOUT_MS", default_value_t = 5000, global = true)]
     pub store_timeout_ms: u64,
 
-    /// Authorization server for external OAuth clients (RFC 9728 metadata is
-    /// served only when this is set).
+    /// An external authorization server for OAuth clients: the RFC 9728
+    /// metadata names it instead of the embedded one (whose endpoints then
+    /// stay off). Unset: the embedded one (`MNEMOSYNE_OAUTH`).
     #[arg(long, env = "MNEMOSYNE_AUTHORIZATION_SERVER", global = true)]
     pub authorization_server: Option<String>,
+
+    /// The embedded OAuth 2.1 authorization server (issue 48): discovery,
+    /// client registration, the consent page and the token endpoint, so MCP
+    /// clients connect with nothing but the URL. `false`: no metadata, a
+    /// bare `Bearer` challenge, only pasted credentials.
+    #[arg(long, env = "MNEMOSYNE_OAUTH", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub oauth: bool,
+
+    /// Lifetime of an OAuth access token, in seconds (its refresh token
+    /// lives as long as the grant the person picked).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_OAUTH_ACCESS_TOKEN_SECS",
+        default_value_t = 3600,
+        global = true
+    )]
+    pub oauth_access_token_secs: u64,
+
+    /// Dynamic client registrations (RFC 7591) one client address may make
+    /// a minute over the deployment, in bursts of ten seconds' worth (0 = no
+    /// limit).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_OAUTH_REGISTRATIONS_PER_MINUTE",
+        default_value_t = 60,
+        global = true
+    )]
+    pub oauth_registrations_per_minute: u32,
 
     /// Chunk size (characters) of the ingest splitter.
     #[arg(long, env = "MNEMOSYNE_CHUNK_MAX_CHARS", default_value_t = 1200, global = true)]
@@ -458,6 +487,9 @@ impl fmt::Debug for Settings {
             body_limit_bytes,
             store_timeout_ms,
             authorization_server,
+            oauth,
+            oauth_access_token_secs,
+            oauth_registrations_per_minute,
             chunk_max_chars,
             session_idle_secs,
             sessions_per_credential,
@@ -511,6 +543,9 @@ impl fmt::Debug for Settings {
             .field("body_limit_bytes", body_limit_bytes)
             .field("store_timeout_ms", store_timeout_ms)
             .field("authorization_server", authorization_server)
+            .field("oauth", oauth)
+            .field("oauth_access_token_secs", oauth_access_token_secs)
+            .field("oauth_registrations_per_minute", oauth_registrations_per_minute)
             .field("chunk_max_chars", chunk_max_chars)
             .field("session_idle_secs", session_idle_secs)
             .field("sessions_per_credential", sessions_per_credential)
@@ -551,6 +586,18 @@ impl fmt::Debug for Settings {
 impl Settings {
     pub fn cache_max_staleness(&self) -> Duration {
         Duration::from_secs(self.cache_max_staleness_secs)
+    }
+
+    /// The embedded authorization server's issuer (the public URL, no
+    /// trailing slash), when it is on (`MNEMOSYNE_OAUTH` and no external one).
+    pub fn oauth_issuer(&self) -> Option<String> {
+        (self.oauth && self.authorization_server.is_none()).then(|| self.public_url.trim_end_matches('/').to_owned())
+    }
+
+    /// The authorization server the protected-resource metadata names: the
+    /// external one, else the embedded one; None when neither.
+    pub fn resource_authorization_server(&self) -> Option<String> {
+        self.authorization_server.clone().or_else(|| self.oauth_issuer())
     }
 
     pub fn store_timeout(&self) -> Duration {

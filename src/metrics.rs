@@ -27,6 +27,10 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     pub auth_resolutions: IntCounterVec,
     pub rate_limited: IntCounterVec,
+    /// `oauth_flows_total{step,outcome}` (issue 48): step = register,
+    /// authorize, consent, token, refresh, revoke; outcome = ok or the
+    /// RFC 6749 error code answered (access_denied: the person declined).
+    pub oauth_flows: IntCounterVec,
     /// `mcp_tool_calls_total{tool,outcome}`: ok, tool_error (an `isError`
     /// answer: bad argument, not found, store down, deadline), refused (rate
     /// limited before it ran, or not available to the credential),
@@ -89,6 +93,11 @@ impl Metrics {
                 "mcp_rate_limited_total",
                 "Requests refused with 429 by principal kind and tool (\"-\" = any request; \"basic\" = HTTP Basic failures)",
                 &["kind", "tool"],
+            ),
+            oauth_flows: counter_vec(
+                "oauth_flows_total",
+                "OAuth authorization server steps by step and outcome (ok or the error code answered)",
+                &["step", "outcome"],
             ),
             tool_calls: counter_vec(
                 "mcp_tool_calls_total",
@@ -170,6 +179,7 @@ impl Metrics {
             Box::new(self.auth_failures.clone()),
             Box::new(self.auth_resolutions.clone()),
             Box::new(self.rate_limited.clone()),
+            Box::new(self.oauth_flows.clone()),
         ] {
             self.registry.register(c).expect("metric registered once");
         }
@@ -192,6 +202,9 @@ impl Metrics {
             "store_unavailable",
         ] {
             self.auth_failures.with_label_values(&[reason]);
+        }
+        for step in ["register", "authorize", "consent", "token", "refresh", "revoke"] {
+            self.oauth_flows.with_label_values(&[step, "ok"]);
         }
         for kind in ["unavailable", "conflict_retried", "query"] {
             self.graph_errors.with_label_values(&[kind]);

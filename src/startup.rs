@@ -102,6 +102,17 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
         state.settings.usage_retention_days,
         Duration::from_secs(3600),
     ));
+    // OAuth requests nobody answered, and codes long past use (issue 48).
+    let pg = state.pg.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(300));
+        loop {
+            tick.tick().await;
+            if let Err(e) = crate::store::pg::oauth::sweep(&pg).await {
+                tracing::debug!(error = %e, "oauth sweep");
+            }
+        }
+    });
     let (limits, basic, guard) = (state.mcp.limits.clone(), state.basic.clone(), state.mcp.clone());
     tasks.spawn(crate::store::graph::indexing::sweep_loop(
         state.pg.clone(),
@@ -319,6 +330,7 @@ fn routes(state: AppState) -> Router {
     let rest = crate::api::teams::routes()
         .merge(crate::api::library::routes())
         .merge(crate::admin::routes())
+        .merge(crate::api::oauth::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), request_deadline))
         .merge(
             crate::api::library::ingest_routes()

@@ -51,6 +51,8 @@ pub struct AppState {
     pub console: Arc<crate::limits::console::ConsoleLimits>,
     /// Shutdown: whether the replica is draining, and its requests in flight.
     pub drain: Arc<crate::drain::Drain>,
+    /// Dynamic OAuth client registrations per client address (issue 48).
+    pub oauth_registrations: Arc<crate::limits::RateLimits>,
 }
 
 impl AppState {
@@ -153,7 +155,13 @@ impl AppState {
             settings.admin_sign_in_per_minute,
             caches.live_replicas(),
         ));
+        let oauth_registrations = Arc::new(crate::limits::RateLimits::shared(
+            settings.oauth_registrations_per_minute,
+            0,
+            caches.live_replicas(),
+        ));
         Ok(AppState {
+            oauth_registrations,
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,

@@ -506,7 +506,11 @@ async fn a_page_of_an_allowed_origin_searches_over_mcp_and_an_unlisted_one_is_re
     let got = page_outcome(&br).await;
     assert_eq!(got["anon_status"], 401, "{got}");
     // Exposed headers: the page can read its challenge and its session.
-    assert_eq!(got["challenge"], "Bearer", "{got}");
+    let challenge = format!(
+        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+        app.settings.public_url.trim_end_matches('/')
+    );
+    assert_eq!(got["challenge"], challenge.as_str(), "{got}");
     assert!(got["session"].as_str().is_some_and(|s| !s.is_empty()), "{got}");
     let results = got["results"].as_array().unwrap_or_else(|| panic!("{got}"));
     assert_eq!(results.len(), 1, "{got}");
@@ -586,5 +590,118 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
         r.headers()["access-control-expose-headers"],
         "Mcp-Session-Id, WWW-Authenticate, Retry-After"
     );
-    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        format!(
+            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            app.settings.public_url.trim_end_matches('/')
+        )
+    );
+}
+
+/// Issue 48: a person connects an MCP client through the OAuth flow in a
+/// real browser — the console's sign-in, then the consent page, where they
+/// grant one of their two libraries; the client's token reads exactly it.
+#[tokio::test]
+async fn a_person_grants_one_of_two_libraries_on_the_oauth_consent_page() {
+    // The public URL is where it listens: the issuer and the resource are real URLs.
+    let port = helpers::free_port();
+    let app = TestApp::spawn_with(|s| {
+        s.listen = format!("127.0.0.1:{port}").parse().unwrap();
+        s.public_url = format!("http://127.0.0.1:{port}");
+    })
+    .await;
+    let word = format!("wombat{}", &app.ns[1..7]);
+    let lib_a = app.library("granted").await;
+    let lib_b = app.library("withheld").await;
+    for lib in [&lib_a, &lib_b] {
+        app.ingest(json!({"library_uid": lib, "item": {"title": "Notes"},
+                          "content": format!("# Notes\n\nA {word} in {lib}.")}))
+            .await;
+    }
+    accounts::create(&app.pg, "test", "olive", Some(PASSWORD), false, false)
+        .await
+        .unwrap();
+    users::grant(&app.pg, "olive", &lib_a, Role::Owner).await.unwrap();
+    users::grant(&app.pg, "olive", &lib_b, Role::Manager).await.unwrap();
+
+    // The client's loopback redirect: a page that only says it was reached.
+    let (listener, callback_origin) = loopback_listener().await;
+    serve_page(
+        listener,
+        "<!doctype html><title>callback</title><p>back in the client</p>".into(),
+    );
+    let redirect = format!("{callback_origin}/");
+    let http = reqwest::Client::new();
+    let reg: Value = http
+        .post(app.url("/oauth/register"))
+        .json(
+            &json!({"client_name": "Browser test client", "redirect_uris": [redirect],
+                      "token_endpoint_auth_method": "none"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let client_id = reg["client_id"].as_str().unwrap().to_owned();
+    let verifier = "browser-test-verifier-0123456789-0123456789-0123456789";
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", redirect.as_str()),
+            ("state", "browser-state"),
+            ("code_challenge", mnemosyne::service::oauth::s256(verifier).as_str()),
+            ("code_challenge_method", "S256"),
+            ("resource", app.url("/mcp").as_str()),
+        ])
+        .finish();
+
+    let _one = ONE_BROWSER.lock().await;
+    let driver = Driver::start();
+    driver.wait_ready().await;
+    let br = Browser::open(&driver, &app.base).await;
+    br.goto(&format!("/oauth/authorize?{query}")).await;
+    assert!(br.path().await.starts_with("/admin/login?next="), "{}", br.path().await);
+    br.fill("input[name=username]", "olive").await;
+    br.fill("input[name=password]", PASSWORD).await;
+    br.click("form[action='/admin/login'] button[type=submit]").await;
+    let consent = br.wait_text("Connect an MCP client").await;
+    assert!(
+        consent.contains("Browser test client") && consent.contains(&lib_b),
+        "{consent}"
+    );
+    br.shot("oauth-consent").await;
+    for lib in [&lib_a, &lib_b] {
+        let boxed = br.css(&format!("input[name=library][value='{lib}']")).await;
+        assert!(!boxed.is_selected().await.unwrap(), "nothing granted by default");
+    }
+    br.click(&format!("input[name=library][value='{lib_a}']")).await;
+    br.click("button[value=approve]").await;
+    br.wait_text("back in the client").await;
+    let url = br.c.current_url().await.unwrap();
+    assert_eq!(url.origin().ascii_serialization(), callback_origin);
+    let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!(q["state"], "browser-state");
+    assert_eq!(q["iss"], app.base);
+
+    let token: Value = http
+        .post(app.url("/oauth/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", q["code"].as_str()),
+            ("redirect_uri", redirect.as_str()),
+            ("client_id", client_id.as_str()),
+            ("code_verifier", verifier),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let access = token["access_token"].as_str().unwrap_or_else(|| panic!("{token}"));
+    assert_eq!(mcp_search_libraries(&app, access, &word).await, vec![lib_a]);
 }

@@ -18,7 +18,7 @@ pub fn head(title: &str) -> Markup {
 }
 
 /// The sign-in page.
-pub fn login(username: &str, csrf_token: &str, error: Option<&str>) -> Html<String> {
+pub fn login(username: &str, csrf_token: &str, error: Option<&str>, next: Option<&str>) -> Html<String> {
     Html(
         html! {
             (DOCTYPE)
@@ -32,6 +32,9 @@ pub fn login(username: &str, csrf_token: &str, error: Option<&str>) -> Html<Stri
                         }
                         form.stack method="post" action="/admin/login" {
                             input type="hidden" name="csrf" value=(csrf_token);
+                            @if let Some(n) = next {
+                                input type="hidden" name="next" value=(n);
+                            }
                             label { "Username"
                                 input type="text" name="username" value=(username) autocomplete="username" required autofocus;
                             }

@@ -13,6 +13,7 @@ mod frame;
 mod libraries;
 mod library_lifecycle;
 mod my_libraries;
+mod oauth;
 mod pages;
 mod search;
 pub mod session;
@@ -48,6 +49,9 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/me", get(tokens::me))
         .route("/admin/me/tokens", post(tokens::me_create))
         .route("/admin/me/tokens/revoke", post(tokens::me_revoke))
+        .route("/admin/me/grants/revoke", post(oauth::me_revoke))
+        .route("/admin/grants/revoke", post(oauth::staff_revoke))
+        .route("/admin/oauth/consent", get(oauth::consent).post(oauth::answer))
         .route("/admin/me/grant", post(libraries::me_grant))
         .route("/admin/me/revoke", post(libraries::me_revoke))
         .route("/admin/tokens", get(tokens::list).post(tokens::create))
@@ -114,13 +118,13 @@ async fn security_headers(req: Request, next: middleware::Next) -> Response {
     if !is_css {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
+    // A page may widen `form-action` (the OAuth consent page: its answer
+    // redirects to the client); everything else stays.
+    h.entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
              frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+        ));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));

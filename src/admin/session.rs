@@ -295,10 +295,29 @@ fn home(s: &SessionUser) -> &'static str {
 pub async fn login_form(State(state): State<AppState>, req: Request) -> Result<Response, AdminError> {
     let (parts, _) = req.into_parts();
     let headers = &parts.headers;
+    let next = next_of(parts.uri.query().unwrap_or(""));
     if let Some(s) = current(headers, &client_address(&parts), &state).await? {
-        return Ok(Redirect::to(home(&s.user)).into_response());
+        return Ok(Redirect::to(next.as_deref().unwrap_or(home(&s.user))).into_response());
     }
-    Ok(login_page(&state, headers, StatusCode::OK, "", None))
+    Ok(login_page(&state, headers, StatusCode::OK, "", None, next.as_deref()))
+}
+
+/// Where a sign-in may continue to besides home: only the OAuth consent
+/// page (issue 48), named by its request id, so `next` is never an open
+/// redirect.
+pub fn safe_next(next: &str) -> Option<String> {
+    let id = next.strip_prefix(CONSENT_NEXT)?;
+    (!id.is_empty() && id.len() <= 100 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        .then(|| next.to_owned())
+}
+
+/// The consent page's path, up to its request id.
+pub const CONSENT_NEXT: &str = "/admin/oauth/consent?request=";
+
+fn next_of(query: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "next")
+        .and_then(|(_, v)| safe_next(&v))
 }
 
 /// The sign-in form; its CSRF token is the browser's current sign-in cookie
@@ -309,13 +328,14 @@ fn login_page(
     status: StatusCode,
     username: &str,
     error: Option<&str>,
+    next: Option<&str>,
 ) -> Response {
     let names = Cookies::of(state);
     let token = cookie(headers, names.login)
         .filter(|t| t.len() == 43 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
         .map(str::to_owned)
         .unwrap_or_else(random_token);
-    let mut resp = (status, frame::login(username, &token, error)).into_response();
+    let mut resp = (status, frame::login(username, &token, error, next)).into_response();
     resp.headers_mut()
         .append(header::SET_COOKIE, names.set(names.login, &token, Some(3600)));
     resp
@@ -334,7 +354,7 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     if let Err(secs) = state.console.sign_in(&address) {
         tracing::info!(address = ?address, "admin console: sign-in rate limited");
         let msg = format!("Too many sign-ins from your address. Try again in {secs} s.");
-        let mut resp = login_page(&state, &headers, StatusCode::TOO_MANY_REQUESTS, "", Some(&msg));
+        let mut resp = login_page(&state, &headers, StatusCode::TOO_MANY_REQUESTS, "", Some(&msg), None);
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         return Ok(crate::auth::failure::closing(resp));
     }
@@ -350,6 +370,8 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
     }
     let username = form.get("username").trim().to_owned();
     let password = form.get("password").to_owned();
+    let next = safe_next(form.get("next"));
+    let next = next.as_deref();
     if username.is_empty() || username.len() > 150 || password.is_empty() {
         return Ok(login_page(
             &state,
@@ -357,12 +379,13 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
             StatusCode::BAD_REQUEST,
             &username,
             Some("Enter your username and password."),
+            next,
         ));
     }
     // People only: a service account's right password answers like a wrong one.
     let basic = <BasicContext as axum::extract::FromRef<AppState>>::from_ref(&state);
     match verify_password(&basic, username.clone(), password, address, Accept::Person).await {
-        Ok(user) => signed_in(&state, &headers, &user).await,
+        Ok(user) => signed_in(&state, &headers, &user, next).await,
         Err(ApiError::BasicUnauthorized) => {
             tracing::info!("admin console: sign-in refused");
             audit_refused_sign_in(&state, &username).await;
@@ -372,11 +395,19 @@ pub async fn login(State(state): State<AppState>, req: Request) -> Result<Respon
                 StatusCode::UNAUTHORIZED,
                 &username,
                 Some("Wrong username or password."),
+                next,
             ))
         }
         Err(ApiError::RateLimited { retry_after_secs, .. }) => {
             let msg = format!("Too many failed sign-ins. Try again in {retry_after_secs} s.");
-            let mut resp = login_page(&state, &headers, StatusCode::TOO_MANY_REQUESTS, &username, Some(&msg));
+            let mut resp = login_page(
+                &state,
+                &headers,
+                StatusCode::TOO_MANY_REQUESTS,
+                &username,
+                Some(&msg),
+                next,
+            );
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             Ok(resp)
@@ -411,6 +442,7 @@ async fn signed_in(
     state: &AppState,
     headers: &HeaderMap,
     user: &crate::store::pg::users::User,
+    next: Option<&str>,
 ) -> Result<Response, AdminError> {
     let names = Cookies::of(state);
     if let Some(old) = cookie(headers, names.session) {
@@ -436,7 +468,8 @@ async fn signed_in(
         serde_json::json!({}),
     )
     .await;
-    let mut resp = Redirect::to(if user.is_staff { "/admin/" } else { "/admin/me" }).into_response();
+    let home = if user.is_staff { "/admin/" } else { "/admin/me" };
+    let mut resp = Redirect::to(next.unwrap_or(home)).into_response();
     let h = resp.headers_mut();
     h.append(header::SET_COOKIE, names.set(names.session, &id, None));
     h.append(header::SET_COOKIE, names.set(names.login, "", Some(0)));

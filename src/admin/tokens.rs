@@ -62,9 +62,12 @@ pub async fn list(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, AdminError> {
     let list = tokens::list(&state.pg, None).await?;
+    let grants = crate::store::pg::oauth::grants(&state.pg, None, false).await?;
     let body = html! {
         p { a href="/admin/tokens/new" { "Add a token" } }
         (token_table(&s, &list, "/admin/tokens/revoke", true))
+        h2 { "Connected OAuth clients" }
+        (super::oauth::grants_table(&s, &grants, "/admin/grants/revoke", true))
     };
     Ok(view::page(
         &s,
@@ -287,8 +290,11 @@ pub(super) async fn me_page(
     let list = tokens::list(&state.pg, Some(s.username())).await?;
     let choices = service::picker(&state.pg, &state.admin, s.user.user_id).await?;
     let members = super::my_libraries::section(state, s, form, err).await?;
+    let grants = crate::store::pg::oauth::grants(&state.pg, Some(s.username()), false).await?;
     let body = html! {
         (token_table(s, &list, "/admin/me/tokens/revoke", false))
+        h2 { "Connected MCP clients" }
+        (super::oauth::grants_table(s, &grants, "/admin/me/grants/revoke", false))
         h2 { "New token" }
         (mint_form(s, "/admin/me/tokens", None, &choices, form, err))
         (members)

@@ -164,6 +164,7 @@ pub fn badge(on: bool, yes: &str, no: &str) -> Markup {
 pub fn notice(key: &str) -> Option<&'static str> {
     Some(match key {
         "token-revoked" => "Token revoked: it is refused from the next request on.",
+        "grant-revoked" => "Grant revoked: its client's tokens are refused from the next request on.",
         "token-tools" => "Tool permissions saved: the token uses only those tools from the next request on.",
         "token-rate" => "Rate limit saved: it applies from the next request on.",
         "team-rate" => "Rate limit saved: it applies from the next request on.",

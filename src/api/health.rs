@@ -112,21 +112,22 @@ async fn server_json(State(state): State<AppState>) -> impl IntoResponse {
     }))
 }
 
-/// RFC 9728 metadata; only when an authorization server is configured.
+/// RFC 9728 metadata naming the authorization server (the embedded one by
+/// default); 404 when none is configured.
 async fn protected_resource(State(state): State<AppState>) -> impl IntoResponse {
-    match &state.settings.authorization_server {
+    match state.settings.resource_authorization_server() {
         Some(issuer) => {
             let base = state.settings.public_url.trim_end_matches('/');
-            (
-                StatusCode::OK,
-                Json(json!({
-                    "resource": format!("{base}/mcp"),
-                    "authorization_servers": [issuer],
-                    "bearer_methods_supported": ["header"],
-                    "resource_name": "Mnemosyne",
-                })),
-            )
-                .into_response()
+            let mut doc = json!({
+                "resource": format!("{base}/mcp"),
+                "authorization_servers": [issuer],
+                "bearer_methods_supported": ["header"],
+                "resource_name": "Mnemosyne",
+            });
+            if state.settings.oauth_issuer().is_some() {
+                doc["scopes_supported"] = json!(crate::service::oauth::SCOPES);
+            }
+            (StatusCode::OK, Json(doc)).into_response()
         }
         None => crate::error::ApiError::NotFound("no authorization server is configured".into()).into_response(),
     }

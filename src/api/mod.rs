@@ -2,4 +2,5 @@
 
 pub mod health;
 pub mod library;
+pub mod oauth;
 pub mod teams;

@@ -15,6 +15,7 @@ pub mod index;
 mod library;
 mod membership;
 mod migrate;
+pub mod oauth;
 pub mod reindex;
 mod signing_key;
 mod team;
@@ -88,6 +89,9 @@ pub enum Command {
     /// The per-library search indexes beside the graph.
     #[command(subcommand)]
     Index(index::IndexCmd),
+    /// The embedded OAuth authorization server: clients and grants.
+    #[command(subcommand)]
+    Oauth(oauth::OAuthCmd),
 }
 
 /// Prints `value` as JSON when `--json` was given, else `human()`.
@@ -123,6 +127,7 @@ pub async fn run_with(settings: Settings, command: Command, json: bool) -> anyho
         Command::Index(c) => index::run(&settings, &pool, c, json).await?,
         Command::Demo(args) => demo::run(&settings, &pool, args, json).await?,
         Command::Usage { days } => usage::run(&pool, days, json).await?,
+        Command::Oauth(c) => oauth::run(&settings, &pool, c, json).await?,
     }
     Ok(())
 }

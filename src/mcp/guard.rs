@@ -649,7 +649,7 @@ async fn authenticate(
     headers: &HeaderMap,
     session: Option<&NamedSession>,
 ) -> Result<(Principal, Option<PendingJti>), Response> {
-    let resource_metadata = state.settings.authorization_server.as_ref().map(|_| {
+    let resource_metadata = state.settings.resource_authorization_server().map(|_| {
         format!(
             "{}/.well-known/oauth-protected-resource",
             state.settings.public_url.trim_end_matches('/')

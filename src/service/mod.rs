@@ -11,6 +11,7 @@ pub mod ingest;
 pub mod keys;
 pub mod libraries;
 pub mod memberships;
+pub mod oauth;
 pub mod teams;
 pub mod tokens;
 pub mod tool_grants;

@@ -25,9 +25,18 @@ async fn assert_refused(app: &TestApp, bearer: &str, message: &str, reason: &str
     let mut c = app.mcp(bearer);
     let ex = c.initialize().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED, "{message}: {ex:?}");
+    // The embedded authorization server (on by default) adds where its
+    // metadata is; the spec's strings stay exactly as they were.
+    let rm = match app.settings.resource_authorization_server() {
+        Some(_) => format!(
+            ", resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            app.settings.public_url.trim_end_matches('/')
+        ),
+        None => String::new(),
+    };
     assert_eq!(
         ex.headers["www-authenticate"].to_str().unwrap(),
-        format!("Bearer error=\"invalid_token\", error_description=\"{message}\"")
+        format!("Bearer error=\"invalid_token\", error_description=\"{message}\"{rm}")
     );
     assert_eq!(
         ex.json(),
@@ -42,8 +51,8 @@ async fn libs_of(app: &TestApp, bearer: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn missing_header_is_401_with_a_bare_bearer_challenge() {
-    let app = TestApp::spawn().await;
+async fn missing_header_is_401_with_a_bare_bearer_challenge_without_oauth() {
+    let app = TestApp::spawn_with(|s| s.oauth = false).await;
     let mut c = app.mcp("");
     let ex = c.initialize().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
@@ -67,7 +76,7 @@ async fn challenge_carries_resource_metadata_when_an_authorization_server_is_con
 
 #[tokio::test]
 async fn protected_resource_metadata_is_absent_without_an_authorization_server() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(|s| s.oauth = false).await;
     let r = app
         .http
         .get(app.url("/.well-known/oauth-protected-resource"))

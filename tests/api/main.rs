@@ -17,6 +17,7 @@ mod hardening;
 mod ingest;
 mod libraries;
 mod mcp;
+mod oauth;
 mod observability;
 mod pgbouncer;
 mod rate_limits;

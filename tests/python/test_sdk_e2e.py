@@ -52,6 +52,11 @@ INVALID_TOKEN_BODY = {"error": "invalid_token", "error_description": "Invalid MC
 INVALID_TOKEN_CHALLENGE = 'Bearer error="invalid_token", error_description="Invalid MCP token."'
 
 
+def _metadata_url(stack: "Stack") -> str:
+    """The RFC 9728 metadata URL every 401 on /mcp names (issue 48)."""
+    return f"{stack.base_url}/.well-known/oauth-protected-resource"
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -342,7 +347,8 @@ async def test_refused_bearer_is_a_401_on_the_wire(stack: Stack, wrong: str, sta
     assert "mcp-session-id" not in r.headers
     if wrong == "missing":
         assert r.json() == {"error": "invalid_request", "error_description": "Missing bearer token."}
-        assert r.headers["www-authenticate"] == "Bearer"
+        # The embedded authorization server (issue 48) says where its metadata is.
+        assert r.headers["www-authenticate"] == f'Bearer resource_metadata="{_metadata_url(stack)}"'
     else:
         assert r.json() == INVALID_TOKEN_BODY
-        assert r.headers["www-authenticate"] == INVALID_TOKEN_CHALLENGE
+        assert r.headers["www-authenticate"] == f'{INVALID_TOKEN_CHALLENGE}, resource_metadata="{_metadata_url(stack)}"'

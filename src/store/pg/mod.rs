@@ -6,6 +6,7 @@ pub mod auth;
 pub mod grants;
 pub mod index_changes;
 pub mod keys;
+pub mod oauth;
 pub mod sessions;
 pub mod teams;
 pub mod tokens;

@@ -166,7 +166,8 @@ pub async fn lock_and_count_live_tokens(conn: &mut sqlx::PgConnection, user_id: 
         .await?;
     sqlx::query_scalar(
         "SELECT count(*) FROM mcp_tokens
-          WHERE user_id = $1 AND active AND (expires_at IS NULL OR expires_at > now())",
+          WHERE user_id = $1 AND active AND (expires_at IS NULL OR expires_at > now())
+            AND oauth_grant_id IS NULL",
     )
     .bind(user_id)
     .fetch_one(&mut *conn)

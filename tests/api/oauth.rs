@@ -1,0 +1,964 @@
+//! The embedded OAuth 2.1 authorization server (issue 48), end to end on the
+//! real stores: discovery, registration, the consent page (the console's
+//! sign-in, session and CSRF), the token endpoint with PKCE, refresh
+//! rotation with reuse detection, revocation, and every refusal's RFC 6749
+//! error code.
+
+use std::time::Duration;
+
+use mnemosyne::service::oauth::s256;
+use mnemosyne::store::pg::users::{self, Role};
+use reqwest::{header, StatusCode};
+use serde_json::{json, Value};
+
+use crate::admin::{person, Console, STAFF_PASSWORD};
+use crate::helpers::{send, TestApp};
+
+const REDIRECT: &str = "http://127.0.0.1:4000/callback";
+/// The same loopback redirect on another port (RFC 8252 §7.3).
+const REDIRECT_OTHER_PORT: &str = "http://127.0.0.1:53682/callback";
+const VERIFIER: &str = "a-long-random-verifier-of-at-least-forty-three-characters-0123456789";
+const STATE: &str = "st4te-xyz";
+
+/// No redirects followed: every answer is looked at.
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+fn location(r: &reqwest::Response) -> String {
+    r.headers()
+        .get(header::LOCATION)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// The query parameters of a redirect.
+fn params(url: &str) -> std::collections::HashMap<String, String> {
+    reqwest::Url::parse(url).unwrap().query_pairs().into_owned().collect()
+}
+
+/// A test world: a server, a person who owns two libraries (each with one
+/// document), and a registered public client.
+struct World {
+    app: TestApp,
+    alice: String,
+    lib_a: String,
+    lib_b: String,
+    client_id: String,
+}
+
+/// A server whose public URL is the address it listens on, as a deployment's
+/// is (tests otherwise run with the placeholder `http://127.0.0.1:0`): the
+/// issuer, `iss` and the MCP resource are then URLs a client can reach.
+fn on_its_own_url(s: &mut mnemosyne::config::Settings) {
+    let port = crate::helpers::free_port();
+    s.listen = format!("127.0.0.1:{port}").parse().unwrap();
+    s.public_url = format!("http://127.0.0.1:{port}");
+}
+
+async fn world() -> World {
+    let app = TestApp::spawn_with(on_its_own_url).await;
+    let lib_a = app.library("oauth_a").await;
+    let lib_b = app.library("oauth_b").await;
+    for (lib, text) in [
+        (&lib_a, "Quokkas of Rottnest island are marsupials."),
+        (&lib_b, "Quokkas also appear in the second library."),
+    ] {
+        app.ingest(json!({"library_uid": lib, "item": {"title": "Quokka notes"}, "content": text}))
+            .await;
+    }
+    let alice = person(&app, &format!("alice-{}", app.ns)).await;
+    users::grant(&app.pg, &alice, &lib_a, Role::Owner).await.unwrap();
+    users::grant(&app.pg, &alice, &lib_b, Role::Manager).await.unwrap();
+    let client_id = register(&app, &[REDIRECT]).await;
+    World {
+        app,
+        alice,
+        lib_a,
+        lib_b,
+        client_id,
+    }
+}
+
+async fn register(app: &TestApp, redirects: &[&str]) -> String {
+    let (status, body) = send(app.http.post(app.url("/oauth/register")).json(&json!({
+        "client_name": "Test MCP client",
+        "redirect_uris": redirects,
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    })))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["token_endpoint_auth_method"], "none");
+    body["client_id"].as_str().unwrap().to_owned()
+}
+
+impl World {
+    fn resource(&self) -> String {
+        self.app.url("/mcp")
+    }
+
+    /// The authorization request's query, with `change` applied
+    /// (`(k, None)` drops a parameter).
+    fn authorize_url(&self, change: &[(&str, Option<&str>)]) -> String {
+        let challenge = s256(VERIFIER);
+        let resource = self.resource();
+        let mut p: Vec<(&str, String)> = vec![
+            ("response_type", "code".into()),
+            ("client_id", self.client_id.clone()),
+            ("redirect_uri", REDIRECT_OTHER_PORT.into()),
+            ("state", STATE.into()),
+            ("scope", "mcp".into()),
+            ("code_challenge", challenge),
+            ("code_challenge_method", "S256".into()),
+            ("resource", resource),
+        ];
+        for (k, v) in change {
+            p.retain(|(pk, _)| pk != k);
+            if let Some(v) = v {
+                p.push((k, (*v).to_owned()));
+            }
+        }
+        let q: String = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(p.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish();
+        self.app.url(&format!("/oauth/authorize?{q}"))
+    }
+
+    async fn authorize(&self, change: &[(&str, Option<&str>)]) -> reqwest::Response {
+        http().get(self.authorize_url(change)).send().await.unwrap()
+    }
+
+    /// A checked request's consent page path.
+    async fn consent_path(&self) -> String {
+        let r = self.authorize(&[]).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let to = location(&r);
+        assert!(to.starts_with("/admin/oauth/consent?request="), "{to}");
+        to
+    }
+
+    async fn signed_in(&self) -> Console {
+        Console::signed_in(&self.app, &self.alice, STAFF_PASSWORD).await
+    }
+
+    /// Consent as alice with `fields` (request and CSRF added): the redirect.
+    async fn answer(&self, console: &mut Console, fields: &[(&str, &str)]) -> String {
+        let path = self.consent_path().await;
+        let page = console.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let request = path.rsplit('=').next().unwrap().to_owned();
+        let mut all: Vec<(&str, &str)> = vec![("request", &request)];
+        all.extend_from_slice(fields);
+        // The tool boxes come checked: a browser sends them all.
+        all.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
+        let r = console.post("/admin/oauth/consent", &all).await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+        r.location().to_owned()
+    }
+
+    /// Approves lib_a only; the code.
+    async fn code(&self, console: &mut Console) -> String {
+        let to = self
+            .answer(
+                console,
+                &[("decision", "approve"), ("library", &self.lib_a), ("lifetime", "30")],
+            )
+            .await;
+        assert!(to.starts_with(REDIRECT_OTHER_PORT), "{to}");
+        let p = params(&to);
+        assert_eq!(p["state"], STATE);
+        assert_eq!(p["iss"], self.app.base, "RFC 9207");
+        p["code"].clone()
+    }
+
+    async fn token(&self, form: &[(&str, &str)]) -> (StatusCode, Value, reqwest::header::HeaderMap) {
+        let r = http()
+            .post(self.app.url("/oauth/token"))
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let (status, headers) = (r.status(), r.headers().clone());
+        (status, r.json().await.unwrap_or(Value::Null), headers)
+    }
+
+    async fn exchange(&self, code: &str, verifier: &str) -> (StatusCode, Value) {
+        let (s, v, _) = self
+            .token(&[
+                ("grant_type", "authorization_code"),
+                ("code", code),
+                ("redirect_uri", REDIRECT_OTHER_PORT),
+                ("client_id", &self.client_id),
+                ("code_verifier", verifier),
+                ("resource", &self.resource()),
+            ])
+            .await;
+        (s, v)
+    }
+
+    async fn refresh(&self, refresh_token: &str) -> (StatusCode, Value) {
+        let (s, v, _) = self
+            .token(&[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", refresh_token),
+                ("client_id", &self.client_id),
+            ])
+            .await;
+        (s, v)
+    }
+
+    /// The whole flow: tokens for lib_a.
+    async fn tokens(&self) -> Value {
+        let mut c = self.signed_in().await;
+        let code = self.code(&mut c).await;
+        let (status, body) = self.exchange(&code, VERIFIER).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+}
+
+async fn status_on_mcp(app: &TestApp, bearer: &str) -> StatusCode {
+    app.mcp(bearer).initialize().await.status
+}
+
+fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["error_description"].is_string(), "{body}");
+}
+
+// ---- discovery ----
+
+#[tokio::test]
+async fn protected_resource_metadata_names_the_embedded_issuer() {
+    let app = TestApp::spawn().await;
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let (status, body) = send(app.http.get(app.url(path))).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(body["resource"], "http://127.0.0.1:0/mcp");
+        assert_eq!(body["authorization_servers"], json!(["http://127.0.0.1:0"]));
+        assert_eq!(body["scopes_supported"], json!(["mcp"]));
+    }
+}
+
+#[tokio::test]
+async fn authorization_server_metadata_is_rfc_8414_from_the_public_url() {
+    let app = TestApp::spawn().await;
+    for path in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+    ] {
+        let (status, m) = send(app.http.get(app.url(path))).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        let b = "http://127.0.0.1:0";
+        assert_eq!(m["issuer"], b);
+        assert_eq!(m["authorization_endpoint"], format!("{b}/oauth/authorize"));
+        assert_eq!(m["token_endpoint"], format!("{b}/oauth/token"));
+        assert_eq!(m["registration_endpoint"], format!("{b}/oauth/register"));
+        assert_eq!(m["revocation_endpoint"], format!("{b}/oauth/revoke"));
+        assert_eq!(m["code_challenge_methods_supported"], json!(["S256"]));
+        assert_eq!(m["response_types_supported"], json!(["code"]));
+        assert_eq!(
+            m["grant_types_supported"],
+            json!(["authorization_code", "refresh_token"])
+        );
+        assert_eq!(m["token_endpoint_auth_methods_supported"], json!(["none"]));
+        assert_eq!(m["authorization_response_iss_parameter_supported"], true);
+    }
+}
+
+#[tokio::test]
+async fn a_401_on_mcp_points_at_the_metadata_and_keeps_the_spec_strings() {
+    let app = TestApp::spawn().await;
+    let ex = app.mcp("").initialize().await;
+    assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        ex.headers["www-authenticate"],
+        "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+    );
+    let ex = app.mcp("mnm_not-a-token").initialize().await;
+    assert_eq!(
+        ex.headers["www-authenticate"],
+        "Bearer error=\"invalid_token\", error_description=\"Invalid MCP token.\", \
+         resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+    );
+    assert_eq!(
+        ex.json(),
+        json!({"error": "invalid_token", "error_description": "Invalid MCP token."})
+    );
+}
+
+#[tokio::test]
+async fn with_oauth_off_there_is_no_metadata_and_a_bare_challenge() {
+    let app = TestApp::spawn_with(|s| s.oauth = false).await;
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-authorization-server",
+    ] {
+        let (status, body) = send(app.http.get(app.url(path))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body["message"], "no authorization server is configured");
+    }
+    let (status, _) = send(app.http.post(app.url("/oauth/register")).json(&json!({}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(app.mcp("").initialize().await.headers["www-authenticate"], "Bearer");
+}
+
+// ---- registration ----
+
+#[tokio::test]
+async fn registration_refuses_redirects_that_are_not_https_loopback_or_native() {
+    let app = TestApp::spawn_with(|s| s.public_url = "https://mnemosyne.example".into()).await;
+    for bad in [
+        "http://app.example/cb",
+        "javascript:alert(1)",
+        "https://app.example/cb#x",
+        "/cb",
+    ] {
+        let (status, body) = send(
+            app.http
+                .post(app.url("/oauth/register"))
+                .json(&json!({"redirect_uris": [bad]})),
+        )
+        .await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_redirect_uri");
+    }
+    let (status, body) = send(
+        app.http
+            .post(app.url("/oauth/register"))
+            .json(&json!({"redirect_uris": ["http://127.0.0.1/cb", "https://app.example/cb"], "grant_types": ["client_credentials"]})),
+    )
+    .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_client_metadata");
+    let (status, body) = send(app.http.post(app.url("/oauth/register")).body("not json")).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_client_metadata");
+}
+
+#[tokio::test]
+async fn registration_is_rate_limited_per_address_and_audited() {
+    // 12 a minute: a burst of two.
+    let app = TestApp::spawn_with(|s| s.oauth_registrations_per_minute = 12).await;
+    register(&app, &[REDIRECT]).await;
+    register(&app, &[REDIRECT]).await;
+    let r = app
+        .http
+        .post(app.url("/oauth/register"))
+        .json(&json!({"redirect_uris": [REDIRECT]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key(header::RETRY_AFTER));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'oauth_client_registered'")
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+}
+
+// ---- the whole flow ----
+
+#[tokio::test]
+async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
+    let w = world().await;
+    // Not signed in: the consent page sends the person to sign in, then back.
+    let path = w.consent_path().await;
+    let mut c = Console::new(&w.app);
+    let page = c.get(&path).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    let login = page.location().to_owned();
+    assert!(login.starts_with("/admin/login?next="), "{login}");
+    let form = c.get(&login).await;
+    assert!(form.body.contains("name=\"next\""), "{}", form.body);
+    let r = c
+        .post(
+            "/admin/login",
+            &[("username", &w.alice), ("password", STAFF_PASSWORD), ("next", &path)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), path, "back to the consent page");
+    let page = c.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(page.headers[header::X_FRAME_OPTIONS], "DENY");
+    let csp = page.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(csp.contains("form-action 'self' http://127.0.0.1:53682"), "{csp}");
+    assert!(page.body.contains("Test MCP client"), "the client's name");
+    assert!(page.body.contains("127.0.0.1"), "the redirect host");
+    for lib in [&w.lib_a, &w.lib_b] {
+        let boxed = format!("name=\"library\" value=\"{lib}\"");
+        let at = page.body.find(&boxed).unwrap_or_else(|| panic!("{lib} offered"));
+        let tag_end = page.body[at..].find('>').unwrap();
+        assert!(
+            !page.body[at..at + tag_end].contains("checked"),
+            "nothing granted by default"
+        );
+    }
+    let request = path.rsplit('=').next().unwrap().to_owned();
+    for t in mnemosyne::mcp::TOOLS {
+        assert!(
+            page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")),
+            "{t} offered"
+        );
+    }
+    let mut fields = vec![
+        ("request", request.as_str()),
+        ("decision", "approve"),
+        ("library", &w.lib_a),
+        ("lifetime", "30"),
+    ];
+    fields.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
+    let r = c.post("/admin/oauth/consent", &fields).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let p = params(r.location());
+    assert_eq!(p["state"], STATE);
+    assert_eq!(p["iss"], w.app.base);
+
+    let (status, body, headers) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", &p["code"]),
+            ("redirect_uri", REDIRECT_OTHER_PORT),
+            ("client_id", &w.client_id),
+            ("code_verifier", VERIFIER),
+            ("resource", &w.resource()),
+        ])
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(headers[header::CACHE_CONTROL], "no-store");
+    assert_eq!(body["token_type"], "Bearer");
+    let expires_in = body["expires_in"].as_i64().unwrap();
+    assert!((3590..=3600).contains(&expires_in), "{expires_in}");
+    let access = body["access_token"].as_str().unwrap().to_owned();
+    let refresh = body["refresh_token"].as_str().unwrap().to_owned();
+
+    let mut mcp = w.app.mcp(&access).connect().await;
+    assert_eq!(mcp.library_uids().await, vec![w.lib_a.clone()]);
+    let found = mcp.call_ok("search", json!({"query": "quokkas"})).await;
+    let libs: Vec<&str> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["library_uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(libs, vec![w.lib_a.as_str()], "{found}");
+
+    // The access token is an opaque MCP token with an expiry and its grant.
+    let (expires, grant): (Option<chrono::DateTime<chrono::Utc>>, Option<i64>) =
+        sqlx::query_as("SELECT expires_at, oauth_grant_id FROM mcp_tokens WHERE token_hash = $1")
+            .bind(mnemosyne::auth::resolver::token_hash(&access))
+            .fetch_one(&w.app.pg)
+            .await
+            .unwrap();
+    assert!(expires.is_some() && grant.is_some());
+
+    // Refresh: rotated; the new access token reads the same library.
+    let (status, fresh) = w.refresh(&refresh).await;
+    assert_eq!(status, StatusCode::OK, "{fresh}");
+    assert_ne!(fresh["refresh_token"], json!(refresh));
+    let access2 = fresh["access_token"].as_str().unwrap();
+    assert_eq!(
+        w.app.mcp(access2).connect().await.library_uids().await,
+        vec![w.lib_a.clone()]
+    );
+
+    let metrics = w.app.metrics().await;
+    for (step, outcome) in [
+        ("authorize", "ok"),
+        ("consent", "ok"),
+        ("token", "ok"),
+        ("refresh", "ok"),
+    ] {
+        let line = format!("oauth_flows_total{{outcome=\"{outcome}\",step=\"{step}\"}} ");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&line) && !l.ends_with(" 0")),
+            "{line} in {metrics}"
+        );
+    }
+    let actions: Vec<String> =
+        sqlx::query_scalar("SELECT action::text FROM audit_events WHERE action LIKE 'oauth%' ORDER BY id")
+            .fetch_all(&w.app.pg)
+            .await
+            .unwrap();
+    assert_eq!(actions, ["oauth_client_registered", "oauth_grant_created"]);
+}
+
+#[tokio::test]
+async fn a_revoked_grant_is_refused_on_the_next_request_on_another_replica() {
+    let w = world().await;
+    // Behind one balancer: the same public URL, its own listener.
+    let mut settings = w.app.settings.clone();
+    settings.listen = "127.0.0.1:0".parse().unwrap();
+    let other = w.app.replica_with(settings).await;
+    let t = w.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let mut session = other.mcp(access).connect().await;
+    assert_eq!(session.list_tools().await.status, StatusCode::OK);
+    // Revoked on the first replica's console (My tokens).
+    let mut c = w.signed_in().await;
+    let me = c.get("/admin/me").await;
+    assert!(
+        me.body.contains("Connected MCP clients") && me.body.contains("Test MCP client"),
+        "{}",
+        me.body
+    );
+    let grant: i64 = sqlx::query_scalar("SELECT id FROM oauth_grants")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    let r = c.post("/admin/me/grants/revoke", &[("id", &grant.to_string())]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let ex = session.list_tools().await;
+    assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(ex.json()["error_description"], "Invalid MCP token.");
+    let (status, body) = w.refresh(t["refresh_token"].as_str().unwrap()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    drop(other);
+}
+
+#[tokio::test]
+async fn revocation_endpoint_revokes_the_grant_of_a_refresh_token() {
+    let w = world().await;
+    let t = w.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::OK);
+    let r = http()
+        .post(w.app.url("/oauth/revoke"))
+        .form(&[
+            ("token", t["refresh_token"].as_str().unwrap()),
+            ("token_type_hint", "refresh_token"),
+            ("client_id", &w.client_id),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::UNAUTHORIZED);
+    // Unknown tokens are answered the same (RFC 7009 §2.2).
+    let r = http()
+        .post(w.app.url("/oauth/revoke"))
+        .form(&[("token", "nothing-of-ours"), ("client_id", &w.client_id)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+// ---- refusals: RFC 6749 codes ----
+
+#[tokio::test]
+async fn authorize_refuses_an_unknown_client_without_redirecting() {
+    let w = world().await;
+    let r = w.authorize(&[("client_id", Some("mcl_nobody"))]).await;
+    assert!(location(&r).is_empty(), "never redirected");
+    let (status, body) = crate::helpers::json_of(r).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+}
+
+#[tokio::test]
+async fn authorize_refuses_a_redirect_not_registered_without_redirecting() {
+    let w = world().await;
+    for bad in [
+        "http://127.0.0.1:4000/elsewhere",
+        "https://evil.example/callback",
+        "http://localhost:4000/callback",
+    ] {
+        let r = w.authorize(&[("redirect_uri", Some(bad))]).await;
+        assert!(location(&r).is_empty(), "{bad}: never redirected");
+        let (status, body) = crate::helpers::json_of(r).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+}
+
+/// The refusal redirected to the client: error, state and iss.
+async fn refused_by_redirect(w: &World, change: &[(&str, Option<&str>)], code: &str) {
+    let r = w.authorize(change).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{change:?}");
+    let to = location(&r);
+    assert!(to.starts_with(REDIRECT_OTHER_PORT), "{to}");
+    let p = params(&to);
+    assert_eq!(p["error"], code, "{change:?}: {to}");
+    assert_eq!(p["state"], STATE);
+    assert_eq!(p["iss"], w.app.base);
+    assert!(!p.contains_key("code"));
+}
+
+#[tokio::test]
+async fn authorize_without_pkce_is_invalid_request() {
+    let w = world().await;
+    refused_by_redirect(&w, &[("code_challenge", None)], "invalid_request").await;
+    refused_by_redirect(&w, &[("code_challenge_method", None)], "invalid_request").await;
+}
+
+#[tokio::test]
+async fn authorize_with_plain_pkce_is_invalid_request() {
+    let w = world().await;
+    refused_by_redirect(
+        &w,
+        &[
+            ("code_challenge_method", Some("plain")),
+            ("code_challenge", Some(VERIFIER)),
+        ],
+        "invalid_request",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn authorize_for_another_servers_resource_is_invalid_target() {
+    let w = world().await;
+    refused_by_redirect(&w, &[("resource", Some("https://other.example/mcp"))], "invalid_target").await;
+    refused_by_redirect(&w, &[("resource", None)], "invalid_target").await;
+}
+
+#[tokio::test]
+async fn authorize_with_an_unknown_scope_or_response_type_is_refused() {
+    let w = world().await;
+    refused_by_redirect(&w, &[("scope", Some("admin"))], "invalid_scope").await;
+    refused_by_redirect(&w, &[("response_type", Some("token"))], "unsupported_response_type").await;
+}
+
+#[tokio::test]
+async fn denying_redirects_with_access_denied() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let to = w.answer(&mut c, &[("decision", "deny"), ("library", &w.lib_a)]).await;
+    let p = params(&to);
+    assert_eq!(p["error"], "access_denied");
+    assert_eq!(p["state"], STATE);
+    assert_eq!(p["iss"], w.app.base);
+    let grants: i64 = sqlx::query_scalar("SELECT count(*) FROM oauth_grants")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    assert_eq!(grants, 0);
+}
+
+#[tokio::test]
+async fn a_grant_for_a_library_the_person_does_not_manage_is_invalid_scope() {
+    let w = world().await;
+    let foreign = w.app.library("oauth_foreign").await;
+    let reader_only = w.app.library("oauth_read").await;
+    users::grant(&w.app.pg, &w.alice, &reader_only, Role::Reader)
+        .await
+        .unwrap();
+    for lib in [&foreign, &reader_only] {
+        let mut c = w.signed_in().await;
+        let to = w
+            .answer(
+                &mut c,
+                &[
+                    ("decision", "approve"),
+                    ("library", &w.lib_a),
+                    ("library", lib),
+                    ("lifetime", "30"),
+                ],
+            )
+            .await;
+        let p = params(&to);
+        assert_eq!(p["error"], "invalid_scope", "{to}");
+        assert!(!p.contains_key("code"));
+    }
+    let grants: i64 = sqlx::query_scalar("SELECT count(*) FROM oauth_grants")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    assert_eq!(grants, 0);
+}
+
+#[tokio::test]
+async fn a_consent_with_a_forged_csrf_token_is_refused() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let path = w.consent_path().await;
+    c.get(&path).await;
+    let request = path.rsplit('=').next().unwrap().to_owned();
+    let r = c
+        .post_raw(
+            "/admin/oauth/consent",
+            &[
+                ("csrf", "forged"),
+                ("request", &request),
+                ("decision", "approve"),
+                ("library", &w.lib_a),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.location().is_empty());
+    let codes: i64 = sqlx::query_scalar("SELECT count(*) FROM oauth_codes")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    assert_eq!(codes, 0);
+}
+
+#[tokio::test]
+async fn a_wrong_code_verifier_is_invalid_grant() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let code = w.code(&mut c).await;
+    let (status, body) = w
+        .exchange(&code, "another-verifier-that-is-long-enough-to-be-valid-0123456789")
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+}
+
+#[tokio::test]
+async fn a_token_request_without_a_verifier_is_invalid_request() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let code = w.code(&mut c).await;
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", REDIRECT_OTHER_PORT),
+            ("client_id", &w.client_id),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
+}
+
+#[tokio::test]
+async fn token_requests_name_the_rfc_6749_error() {
+    let w = world().await;
+    let (status, body, _) = w
+        .token(&[("grant_type", "password"), ("client_id", &w.client_id)])
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "unsupported_grant_type");
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", "x"),
+            ("client_id", "mcl_nobody"),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", "never-issued"),
+            ("client_id", &w.client_id),
+            ("code_verifier", VERIFIER),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", "mnr_x"),
+            ("client_id", &w.client_id),
+            ("resource", "https://other.example/mcp"),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_target");
+}
+
+#[tokio::test]
+async fn an_expired_code_is_invalid_grant() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let code = w.code(&mut c).await;
+    sqlx::query("UPDATE oauth_codes SET expires_at = now() - interval '1 second'")
+        .execute(&w.app.pg)
+        .await
+        .unwrap();
+    let (status, body) = w.exchange(&code, VERIFIER).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+}
+
+#[tokio::test]
+async fn a_reused_code_is_invalid_grant_and_revokes_what_the_first_use_issued() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let code = w.code(&mut c).await;
+    let (status, first) = w.exchange(&code, VERIFIER).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let access = first["access_token"].as_str().unwrap();
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::OK);
+    let (status, body) = w.exchange(&code, VERIFIER).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::UNAUTHORIZED);
+    let (status, body) = w.refresh(first["refresh_token"].as_str().unwrap()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'oauth_code_reused'")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn a_reused_refresh_token_is_invalid_grant_and_revokes_the_whole_grant() {
+    let w = world().await;
+    let t = w.tokens().await;
+    let old = t["refresh_token"].as_str().unwrap();
+    let (status, fresh) = w.refresh(old).await;
+    assert_eq!(status, StatusCode::OK, "{fresh}");
+    let access = fresh["access_token"].as_str().unwrap();
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::OK);
+    let (status, body) = w.refresh(old).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::UNAUTHORIZED);
+    let (status, body) = w.refresh(fresh["refresh_token"].as_str().unwrap()).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'oauth_refresh_reused'")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn the_tools_picked_on_the_consent_page_are_the_tokens_allowlist() {
+    let w = world().await;
+    let mut c = w.signed_in().await;
+    let path = w.consent_path().await;
+    c.get(&path).await;
+    let request = path.rsplit('=').next().unwrap().to_owned();
+    let r = c
+        .post(
+            "/admin/oauth/consent",
+            &[
+                ("request", &request),
+                ("decision", "approve"),
+                ("library", &w.lib_a),
+                ("tool", "list_libraries"),
+                ("lifetime", "1"),
+            ],
+        )
+        .await;
+    let code = params(r.location())["code"].clone();
+    let (status, t) = w.exchange(&code, VERIFIER).await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let mut mcp = w.app.mcp(t["access_token"].as_str().unwrap()).connect().await;
+    assert_eq!(mcp.library_uids().await, vec![w.lib_a.clone()]);
+    let ex = mcp.call_raw("search", json!({"query": "quokkas"}), None).await;
+    assert!(
+        ex.response().get("error").is_some(),
+        "search was not granted: {:?}",
+        ex.response()
+    );
+    // A tool beyond the person's ceiling cannot be granted.
+    sqlx::query("UPDATE users SET max_tools = '{search}' WHERE username = $1")
+        .bind(&w.alice)
+        .execute(&w.app.pg)
+        .await
+        .unwrap();
+    let to = w
+        .answer(
+            &mut c,
+            &[("decision", "approve"), ("library", &w.lib_a), ("lifetime", "1")],
+        )
+        .await;
+    assert_eq!(params(&to)["error"], "invalid_scope", "{to}");
+}
+
+#[tokio::test]
+async fn a_token_from_another_client_is_invalid_grant() {
+    let w = world().await;
+    let other = register(&w.app, &[REDIRECT]).await;
+    let mut c = w.signed_in().await;
+    let code = w.code(&mut c).await;
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &other),
+            ("code_verifier", VERIFIER),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_grant");
+}
+
+#[tokio::test]
+async fn a_person_who_stops_managing_a_library_stops_reading_it_through_oauth() {
+    let w = world().await;
+    let t = w.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    assert_eq!(
+        w.app.mcp(access).connect().await.library_uids().await,
+        vec![w.lib_a.clone()]
+    );
+    users::revoke(&w.app.pg, &w.alice, &w.lib_a, Role::Owner).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await; // NOTIFY delivery
+    assert!(w.app.mcp(access).connect().await.library_uids().await.is_empty());
+}
+
+// ---- operators ----
+
+#[tokio::test]
+async fn the_cli_adds_lists_and_removes_clients_and_revokes_grants() {
+    let w = world().await;
+    let out = w.app.cli_ok(&[
+        "--json",
+        "oauth",
+        "client",
+        "add",
+        "--name",
+        "Operator client",
+        "--redirect-uri",
+        "http://127.0.0.1:7777/cb",
+    ]);
+    let added: Value = serde_json::from_str(&out).unwrap();
+    let id = added["client_id"].as_str().unwrap().to_owned();
+    let list: Value = serde_json::from_str(&w.app.cli_ok(&["--json", "oauth", "client", "list"])).unwrap();
+    assert!(list
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["client_id"] == id.as_str() && c["source"] == "cli"));
+    let (ok, _, err) = w
+        .app
+        .cli(&["oauth", "client", "add", "--name", "x", "--redirect-uri", "ftp://x/"]);
+    assert!(!ok && err.contains("invalid_redirect_uri"), "{err}");
+
+    let t = w.tokens().await;
+    let access = t["access_token"].as_str().unwrap();
+    let grants: Value = serde_json::from_str(&w.app.cli_ok(&["--json", "oauth", "grant", "list"])).unwrap();
+    assert_eq!(grants.as_array().unwrap().len(), 1);
+    assert_eq!(grants[0]["libraries"], json!([w.lib_a]));
+    let gid = grants[0]["id"].to_string();
+    w.app.cli_ok(&["oauth", "grant", "revoke", &gid]);
+    tokio::time::sleep(Duration::from_millis(150)).await; // NOTIFY delivery
+    assert_eq!(status_on_mcp(&w.app, access).await, StatusCode::UNAUTHORIZED);
+
+    w.app.cli_ok(&["oauth", "client", "remove", &id]);
+    let (ok, _, _) = w.app.cli(&["oauth", "client", "remove", &id]);
+    assert!(!ok);
+}
+
+#[tokio::test]
+async fn staff_see_and_revoke_every_grant() {
+    let w = world().await;
+    let t = w.tokens().await;
+    let staff = crate::admin::staff(&w.app, &format!("staff-{}", w.app.ns)).await;
+    let mut c = Console::signed_in(&w.app, &staff, STAFF_PASSWORD).await;
+    let page = c.get("/admin/tokens").await;
+    assert!(
+        page.body.contains("Connected OAuth clients") && page.body.contains(&w.alice),
+        "{}",
+        page.body
+    );
+    let grant: i64 = sqlx::query_scalar("SELECT id FROM oauth_grants")
+        .fetch_one(&w.app.pg)
+        .await
+        .unwrap();
+    let r = c.post("/admin/grants/revoke", &[("id", &grant.to_string())]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        status_on_mcp(&w.app, t["access_token"].as_str().unwrap()).await,
+        StatusCode::UNAUTHORIZED
+    );
+}
