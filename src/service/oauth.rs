@@ -431,9 +431,23 @@ pub async fn authorize(pg: &PgPool, issuer: &Issuer, q: &AuthorizeQuery) -> Resu
         None => return Err(Shown(OAuthError::InvalidRequest("redirect_uri is required".into()))),
     };
     let state = q.state.as_deref().filter(|s| !s.is_empty());
-    let refuse = |error: OAuthError| Redirect {
-        to: error_redirect(issuer, &redirect_uri, state, &error),
-        error,
+    // Errors go back to the client's redirect (RFC 6749 §4.1.2.1) — except
+    // for a self-registered client whose redirect is a web address: anyone
+    // may register one, so redirecting its malformed requests unasked would
+    // make this server an open redirector (RFC 9700 §4.11.2); those are
+    // shown to the person instead. Loopback and native-app redirects land
+    // on the person's own machine.
+    let web_redirect = reqwest::Url::parse(&redirect_uri)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && !is_loopback_host(u.host_str().unwrap_or("")));
+    let shown_only = client.source == "dcr" && web_redirect;
+    let refuse = |error: OAuthError| {
+        if shown_only {
+            return Shown(error);
+        }
+        Redirect {
+            to: error_redirect(issuer, &redirect_uri, state, &error),
+            error,
+        }
     };
     if state.is_some_and(|s| s.len() > 1000) {
         return Err(refuse(OAuthError::InvalidRequest(
@@ -791,6 +805,11 @@ async fn exchange_code(
     if c.client_id != client.client_id {
         return Err(bad("the code was issued to another client"));
     }
+    if !c.grant_active {
+        // Revoked (by the person, or by an earlier reuse): nothing to issue,
+        // and no reuse to report.
+        return Err(bad("the grant is revoked"));
+    }
     if c.used_at.is_some() {
         // RFC 6749 §4.1.2: a second use revokes what the first issued.
         store::revoke_grant_for_reuse(&mut tx, c.grant_id)
@@ -901,6 +920,11 @@ async fn issue(
     let g = store::grant(&mut *tx, grant_id)
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
+    // The callers hold the grant's row lock and checked it is active; a
+    // revoked grant never gets a token (defence in depth).
+    if !g.active {
+        return Err(sqlx::Error::RowNotFound);
+    }
     let access = crate::service::tokens::new_token_plaintext();
     let expires_at: DateTime<Utc> = (Utc::now() + Duration::seconds(access_secs.max(1) as i64)).min(g.expires_at);
     let name: String = format!(

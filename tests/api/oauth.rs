@@ -962,3 +962,33 @@ async fn staff_see_and_revoke_every_grant() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+/// A self-registered client with a web redirect: its malformed requests are
+/// shown to the person, never bounced to that address (else anyone could
+/// register `https://evil.example/` and use this server as an open
+/// redirector, RFC 9700 §4.11.2). A loopback redirect still gets the error.
+#[tokio::test]
+async fn authorize_errors_of_a_self_registered_web_redirect_are_shown_not_redirected() {
+    let mut web = world().await;
+    let loopback_client = web.client_id.clone();
+    let evil = "https://evil.example/landing";
+    web.client_id = register(&web.app, &[evil]).await;
+    for change in [
+        vec![("redirect_uri", Some(evil)), ("code_challenge", None)],
+        vec![("redirect_uri", Some(evil)), ("response_type", Some("token"))],
+        vec![
+            ("redirect_uri", Some(evil)),
+            ("resource", Some("https://other.example/mcp")),
+        ],
+    ] {
+        let r = web.authorize(&change).await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{change:?}");
+        assert!(r.headers().get("location").is_none(), "{change:?}: redirected");
+    }
+    // The well-formed request still goes to the consent page.
+    let r = web.authorize(&[("redirect_uri", Some(evil))]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(location(&r).starts_with("/admin/oauth/consent?request="));
+    web.client_id = loopback_client;
+    refused_by_redirect(&web, &[("code_challenge", None)], "invalid_request").await;
+}

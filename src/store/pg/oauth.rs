@@ -230,6 +230,33 @@ pub struct Code {
     pub resource: String,
     pub expires_at: DateTime<Utc>,
     pub used_at: Option<DateTime<Utc>>,
+    pub grant_active: bool,
+}
+
+/// Locks the grant of the code or refresh token whose hash is `hash`
+/// (`table`'s row), before the row itself: the order `revoke_grant` takes
+/// them in (the grant's UPDATE, then its tokens), so an exchange or a
+/// refresh and a revocation of its grant serialize — one sees the other's
+/// result — and never deadlock. None: no such row.
+async fn lock_grant_of(conn: &mut PgConnection, table: Table, hash: &str) -> Result<Option<i64>, sqlx::Error> {
+    let q = match table {
+        Table::Codes => "SELECT grant_id FROM oauth_codes WHERE code_hash = $1",
+        Table::Refresh => "SELECT grant_id FROM oauth_refresh_tokens WHERE token_hash = $1",
+    };
+    let Some(grant): Option<i64> = sqlx::query_scalar(q).bind(hash).fetch_optional(&mut *conn).await? else {
+        return Ok(None);
+    };
+    sqlx::query("SELECT 1 FROM oauth_grants WHERE id = $1 FOR UPDATE")
+        .bind(grant)
+        .execute(&mut *conn)
+        .await?;
+    Ok(Some(grant))
+}
+
+#[derive(Clone, Copy)]
+enum Table {
+    Codes,
+    Refresh,
 }
 
 pub async fn insert_code(
@@ -259,8 +286,12 @@ pub async fn insert_code(
 /// A code, locked for the exchange (concurrent exchanges of one code queue
 /// here: exactly one sees it unused).
 pub async fn lock_code(conn: &mut PgConnection, code_hash: &str) -> Result<Option<Code>, sqlx::Error> {
+    if lock_grant_of(&mut *conn, Table::Codes, code_hash).await?.is_none() {
+        return Ok(None);
+    }
     sqlx::query_as(
-        "SELECT c.grant_id, g.client_id, c.redirect_uri, c.code_challenge, c.resource, c.expires_at, c.used_at
+        "SELECT c.grant_id, g.client_id, c.redirect_uri, c.code_challenge, c.resource, c.expires_at, c.used_at,
+                g.active AS grant_active
            FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id
           WHERE c.code_hash = $1 FOR UPDATE OF c",
     )
@@ -306,6 +337,9 @@ pub async fn insert_refresh(conn: &mut PgConnection, token_hash: &str, grant_id:
 
 /// A refresh token with its grant's state, locked for rotation.
 pub async fn lock_refresh(conn: &mut PgConnection, token_hash: &str) -> Result<Option<Refresh>, sqlx::Error> {
+    if lock_grant_of(&mut *conn, Table::Refresh, token_hash).await?.is_none() {
+        return Ok(None);
+    }
     sqlx::query_as(
         "SELECT r.grant_id, g.client_id, r.used_at, g.active AS grant_active, g.expires_at AS grant_expires_at
            FROM oauth_refresh_tokens r JOIN oauth_grants g ON g.id = r.grant_id
