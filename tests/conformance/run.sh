@@ -196,6 +196,35 @@ for rev in $REVS; do
   done
 done
 
+# --- The authorization-server scenarios (issue 48) -----------------------------
+# The suite's two scenarios for an authorization server (metadata, and the
+# authorization-code grant with PKCE, whose person — signing in on the console
+# and approving a library on the consent page — tests/conformance/authorization.py
+# plays), against this server as its own issuer, through the proxy (the
+# public URL). Its Python is the SDK tests' (tests/python/run.sh, which
+# scripts/test runs first).
+PY="$ROOT/.dev/pyenv/bin/python"
+if [ -x "$PY" ]; then
+  person="conformance-person-$RUN"
+  password="conformance-password-$RUN"
+  printf '%s\n' "$password" | timeout 120 "$BIN" user create "$person" --password-stdin >>"$OUT/migrate.log" 2>&1 ||
+    die "user create (the consenting person) failed"
+  cli membership grant "$person" "conformance_lib_$RUN" owner >>"$OUT/migrate.log" 2>&1 ||
+    die "membership grant (the consenting person) failed"
+  t0=$SECONDS
+  if timeout -k 5 150 "$PY" "$HERE/authorization.py" "$NODE" "$CLI" "$PROXY" "$person" "$password" \
+    "conformance_lib_$RUN" "$OUT/authorization" >"$OUT/authorization.log" 2>&1; then
+    say "authorization-server scenarios (metadata, authorization-code-grant): ok in $((SECONDS - t0)) s"
+  else
+    failed+=("authorization-server scenarios")
+    tail -40 "$OUT/authorization.log" >&2
+    say "authorization-server scenarios: FAILED (log: ${OUT#"$ROOT"/}/authorization.log)"
+  fi
+else
+  failed+=("authorization-server scenarios")
+  say "authorization-server scenarios: no $PY (run tests/python/run.sh first)"
+fi
+
 # Per revision: checks passed / failed unexpectedly / failed as listed.
 "$NODE" "$HERE/report.mjs" summary "$OUT" "$HERE/expected-failures" $REVS | sed 's/^/[conformance] /' >&2 || true
 
