@@ -88,9 +88,10 @@ async fn detail_page(
     status: StatusCode,
 ) -> Result<Response, AdminError> {
     let (t, ws, libs) = service::detail(&state.pg, id).await.map_err(refused)?;
+    let none = FieldError::none();
     let (ws_err, lib_err) = match submitted {
-        Submitted::Libraries(_) => (&FieldError::none(), err),
-        _ => (err, &FieldError::none()),
+        Submitted::Libraries(_) => (&none, err),
+        _ => (err, &none),
     };
     let text = match submitted {
         Submitted::Workspaces(raw) => raw.to_owned(),

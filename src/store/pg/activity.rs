@@ -19,6 +19,7 @@ pub struct ActivityRow {
     /// The token's id, the team's uuid, or the per-turn `sub`.
     pub reader_id: String,
     /// A token's user, by name.
+    #[sqlx(rename = "user_name")]
     pub user: Option<String>,
     /// A team's name, when it still exists.
     pub team_name: Option<String>,
@@ -33,7 +34,7 @@ pub struct ActivityRow {
 const SELECT: &str = "SELECT a.hour, a.library_uid::text AS library_uid, a.reader_kind::text AS reader_kind,
         CASE WHEN a.reader_kind IN ('token', 'team') THEN split_part(a.reader, ':', 2) ELSE a.reader::text END
             AS reader_id,
-        u.username::text AS user, tm.name::text AS team_name, a.tool::text AS tool,
+        u.username::text AS user_name, tm.name::text AS team_name, a.tool::text AS tool,
         NULLIF(a.query, '')::text AS query, a.calls, a.results
    FROM library_activity_hourly a
    LEFT JOIN users u ON u.id = a.user_id
