@@ -49,7 +49,9 @@ async fn fixture() -> Fixture {
     let team_id = Uuid::new_v4();
     let jti = Uuid::new_v4();
     teams::create(&pool, "bench", team_id, "Bench", jti).await.unwrap();
-    teams::replace_workspaces(&pool, "bench", team_id, &[ws.clone()]).await.unwrap();
+    teams::replace_workspaces(&pool, "bench", team_id, &[ws.clone()])
+        .await
+        .unwrap();
     let now = chrono::Utc::now().timestamp();
     let team = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now).unwrap();
     // The same workspace plus 50 user-managed libraries granted directly.
@@ -64,8 +66,12 @@ async fn fixture() -> Fixture {
         direct.push(uid);
     }
     let (direct_id, direct_jti) = (Uuid::new_v4(), Uuid::new_v4());
-    teams::create(&pool, "bench", direct_id, "Bench direct", direct_jti).await.unwrap();
-    teams::replace_workspaces(&pool, "bench", direct_id, &[ws.clone()]).await.unwrap();
+    teams::create(&pool, "bench", direct_id, "Bench direct", direct_jti)
+        .await
+        .unwrap();
+    teams::replace_workspaces(&pool, "bench", direct_id, &[ws.clone()])
+        .await
+        .unwrap();
     teams::replace(&pool, "bench", direct_id, teams::Grants::Libraries, &direct)
         .await
         .unwrap();
@@ -128,7 +134,11 @@ fn bench(c: &mut Criterion) {
     rt.block_on(async {
         f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap();
         f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap();
-        let p = f.auth.authenticate(&f.team_direct, RequestContext::default()).await.unwrap();
+        let p = f
+            .auth
+            .authenticate(&f.team_direct, RequestContext::default())
+            .await
+            .unwrap();
         assert_eq!(p.0.libraries().len(), 51);
         f.auth.authenticate(&f.per_turn, session).await.unwrap();
     });
@@ -143,8 +153,12 @@ fn bench(c: &mut Criterion) {
             .iter(|| async { f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap() })
     });
     g.bench_function("team_jwt_50_direct_libraries", |b| {
-        b.to_async(&rt)
-            .iter(|| async { f.auth.authenticate(&f.team_direct, RequestContext::default()).await.unwrap() })
+        b.to_async(&rt).iter(|| async {
+            f.auth
+                .authenticate(&f.team_direct, RequestContext::default())
+                .await
+                .unwrap()
+        })
     });
     g.bench_function("per_turn_jwt_in_session", |b| {
         b.to_async(&rt)

@@ -237,6 +237,9 @@ mod tests {
         v.iter().map(|(l, n)| (l.to_string(), *n)).collect()
     }
 
+    /// (library, reader, user id, tool, query, calls, results).
+    type Row = (String, String, Option<i64>, &'static str, String, u64, u64);
+
     #[test]
     fn calls_and_results_are_added_per_library_reader_and_tool() {
         let a = ActivityCounter::default();
@@ -246,7 +249,7 @@ mod tests {
         a.record(&tok, "search", Some("other"), &reads(&[("lib_a", 2)]));
         a.record(&team, "get_chunk", None, &reads(&[("lib_a", 3)]));
         a.record(&team, "search", None, &[]);
-        let mut got: Vec<(String, String, Option<i64>, &str, String, u64, u64)> = a
+        let mut got: Vec<Row> = a
             .take()
             .into_iter()
             .map(|(k, c)| {

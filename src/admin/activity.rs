@@ -93,7 +93,11 @@ pub async fn page(
     };
     Ok(view::page(
         &s,
-        if s.user.is_staff { "/admin/libraries" } else { "/admin/me" },
+        if s.user.is_staff {
+            "/admin/libraries"
+        } else {
+            "/admin/me"
+        },
         "Library activity",
         None,
         body,

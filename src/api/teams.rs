@@ -24,7 +24,10 @@ pub fn routes() -> Router<AppState> {
         .route("/mcp_server/api/teams", post(create))
         .route("/mcp_server/api/teams/{id}", get(detail).delete(delete))
         .route("/mcp_server/api/teams/{id}/workspaces", put(workspaces))
-        .route("/mcp_server/api/teams/{id}/libraries", get(libraries).put(set_libraries))
+        .route(
+            "/mcp_server/api/teams/{id}/libraries",
+            get(libraries).put(set_libraries),
+        )
         .route("/mcp_server/api/teams/{id}/rotate", post(rotate))
 }
 
@@ -170,7 +173,11 @@ async fn set_libraries(
     let id = team_id(&id)?;
     let (stored, propagation) =
         teams::set_libraries(&state.pg, &state.changes, &sa.username, id, body.library_uids).await?;
-    Ok(fenced(propagation, StatusCode::OK, Some(json!({"library_uids": stored}))))
+    Ok(fenced(
+        propagation,
+        StatusCode::OK,
+        Some(json!({"library_uids": stored})),
+    ))
 }
 
 async fn rotate(

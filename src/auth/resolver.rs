@@ -418,13 +418,7 @@ impl Authenticator {
                         .await
                         .map_err(|_| AuthError::Unavailable("graph"))?;
                     let direct = team.library_uids.iter().filter(|u| existing.contains(*u));
-                    let scope = Scope::from_resolver(
-                        per_ws
-                            .iter()
-                            .flat_map(|l| l.iter())
-                            .chain(direct)
-                            .cloned(),
-                    );
+                    let scope = Scope::from_resolver(per_ws.iter().flat_map(|l| l.iter()).chain(direct).cloned());
                     Ok::<_, AuthError>(TeamScope {
                         row: team.clone(),
                         scope,

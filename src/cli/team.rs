@@ -32,9 +32,24 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: TeamCmd, json: bool) -> anyhow::
                 serde_json::json!({"id": t.id, "name": t.name, "active": t.active,
                                    "workspace_ids": ws, "library_uids": libs}),
                 || {
-                    println!("team {} ({}), {}", t.id, t.name, if t.active { "active" } else { "deactivated" });
-                    println!("workspaces: {}", if ws.is_empty() { "—".to_owned() } else { ws.join(", ") });
-                    println!("libraries:  {}", if libs.is_empty() { "—".to_owned() } else { libs.join(", ") });
+                    println!(
+                        "team {} ({}), {}",
+                        t.id,
+                        t.name,
+                        if t.active { "active" } else { "deactivated" }
+                    );
+                    println!(
+                        "workspaces: {}",
+                        if ws.is_empty() { "—".to_owned() } else { ws.join(", ") }
+                    );
+                    println!(
+                        "libraries:  {}",
+                        if libs.is_empty() {
+                            "—".to_owned()
+                        } else {
+                            libs.join(", ")
+                        }
+                    );
                 },
             );
         }

@@ -108,7 +108,11 @@ pub async fn retention_loop(pool: PgPool, audit_days: u32, usage_days: u32, ever
         }
         match sweep_activity(&pool, audit_days).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, days = audit_days, "library activity past retention deleted"),
+            Ok(n) => tracing::info!(
+                deleted = n,
+                days = audit_days,
+                "library activity past retention deleted"
+            ),
             Err(e) => tracing::warn!(error = %e, "activity retention sweep failed; retried on the next tick"),
         }
         match sweep_usage(&pool, usage_days).await {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use mnemosyne::store::pg::users::{self, Role};
 use mnemosyne::store::pg::tokens;
+use mnemosyne::store::pg::users::{self, Role};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -31,11 +31,7 @@ fn summary(rows: &[Value]) -> Vec<(String, String, String, String, i64, i64)> {
             (
                 r["reader_kind"].as_str().unwrap().to_owned(),
                 r["reader_id"].as_str().unwrap().to_owned(),
-                r["user"]
-                    .as_str()
-                    .or(r["team_name"].as_str())
-                    .unwrap_or("")
-                    .to_owned(),
+                r["user"].as_str().or(r["team_name"].as_str()).unwrap_or("").to_owned(),
                 r["tool"].as_str().unwrap().to_owned(),
                 r["calls"].as_i64().unwrap(),
                 r["results"].as_i64().unwrap(),
@@ -100,11 +96,46 @@ async fn an_owner_sees_reads_of_their_library_by_another_users_token_and_by_a_te
 
     let team_s = team.to_string();
     let want = vec![
-        ("team".to_owned(), team_s.clone(), "Readers".to_owned(), "list_items".to_owned(), 1, 1),
-        ("team".to_owned(), team_s.clone(), "Readers".to_owned(), "list_libraries".to_owned(), 1, 1),
-        ("team".to_owned(), team_s.clone(), "Readers".to_owned(), "search".to_owned(), 2, 2),
-        ("token".to_owned(), token_id.clone(), "bob".to_owned(), "get_chunk".to_owned(), 1, 1),
-        ("token".to_owned(), token_id.clone(), "bob".to_owned(), "search".to_owned(), 4, 4),
+        (
+            "team".to_owned(),
+            team_s.clone(),
+            "Readers".to_owned(),
+            "list_items".to_owned(),
+            1,
+            1,
+        ),
+        (
+            "team".to_owned(),
+            team_s.clone(),
+            "Readers".to_owned(),
+            "list_libraries".to_owned(),
+            1,
+            1,
+        ),
+        (
+            "team".to_owned(),
+            team_s.clone(),
+            "Readers".to_owned(),
+            "search".to_owned(),
+            2,
+            2,
+        ),
+        (
+            "token".to_owned(),
+            token_id.clone(),
+            "bob".to_owned(),
+            "get_chunk".to_owned(),
+            1,
+            1,
+        ),
+        (
+            "token".to_owned(),
+            token_id.clone(),
+            "bob".to_owned(),
+            "search".to_owned(),
+            4,
+            4,
+        ),
     ];
     assert_eq!(summary(&cli_rows(&app, &s.lib_c, Some(&olga))), want);
     // every row names its hour; the query text is not kept by default
@@ -121,7 +152,14 @@ async fn an_owner_sees_reads_of_their_library_by_another_users_token_and_by_a_te
     );
     assert_eq!(
         summary(&cli_rows(&app, &s.lib_a, Some("bob"))),
-        [("token".to_owned(), token_id.clone(), "bob".to_owned(), "search".to_owned(), 3, 3)]
+        [(
+            "token".to_owned(),
+            token_id.clone(),
+            "bob".to_owned(),
+            "search".to_owned(),
+            3,
+            3
+        )]
     );
     // the operator (no --as) and staff see every library's
     assert_eq!(summary(&cli_rows(&app, &s.lib_c, None)), want);
@@ -131,8 +169,13 @@ async fn an_owner_sees_reads_of_their_library_by_another_users_token_and_by_a_te
     // the console: the owner's page names the team by id and the token by id and user
     let mut c = Console::signed_in(&app, &olga, STAFF_PASSWORD).await;
     let me = c.get("/admin/me").await;
-    assert!(me.body.contains("/admin/me/library/activity?uid="), "linked from the owner's page");
-    let page = c.get(&format!("/admin/me/library/activity?uid={}&since=1d", s.lib_c)).await;
+    assert!(
+        me.body.contains("/admin/me/library/activity?uid="),
+        "linked from the owner's page"
+    );
+    let page = c
+        .get(&format!("/admin/me/library/activity?uid={}&since=1d", s.lib_c))
+        .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains(&team_s) && page.body.contains(&token_id) && page.body.contains("bob"));
     assert!(page.body.contains("<b>9</b> call(s)"), "{}", page.body);
@@ -225,12 +268,13 @@ async fn counts_survive_a_replica_restart_up_to_the_last_flush() {
     c.call_ok("search", json!({"query": "zanzibarine"})).await;
     wait_for(3).await;
     // a replica that stops flushes what it holds
-    let slow = app.replica_with({
-        let mut st = app.settings.clone();
-        st.usage_flush_secs = 3600;
-        st
-    })
-    .await;
+    let slow = app
+        .replica_with({
+            let mut st = app.settings.clone();
+            st.usage_flush_secs = 3600;
+            st
+        })
+        .await;
     slow.mcp(&token)
         .stateless()
         .call_ok("search", json!({"query": "zanzibarine"}))
@@ -239,7 +283,10 @@ async fn counts_survive_a_replica_restart_up_to_the_last_flush() {
     wait_for(4).await;
     let rows = cli_rows(&app, &s.lib_c, None);
     assert_eq!(rows.len(), 1, "one row per hour, reader and tool: {rows:?}");
-    assert_eq!((rows[0]["calls"].as_i64(), rows[0]["results"].as_i64()), (Some(4), Some(4)));
+    assert_eq!(
+        (rows[0]["calls"].as_i64(), rows[0]["results"].as_i64()),
+        (Some(4), Some(4))
+    );
 }
 
 #[tokio::test]

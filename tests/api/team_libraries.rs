@@ -73,7 +73,10 @@ async fn workspace_libraries_come_first_then_direct_ones_in_order_without_duplic
     let missing = app.uid("lib_not_yet");
     // lib_b is the workspace's library too: it stays where the workspace put it
     let stored = app
-        .put_libraries(id, &[s.lib_c.clone(), missing.clone(), s.lib_a.clone(), s.lib_b.clone()])
+        .put_libraries(
+            id,
+            &[s.lib_c.clone(), missing.clone(), s.lib_a.clone(), s.lib_b.clone()],
+        )
         .await;
     assert_eq!(stored, json!({"library_uids": [s.lib_c, missing, s.lib_a, s.lib_b]}));
     let mut c = app.mcp(&jwt).connect().await;
@@ -182,8 +185,14 @@ async fn put_libraries_replaces_is_idempotent_and_validates_like_workspaces() {
         app.put_libraries(id, &["a".into(), "b".into()]).await,
         json!({"library_uids": ["a", "b"]})
     );
-    assert_eq!(app.put_libraries(id, &["c".into()]).await, json!({"library_uids": ["c"]}));
-    assert_eq!(app.put_libraries(id, &["c".into()]).await, json!({"library_uids": ["c"]}));
+    assert_eq!(
+        app.put_libraries(id, &["c".into()]).await,
+        json!({"library_uids": ["c"]})
+    );
+    assert_eq!(
+        app.put_libraries(id, &["c".into()]).await,
+        json!({"library_uids": ["c"]})
+    );
     assert_eq!(
         app.put_libraries(id, &["d".into(), "d".into(), "c".into()]).await,
         json!({"library_uids": ["d", "c"]})

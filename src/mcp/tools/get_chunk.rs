@@ -103,7 +103,8 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             format!("\n\n(+{} neighbouring chunk(s))", neighbors.len())
         }
     );
-    let reads = tally(std::iter::once(chunk.library_uid.as_str()).chain(neighbors.iter().map(|n| n.library_uid.as_str())));
+    let reads =
+        tally(std::iter::once(chunk.library_uid.as_str()).chain(neighbors.iter().map(|n| n.library_uid.as_str())));
     Ok(Reply::structured(
         &ChunkOut {
             chunk,
