@@ -19,3 +19,8 @@ CREATE TABLE library_activity_hourly (
 );
 -- Retention sweeps by age.
 CREATE INDEX library_activity_hourly_hour_idx ON library_activity_hourly (hour);
+
+-- A library's write events, shown beside its read activity: its own events
+-- (created, renamed, deleted, memberships) name it as the target, its items'
+-- events in `detail.library_uid`. One index range read per library page.
+CREATE INDEX audit_events_library_idx ON audit_events ((COALESCE(detail->>'library_uid', target)), at);

@@ -55,6 +55,9 @@ pub async fn page(
     let rows = activity::report(&state.pg, viewer(&s), &uid, since)
         .await
         .map_err(refused)?;
+    let writes = activity::write_events(&state.pg, viewer(&s), &uid, since)
+        .await
+        .map_err(refused)?;
     let (calls, results) = rows.iter().fold((0, 0), |(c, r), x| (c + x.calls, r + x.results));
     let export = format!(
         "/admin/me/library/activity.jsonl?uid={}&since={}",
@@ -88,6 +91,23 @@ pub async fn page(
                     }
                 }
                 @if rows.is_empty() { tr { td colspan="6" .muted { "No reads in this period." } } }
+            }
+        } }
+        h2 { "Changes" }
+        p.muted { "The library's write events in the same period (the audit trail), newest first." }
+        div.table { table {
+            thead { tr { th { "At (UTC)" } th { "Actor" } th { "Action" } th { "Target" } th { "Detail" } } }
+            tbody {
+                @for e in &writes {
+                    tr {
+                        td { (e.at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (e.actor) }
+                        td { (e.action) }
+                        td { code { (e.target.as_deref().unwrap_or("")) } }
+                        td { code { (e.detail.to_string()) } }
+                    }
+                }
+                @if writes.is_empty() { tr { td colspan="5" .muted { "No changes in this period." } } }
             }
         } }
     };

@@ -58,6 +58,21 @@ pub async fn report(
     Ok(activity::for_library(pg, &uid, since, REPORT_ROWS).await?)
 }
 
+/// Most write events the activity page shows beside the reads.
+pub const WRITE_EVENTS: i64 = 100;
+
+/// The library's write events since `since` (newest first), for those who
+/// may see its reads.
+pub async fn write_events(
+    pg: &PgPool,
+    viewer: Viewer<'_>,
+    uid: &str,
+    since: DateTime<Utc>,
+) -> Result<Vec<crate::store::pg::audit::AuditEvent>, ActivityError> {
+    let uid = authorize(pg, viewer, uid).await?;
+    Ok(crate::store::pg::audit::of_library(pg, &uid, since, WRITE_EVENTS).await?)
+}
+
 /// Writes the library's activity since `since` as JSON lines (one row a
 /// line, oldest first) to `out`; how many rows.
 pub async fn export(

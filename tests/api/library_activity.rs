@@ -179,6 +179,12 @@ async fn an_owner_sees_reads_of_their_library_by_another_users_token_and_by_a_te
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains(&team_s) && page.body.contains(&token_id) && page.body.contains("bob"));
     assert!(page.body.contains("<b>9</b> call(s)"), "{}", page.body);
+    // beside the library's write events: its creation and its item's ingest
+    let changes = &page.body[page.body.find("<h2>Changes</h2>").unwrap()..];
+    assert!(
+        changes.contains("library_created") && changes.contains("item_created"),
+        "{changes}"
+    );
     let refused = c.get(&format!("/admin/me/library/activity?uid={}", s.lib_a)).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     // JSON lines for one library
