@@ -1,5 +1,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
-//! Warm bearer resolution per credential kind (goal: ≤ 20 µs each), the cold
+//! Warm bearer resolution per credential kind (goal: ≤ 20 µs each; a team JWT
+//! with 50 directly granted libraries within 2 µs of the workspace-only one,
+//! issue 53), the cold
 //! team path (team and workspace caches empty: one Postgres and one graph round
 //! trip), and everything uncached (plus the key lookup). Needs `scripts/dev up`.
 
@@ -23,6 +25,8 @@ struct Fixture {
     cold: Arc<Authenticator>,
     opaque: String,
     team: String,
+    /// A team JWT with one workspace and 50 directly granted libraries.
+    team_direct: String,
     per_turn: String,
     admin: String,
     url: String,
@@ -45,9 +49,33 @@ async fn fixture() -> Fixture {
     let team_id = Uuid::new_v4();
     let jti = Uuid::new_v4();
     teams::create(&pool, "bench", team_id, "Bench", jti).await.unwrap();
-    teams::replace_workspaces(&pool, "bench", team_id, &[ws]).await.unwrap();
+    teams::replace_workspaces(&pool, "bench", team_id, &[ws.clone()])
+        .await
+        .unwrap();
     let now = chrono::Utc::now().timestamp();
     let team = jwt::mint_team_jwt(team_id, jti, &key.kid, &secret, now).unwrap();
+    // The same workspace plus 50 user-managed libraries granted directly.
+    let mut direct = Vec::new();
+    for i in 0..50 {
+        let uid = format!("{ws}_direct_{i:02}");
+        graph
+            .admin
+            .create_library(&uid, &uid, "", mnemosyne::search::analysis::Language::English)
+            .await
+            .unwrap();
+        direct.push(uid);
+    }
+    let (direct_id, direct_jti) = (Uuid::new_v4(), Uuid::new_v4());
+    teams::create(&pool, "bench", direct_id, "Bench direct", direct_jti)
+        .await
+        .unwrap();
+    teams::replace_workspaces(&pool, "bench", direct_id, &[ws.clone()])
+        .await
+        .unwrap();
+    teams::replace(&pool, "bench", direct_id, teams::Grants::Libraries, &direct)
+        .await
+        .unwrap();
+    let team_direct = jwt::mint_team_jwt(direct_id, direct_jti, &key.kid, &secret, now).unwrap();
     let per_turn = jwt::sign_hs256(
         &json!({"iss": "daedalus", "sub": "daedalus-chat", "iat": now, "exp": now + 600,
                 "jti": Uuid::new_v4().to_string(), "libs": [lib]}),
@@ -83,6 +111,7 @@ async fn fixture() -> Fixture {
         cold,
         opaque,
         team,
+        team_direct,
         per_turn,
         admin,
         url: settings.database_url,
@@ -105,6 +134,12 @@ fn bench(c: &mut Criterion) {
     rt.block_on(async {
         f.auth.authenticate(&f.opaque, RequestContext::default()).await.unwrap();
         f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap();
+        let p = f
+            .auth
+            .authenticate(&f.team_direct, RequestContext::default())
+            .await
+            .unwrap();
+        assert_eq!(p.0.libraries().len(), 51);
         f.auth.authenticate(&f.per_turn, session).await.unwrap();
     });
     let mut g = c.benchmark_group("resolve_warm");
@@ -116,6 +151,14 @@ fn bench(c: &mut Criterion) {
     g.bench_function("team_jwt", |b| {
         b.to_async(&rt)
             .iter(|| async { f.auth.authenticate(&f.team, RequestContext::default()).await.unwrap() })
+    });
+    g.bench_function("team_jwt_50_direct_libraries", |b| {
+        b.to_async(&rt).iter(|| async {
+            f.auth
+                .authenticate(&f.team_direct, RequestContext::default())
+                .await
+                .unwrap()
+        })
     });
     g.bench_function("per_turn_jwt_in_session", |b| {
         b.to_async(&rt)
@@ -134,6 +177,13 @@ fn bench(c: &mut Criterion) {
     let usage = mnemosyne::usage::UsageCounter::default();
     g.bench_function("usage_record", |b| {
         b.iter(|| usage.record("token", "token:1", 3, "search", "ok"))
+    });
+    // What per-library activity adds to a search answering from 3 libraries.
+    let activity = mnemosyne::activity::ActivityCounter::default();
+    let reader = mnemosyne::activity::Reader::new("token", "token:1", Some("user:1"));
+    let reads: Vec<(String, u64)> = (0..3).map(|i| (format!("lib_{i}"), 3)).collect();
+    g.bench_function("activity_record_3_libraries", |b| {
+        b.iter(|| activity.record(&reader, "search", Some("q"), &reads))
     });
     g.finish();
     let mut g = c.benchmark_group("resolve_cold");

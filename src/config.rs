@@ -351,6 +351,32 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_USAGE_RETENTION_DAYS", default_value_t = 400, global = true)]
     pub usage_retention_days: u32,
 
+    /// Count per-library read activity (who read each library, with which
+    /// tool, how much; `library_activity_hourly`), flushed with the usage
+    /// counts every MNEMOSYNE_USAGE_FLUSH_SECS and kept as long as the audit
+    /// trail (MNEMOSYNE_AUDIT_RETENTION_DAYS).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_LIBRARY_ACTIVITY",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        global = true
+    )]
+    pub library_activity: bool,
+
+    /// What a search's query leaves in the activity rows: `off` (nothing,
+    /// the default), `hash` (its SHA-256: repeats can be told apart and a
+    /// guessed query confirmed by whoever reads the activity) or `text` (the
+    /// query itself, readable by the library's owners, managers and staff).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_ACTIVITY_QUERY",
+        value_enum,
+        default_value_t = crate::activity::QueryMode::Off,
+        global = true
+    )]
+    pub activity_query: crate::activity::QueryMode,
+
     /// Directory of the embedding model (config.json, tokenizer.json,
     /// model.safetensors; `scripts/dev` unpacks one into
     /// .dev/models/all-minilm-l6-v2). Unset: keyword search only.
@@ -514,6 +540,8 @@ impl fmt::Debug for Settings {
             admin_session_absolute_secs,
             audit_retention_days,
             usage_retention_days,
+            library_activity,
+            activity_query,
             embed_model,
             cross_model,
             embed_batch,
@@ -570,6 +598,8 @@ impl fmt::Debug for Settings {
             .field("admin_session_absolute_secs", admin_session_absolute_secs)
             .field("audit_retention_days", audit_retention_days)
             .field("usage_retention_days", usage_retention_days)
+            .field("library_activity", library_activity)
+            .field("activity_query", activity_query)
             .field("embed_model", embed_model)
             .field("cross_model", cross_model)
             .field("embed_batch", embed_batch)

@@ -1,6 +1,7 @@
 //! Mnemosyne: the authenticated knowledge MCP server of the Daedalus ↔ Pallas ↔
 //! Mnemosyne stack. See `docs/architecture.md` for the architecture.
 
+pub mod activity;
 pub mod admin;
 pub mod api;
 pub mod auth;

@@ -56,6 +56,9 @@ pub struct Metrics {
     /// Tool calls per credential (issue 24): not Prometheus labels (unbounded),
     /// counted in memory and flushed to Postgres.
     pub usage: std::sync::Arc<crate::usage::UsageCounter>,
+    /// Per-library read activity (issue 53), flushed like `usage`; replaced
+    /// at startup by one built from the settings (on/off, query mode).
+    pub activity: std::sync::Arc<crate::activity::ActivityCounter>,
 }
 
 impl Metrics {
@@ -153,6 +156,7 @@ impl Metrics {
                 &["version", "flavor"],
             ),
             usage: Default::default(),
+            activity: Default::default(),
         };
         m.register_own();
         m.create_zero_series(tools);

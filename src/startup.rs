@@ -56,6 +56,7 @@ impl Application {
         background.abort_all();
         self.state.auth.flush_token_usage().await;
         self.state.metrics.usage.flush(&self.state.pg).await;
+        self.state.metrics.activity.flush(&self.state.pg).await;
         res
     }
 
@@ -90,6 +91,11 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
     tasks.spawn(crate::usage::flush_every(
         state.pg.clone(),
         state.metrics.usage.clone(),
+        Duration::from_secs(state.settings.usage_flush_secs),
+    ));
+    tasks.spawn(crate::activity::flush_every(
+        state.pg.clone(),
+        state.metrics.activity.clone(),
         Duration::from_secs(state.settings.usage_flush_secs),
     ));
     tasks.spawn(crate::store::graph::admin::forget_changed_libraries(

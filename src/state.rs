@@ -67,7 +67,11 @@ impl AppState {
             .map(pg::session_options)
             .transpose()
             .map_err(|e| anyhow::anyhow!("MNEMOSYNE_DATABASE_LISTEN_URL: {e}"))?;
-        let metrics = Metrics::for_tools(&crate::mcp::TOOLS);
+        let mut metrics = Metrics::for_tools(&crate::mcp::TOOLS);
+        metrics.activity = Arc::new(crate::activity::ActivityCounter::new(
+            settings.library_activity,
+            settings.activity_query,
+        ));
         let mut graph = GraphStore::connect(&settings)
             .await?
             .with_metrics(&metrics)

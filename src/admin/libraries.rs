@@ -85,7 +85,7 @@ async fn detail_page(
     let people: Vec<users::User> = users::list(&state.pg).await?;
     let body = html! {
         section.card {
-            p { "UID " code { (uid) } }
+            p { "UID " code { (uid) } " · " a href=(super::activity::link(uid)) { "Who read it" } }
             @if let Some(l) = &lib {
                 p { "Workspace: " @if let Some(w) = &l.workspace_id { code { (w) } } @else { "user-managed" }
                     " · " (l.collection_count) " collections · " (l.item_count) " items · " (l.chunk_count) " chunks" }

@@ -9,6 +9,7 @@
 //! and NOTIFY triggers) as the REST API and the CLI, then waits on the
 //! cross-replica fence, so it applies on the next MCP request everywhere.
 
+mod activity;
 mod frame;
 mod libraries;
 mod library_lifecycle;
@@ -67,6 +68,7 @@ pub fn routes() -> Router<AppState> {
         .route("/admin/teams", get(teams::list))
         .route("/admin/teams/{id}", get(teams::detail))
         .route("/admin/teams/{id}/workspaces", post(teams::workspaces))
+        .route("/admin/teams/{id}/libraries", post(teams::libraries))
         .route("/admin/teams/{id}/rotate", post(teams::rotate))
         .route("/admin/teams/{id}/deactivate", post(teams::deactivate))
         .route("/admin/keys", get(pages::keys).post(pages::key_create))
@@ -91,6 +93,8 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/admin/library/rename", post(library_lifecycle::staff_rename))
         .route("/admin/me/library", get(library_lifecycle::owner_page))
+        .route("/admin/me/library/activity", get(activity::page))
+        .route("/admin/me/library/activity.jsonl", get(activity::export))
         .route("/admin/me/library/rename", post(library_lifecycle::owner_rename))
         .route("/admin/me/library/delete", post(library_lifecycle::owner_delete))
         .route("/admin/search", get(search::search))

@@ -45,6 +45,7 @@ pub(super) async fn section(
             @for (uid, role, members) in &sections {
                 section.card {
                     p { code { (uid) } " — you are " b { (role.as_str()) }
+                        " · " a href=(super::activity::link(uid)) { "Who read it" }
                         @if *role == Role::Owner { " · " a href={ "/admin/me/library?uid=" (urlencode(uid)) } { "Rename or delete…" } } }
                     div.table { table {
                         thead { tr { th { "User" } th { "Role" } th {} } }

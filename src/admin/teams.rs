@@ -43,9 +43,9 @@ pub async fn list(
 ) -> Result<Response, AdminError> {
     let list = teams::list(&state.pg).await?;
     let body = html! {
-        p.muted { "Teams are registered by Daedalus (spec §7). Each team's JWT resolves to the libraries of its workspaces." }
+        p.muted { "Teams are registered by Daedalus (spec §7). Each team's JWT resolves to the libraries of its workspaces, then the libraries granted to it directly." }
         div.table { table {
-            thead { tr { th { "Name" } th { "ID" } th { "Active" } th { "Workspaces" } th { "Last rotation" } } }
+            thead { tr { th { "Name" } th { "ID" } th { "Active" } th { "Workspaces" } th { "Libraries" } th { "Last rotation" } } }
             tbody {
                 @for t in &list {
                     tr {
@@ -53,10 +53,11 @@ pub async fn list(
                         td { code { (t.id) } }
                         td { (view::badge(t.active, "active", "deactivated")) }
                         td { @for w in &t.workspace_ids { code { (w) } " " } }
+                        td { @for l in &t.library_uids { code { (l) } " " } }
                         td { (view::when(t.last_rotated_at, "—")) }
                     }
                 }
-                @if list.is_empty() { tr { td colspan="5" .muted { "No teams yet." } } }
+                @if list.is_empty() { tr { td colspan="6" .muted { "No teams yet." } } }
             }
         } }
     };
@@ -69,17 +70,37 @@ pub async fn list(
     ))
 }
 
+/// What a refused form submitted, shown again in its textarea.
+#[derive(Clone, Copy)]
+enum Submitted<'a> {
+    None,
+    Workspaces(&'a str),
+    Libraries(&'a str),
+}
+
 async fn detail_page(
     state: &AppState,
     s: &Session,
     id: Uuid,
-    workspaces_text: Option<&str>,
+    submitted: Submitted<'_>,
     err: &FieldError,
     notice: Option<String>,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let (t, ws) = service::detail(&state.pg, id).await.map_err(refused)?;
-    let text = workspaces_text.map(str::to_owned).unwrap_or_else(|| ws.join("\n"));
+    let (t, ws, libs) = service::detail(&state.pg, id).await.map_err(refused)?;
+    let none = FieldError::none();
+    let (ws_err, lib_err) = match submitted {
+        Submitted::Libraries(_) => (&none, err),
+        _ => (err, &none),
+    };
+    let text = match submitted {
+        Submitted::Workspaces(raw) => raw.to_owned(),
+        _ => ws.join("\n"),
+    };
+    let libs_text = match submitted {
+        Submitted::Libraries(raw) => raw.to_owned(),
+        _ => libs.join("\n"),
+    };
     let base = format!("/admin/teams/{id}");
     let tools = super::tools::team_section(state, s, id).await?;
     let body = html! {
@@ -92,12 +113,24 @@ async fn detail_page(
         h2 { "Workspaces" }
         form.card.stack method="post" action={ (base) "/workspaces" } {
             (view::csrf(s))
-            (err.general())
+            (ws_err.general())
             label { "Workspace ids, one per line (replaces the whole set)"
                 textarea name="workspace_ids" { (text) }
             }
-            (view::field_error(err, "workspace_ids"))
+            (view::field_error(ws_err, "workspace_ids"))
             button type="submit" { "Save workspaces" }
+        }
+        h2 { "Libraries" }
+        p.muted { "Libraries granted to the team directly, after its workspaces' libraries, in this order. "
+                  "A uid the graph does not hold (yet) resolves to nothing." }
+        form.card.stack method="post" action={ (base) "/libraries" } {
+            (view::csrf(s))
+            (lib_err.general())
+            label { "Library uids, one per line (replaces the whole list)"
+                textarea name="library_uids" { (libs_text) }
+            }
+            (view::field_error(lib_err, "library_uids"))
+            button type="submit" { "Save libraries" }
         }
         (tools)
         @if t.active {
@@ -128,7 +161,7 @@ pub async fn detail(
         &state,
         &s,
         id,
-        None,
+        Submitted::None,
         &FieldError::none(),
         view::notice_of(&q),
         StatusCode::OK,
@@ -156,13 +189,61 @@ pub async fn workspaces(
             // The form's one field, with the REST API's message (it names the
             // offending line as `workspace_ids[i]`, counted from 0).
             let err = FieldError::new("workspace_ids", format!("{}: {}", b.field, b.message));
-            return detail_page(&state, &s, id, Some(raw), &err, None, StatusCode::BAD_REQUEST).await;
+            return detail_page(
+                &state,
+                &s,
+                id,
+                Submitted::Workspaces(raw),
+                &err,
+                None,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
         }
         Err(e) => return Err(refused(e)),
     };
     Ok(super::see_other(&view::done(
         &format!("/admin/teams/{id}"),
         "team-workspaces",
+        &unconfirmed,
+    )))
+}
+
+/// POST /admin/teams/{id}/libraries: replace the directly granted libraries
+/// (issue 53), through the REST API's validation, audit and fence.
+pub async fn libraries(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    StaffForm(s, form): StaffForm,
+) -> Result<Response, AdminError> {
+    let id = parse_id(&id)?;
+    let raw = form.get("library_uids");
+    let uids: Vec<String> = raw
+        .split(['\n', ','])
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let unconfirmed = match service::set_libraries(&state.pg, &state.changes, &actor(s.username()), id, uids).await {
+        Ok((_, p)) => propagation_notice(&p),
+        Err(TeamError::BadField(b)) => {
+            let err = FieldError::new("library_uids", format!("{}: {}", b.field, b.message));
+            return detail_page(
+                &state,
+                &s,
+                id,
+                Submitted::Libraries(raw),
+                &err,
+                None,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    Ok(super::see_other(&view::done(
+        &format!("/admin/teams/{id}"),
+        "team-libraries",
         &unconfirmed,
     )))
 }

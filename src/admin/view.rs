@@ -170,6 +170,7 @@ pub fn notice(key: &str) -> Option<&'static str> {
         "team-rate" => "Rate limit saved: it applies from the next request on.",
         "team-tools" => "Tool permissions saved: the team's JWT uses only those tools from the next request on.",
         "team-workspaces" => "Workspaces saved: the team's JWT resolves to them from the next request on.",
+        "team-libraries" => "Libraries saved: the team's JWT resolves to them, after its workspaces' libraries, from the next request on.",
         "team-deactivated" => "Team deactivated: its JWT is refused from the next request on.",
         "key-retired" => "Signing key retired: every JWT signed with it is refused from the next request on.",
         "user-created" => "User created.",

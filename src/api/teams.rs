@@ -24,6 +24,10 @@ pub fn routes() -> Router<AppState> {
         .route("/mcp_server/api/teams", post(create))
         .route("/mcp_server/api/teams/{id}", get(detail).delete(delete))
         .route("/mcp_server/api/teams/{id}/workspaces", put(workspaces))
+        .route(
+            "/mcp_server/api/teams/{id}/libraries",
+            get(libraries).put(set_libraries),
+        )
         .route("/mcp_server/api/teams/{id}/rotate", post(rotate))
 }
 
@@ -103,10 +107,10 @@ async fn detail(
     _sa: ServiceAccount,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (t, ws) = teams::detail(&state.pg, team_id(&id)?).await?;
+    let (t, ws, libs) = teams::detail(&state.pg, team_id(&id)?).await?;
     Ok(Json(json!({
         "id": t.id, "name": t.name, "active": t.active,
-        "active_jti": t.active_jti, "workspace_ids": ws,
+        "active_jti": t.active_jti, "workspace_ids": ws, "library_uids": libs,
     }))
     .into_response())
 }
@@ -138,6 +142,41 @@ async fn workspaces(
         propagation,
         StatusCode::OK,
         Some(json!({"workspace_ids": stored})),
+    ))
+}
+
+#[derive(Deserialize)]
+struct LibrariesBody {
+    library_uids: Vec<String>,
+}
+
+/// GET `teams/{id}/libraries/`: the directly granted libraries beside the
+/// workspaces, each in order (what the team's JWT resolves through).
+async fn libraries(
+    State(state): State<AppState>,
+    _sa: ServiceAccount,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (_, ws, libs) = teams::detail(&state.pg, team_id(&id)?).await?;
+    Ok(Json(json!({"workspace_ids": ws, "library_uids": libs})).into_response())
+}
+
+/// PUT `teams/{id}/libraries/` (issue 53): replaces the directly granted
+/// libraries, as the workspaces PUT replaces its set (idempotent, order
+/// kept, duplicates dropped, unknown uids accepted).
+async fn set_libraries(
+    State(state): State<AppState>,
+    sa: ServiceAccount,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<LibrariesBody>,
+) -> Result<Response, ApiError> {
+    let id = team_id(&id)?;
+    let (stored, propagation) =
+        teams::set_libraries(&state.pg, &state.changes, &sa.username, id, body.library_uids).await?;
+    Ok(fenced(
+        propagation,
+        StatusCode::OK,
+        Some(json!({"library_uids": stored})),
     ))
 }
 

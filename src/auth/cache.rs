@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use crate::ids::Scope;
 use crate::store::pg::{auth::TeamAuthRow, auth::TokenAuthRow, AUTH_CHANNEL};
 
 /// A moka cache with a generation counter: a value read from a store is only
@@ -78,6 +79,36 @@ where
         if let Some(v) = self.cache.get(&key).await {
             self.hit.inc();
             return Ok(v);
+        }
+        self.miss.inc();
+        let v = load().await?;
+        self.insert_if_current(generation, key, v.clone()).await;
+        Ok(v)
+    }
+
+    /// `read_through`, where a cached value answers only when `valid` says
+    /// it still applies (else it is loaded again, as a miss).
+    pub async fn read_through_valid<E, F, Fut>(
+        &self,
+        usable: bool,
+        key: K,
+        valid: impl FnOnce(&V) -> bool,
+        load: F,
+    ) -> Result<V, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let generation = self.generation();
+        if !usable {
+            self.bypassed.inc();
+            return load().await;
+        }
+        if let Some(v) = self.cache.get(&key).await {
+            if valid(&v) {
+                self.hit.inc();
+                return Ok(v);
+            }
         }
         self.miss.inc();
         let v = load().await?;
@@ -199,6 +230,14 @@ impl Named<String, Arc<String>> {
     }
 }
 
+/// A team's resolved list and the team row it was computed from (see
+/// `AuthCaches::team_libraries`).
+#[derive(Clone)]
+pub struct TeamScope {
+    pub row: Arc<TeamAuthRow>,
+    pub scope: Scope,
+}
+
 /// Every auth cache of one server instance.
 pub struct AuthCaches {
     enabled: bool,
@@ -229,6 +268,15 @@ pub struct AuthCaches {
     /// workspace id → its Library uids. Invalidated by `workspace:<id>` (ingest
     /// creating or deleting a workspace Library).
     pub workspace_libraries: Named<String, Arc<Vec<String>>>,
+    /// team id → the whole resolved list of a team granted libraries
+    /// directly (its workspaces' libraries, then its direct grants the graph
+    /// holds), with the team row it was computed from: an answer is used only
+    /// while `teams` still holds that very row (`Arc::ptr_eq`), so any team
+    /// change (which replaces the row) recomputes it. Emptied by `library:*`
+    /// (a user-managed library created, renamed or deleted) and
+    /// `workspace:*` (a workspace library created or deleted). Workspace-only
+    /// teams do not use it.
+    pub team_libraries: Named<Uuid, TeamScope>,
     /// sha256(user:password) → verified service account. Invalidated by `users:*`.
     pub basic: Named<String, Arc<String>>,
     /// Credentials looked up and not found: `tok:<hash>` and `kid:<kid>`, so a
@@ -283,6 +331,7 @@ impl AuthCaches {
             tokens: Named::new("tokens", ttl, 100_000, &requests),
             teams: Named::new("teams", ttl, 100_000, &requests),
             workspace_libraries: Named::new("workspace_libraries", ttl, 100_000, &requests),
+            team_libraries: Named::new("team_libraries", ttl, 100_000, &requests),
             basic: Named::new("basic", ttl, 1_000, &requests),
             unknown: Named::new("unknown", ttl, 100_000, &requests),
             // A jti outlives its token by at most the leeway; sessions do not move.
@@ -352,6 +401,7 @@ impl AuthCaches {
         self.tokens.invalidate_all();
         self.teams.invalidate_all();
         self.workspace_libraries.invalidate_all();
+        self.team_libraries.invalidate_all();
         self.basic.invalidate_all();
         self.unknown.invalidate_all();
     }
@@ -373,9 +423,17 @@ impl AuthCaches {
             }
             // Fence protocol messages: nothing to invalidate.
             "fence" | "ack" => {}
-            "teams" | "team_workspace_assignments" => match Uuid::parse_str(key) {
-                Ok(id) => self.teams.invalidate(&id).await,
-                Err(_) => self.teams.invalidate_all(),
+            // A new team row makes its `team_libraries` answer unusable (the
+            // row pointer no longer matches); it is dropped too, for memory.
+            "teams" | "team_workspace_assignments" | "team_library_grants" => match Uuid::parse_str(key) {
+                Ok(id) => {
+                    self.teams.invalidate(&id).await;
+                    self.team_libraries.invalidate(&id).await;
+                }
+                Err(_) => {
+                    self.teams.invalidate_all();
+                    self.team_libraries.invalidate_all();
+                }
             },
             "mcp_tokens" => {
                 self.tokens.invalidate_all();
@@ -390,11 +448,16 @@ impl AuthCaches {
                 self.keys.invalidate_all();
                 self.unknown.invalidate_all();
             }
-            "workspace" if key != "*" => self.workspace_libraries.invalidate(&key.to_owned()).await,
-            // A user-managed library was renamed or deleted: a delete's grants
-            // came with payloads of their own; the graph's caches of it listen
-            // for this (`forget_changed_libraries`).
-            "library" if key != "*" => {}
+            "workspace" if key != "*" => {
+                self.workspace_libraries.invalidate(&key.to_owned()).await;
+                // Its library may be granted to a team directly.
+                self.team_libraries.invalidate_all();
+            }
+            // A user-managed library was created, renamed or deleted: a
+            // delete's grants came with payloads of their own; the graph's
+            // caches of it listen for this (`forget_changed_libraries`).
+            // Which direct team grants exist may have changed.
+            "library" if key != "*" => self.team_libraries.invalidate_all(),
             // An MCP session ended (DELETE): the session manager closes its
             // copy (`OwnedSessions::follow`); no auth fact changed.
             "mcp_session" => {}

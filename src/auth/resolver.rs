@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::cache::AuthCaches;
+use super::cache::{AuthCaches, TeamScope};
 use super::failure::{AuthError, AuthFailure};
 use super::jwt::{self, Verified};
 use super::principal::{Principal, PrincipalKind, Scope, ToolGrant};
@@ -379,7 +379,11 @@ impl Authenticator {
         if team.active_jti != Some(jti) {
             return Err(AuthFailure::StaleJti.into());
         }
-        let libraries = self.workspace_libraries(&team.workspace_ids).await?;
+        let libraries = if team.library_uids.is_empty() {
+            self.workspace_libraries(&team.workspace_ids).await?
+        } else {
+            self.team_scope(team_id, &team).await?
+        };
         Ok(Principal {
             kind: PrincipalKind::Team,
             subject: format!("team:{team_id}"),
@@ -392,11 +396,49 @@ impl Authenticator {
         })
     }
 
+    /// The resolved list of a team granted libraries directly (issue 53,
+    /// DESIGN §3): its workspaces' libraries in workspace order, then its
+    /// direct grants in their order, without duplicates; a direct grant the
+    /// graph does not hold (unknown or deleted) is dropped. Cached whole per
+    /// team row, so a warm request costs one lookup however many it names.
+    async fn team_scope(&self, team_id: Uuid, team: &Arc<pga::TeamAuthRow>) -> Result<Scope, AuthError> {
+        let usable = self.caches.usable();
+        let cached = self
+            .caches
+            .team_libraries
+            .read_through_valid(
+                usable,
+                team_id,
+                |c| Arc::ptr_eq(&c.row, team),
+                || async {
+                    let per_ws = self.per_workspace(&team.workspace_ids).await?;
+                    let existing = self
+                        .graph
+                        .existing_libraries(&team.library_uids)
+                        .await
+                        .map_err(|_| AuthError::Unavailable("graph"))?;
+                    let direct = team.library_uids.iter().filter(|u| existing.contains(*u));
+                    let scope = Scope::from_resolver(per_ws.iter().flat_map(|l| l.iter()).chain(direct).cloned());
+                    Ok::<_, AuthError>(TeamScope {
+                        row: team.clone(),
+                        scope,
+                    })
+                },
+            )
+            .await?;
+        Ok(cached.scope)
+    }
+
     /// Libraries of the workspaces, in assignment order then uid order, from the
     /// cache and one graph query for the workspaces it lacks.
     async fn workspace_libraries(&self, workspace_ids: &[String]) -> Result<Scope, AuthError> {
-        let per_ws = self
-            .caches
+        let per_ws = self.per_workspace(workspace_ids).await?;
+        Ok(Scope::from_resolver(per_ws.iter().flat_map(|l| l.iter().cloned())))
+    }
+
+    /// Each workspace's libraries (uid order), in `workspace_ids` order.
+    async fn per_workspace(&self, workspace_ids: &[String]) -> Result<Vec<Arc<Vec<String>>>, AuthError> {
+        self.caches
             .workspace_libraries
             .read_through_many(self.caches.usable(), workspace_ids, |missing| async move {
                 let fetched = self
@@ -406,8 +448,7 @@ impl Authenticator {
                     .map_err(|_| AuthError::Unavailable("graph"))?;
                 Ok::<_, AuthError>(fetched.into_iter().map(|(ws, libs)| (ws, Arc::new(libs))).collect())
             })
-            .await?;
-        Ok(Scope::from_resolver(per_ws.iter().flat_map(|l| l.iter().cloned())))
+            .await
     }
 
     /// Writes `last_used_at` for the tokens used since the last call.

@@ -43,6 +43,27 @@ pub enum AuditCmd {
         #[command(flatten)]
         filter: AuditFilterArgs,
     },
+    /// Who read a library (issue 53): per hour, each reader (a team by its
+    /// id, a token by its id with its user's name, a per-turn caller by its
+    /// `sub`), the tool, the calls and the results returned. Counts reach
+    /// the database every MNEMOSYNE_USAGE_FLUSH_SECS. The operator sees every
+    /// library's; with --as, only what that user may see (their libraries as
+    /// owner or manager; staff every library's).
+    Library {
+        /// The library uid.
+        uid: String,
+        /// Since: an RFC 3339 time, a date (2026-11-01) or an age (24h, 7d).
+        #[arg(long, default_value = "7d")]
+        since: String,
+        /// Ask as this user: refused unless they are staff or an owner or
+        /// manager of the library.
+        #[arg(long = "as", value_name = "USERNAME")]
+        as_user: Option<String>,
+        /// Every row as JSON lines, oldest first, on standard output
+        /// (`… --export > activity.jsonl`).
+        #[arg(long)]
+        export: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -231,6 +252,20 @@ pub enum TeamCmd {
         id: String,
         #[command(flatten)]
         rate: RateArg,
+    },
+    /// Replace the libraries granted to a team directly (after its
+    /// workspaces' libraries, in this order); applies on the next request.
+    /// No uid at all clears them.
+    SetLibraries {
+        /// The team id (a UUID).
+        id: String,
+        /// Library uids, in the order the team's JWT resolves them.
+        uids: Vec<String>,
+    },
+    /// A team: its state, workspaces and directly granted libraries.
+    Show {
+        /// The team id (a UUID).
+        id: String,
     },
 }
 

@@ -1,10 +1,11 @@
-//! `mnemosyne audit list|export`: the audit trail.
+//! `mnemosyne audit list|export|library`: the audit trail and who read a library.
 
 use chrono::Utc;
 
 use super::args::{AuditCmd, AuditFilterArgs};
 use super::emit;
 use crate::service;
+use crate::service::activity::{self, Viewer};
 use crate::store::pg;
 
 fn audit_filter(since: Option<&str>, f: AuditFilterArgs) -> anyhow::Result<pg::audit::AuditFilter> {
@@ -45,6 +46,12 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: AuditCmd, json: bool) -> anyhow:
                 }
             });
         }
+        AuditCmd::Library {
+            uid,
+            since,
+            as_user,
+            export,
+        } => library_activity(pool, &uid, &since, as_user.as_deref(), export, json).await?,
         AuditCmd::Export { since, filter } => {
             let f = audit_filter(Some(&since), filter)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -66,5 +73,58 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: AuditCmd, json: bool) -> anyhow:
             eprintln!("{total} audit event(s) exported");
         }
     }
+    Ok(())
+}
+
+/// `audit library UID`: the library's read activity (a table, `--json`, or
+/// JSON lines with `--export`), refused as the console refuses `--as` a
+/// user who is neither staff nor an owner or manager.
+async fn library_activity(
+    pool: &sqlx::PgPool,
+    uid: &str,
+    since: &str,
+    as_user: Option<&str>,
+    export: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let since = service::audit::parse_since(since, Utc::now()).map_err(anyhow::Error::msg)?;
+    let viewer = match as_user {
+        None => Viewer::Staff,
+        Some(name) => match pg::users::by_username(pool, name).await? {
+            Some(u) if u.is_staff => Viewer::Staff,
+            Some(_) => Viewer::User(name),
+            None => anyhow::bail!("no such user: {name}"),
+        },
+    };
+    if export {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let n = activity::export(pool, viewer, uid, since, &mut out).await?;
+        out.flush()?;
+        eprintln!("{n} activity row(s) exported");
+        return Ok(());
+    }
+    let rows = activity::report(pool, viewer, uid, since).await?;
+    emit(json, serde_json::json!(rows), || {
+        println!(
+            "{:<17} {:<9} {:<38} {:<20} {:<17} {:>8} {:>8}",
+            "HOUR", "KIND", "READER", "USER", "TOOL", "CALLS", "RESULTS"
+        );
+        for r in &rows {
+            println!(
+                "{:<17} {:<9} {:<38} {:<20} {:<17} {:>8} {:>8}",
+                r.hour.format("%Y-%m-%d %H:00"),
+                r.reader_kind,
+                r.reader_id,
+                r.user.as_deref().or(r.team_name.as_deref()).unwrap_or("—"),
+                r.tool,
+                r.calls,
+                r.results
+            );
+        }
+        if rows.is_empty() {
+            println!("(no reads since {})", since.format("%Y-%m-%d %H:%M UTC"));
+        }
+    });
     Ok(())
 }

@@ -146,6 +146,13 @@ impl KnowledgeServer {
         let elapsed = started.elapsed();
         let principal = parts.extensions.get::<Principal>();
         record_call(&self.state.metrics, principal, tool, outcome);
+        if let (Ok(reply), Some(p)) = (&out, principal) {
+            let (reads, query) = reply.reads();
+            if !reads.is_empty() {
+                let reader = crate::activity::Reader::new(p.kind().as_str(), p.subject(), p.user().map(|u| &**u));
+                self.state.metrics.activity.record(&reader, tool, query, reads);
+            }
+        }
         self.state
             .metrics
             .tool_duration

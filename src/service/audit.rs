@@ -81,9 +81,19 @@ pub async fn sweep_usage(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
     pg::usage::sweep(pool, days, 10_000, 100).await
 }
 
-/// Sweeps expired audit events (`audit_days`) and usage counts
-/// (`usage_days`) now and then every `every`, for ever (a server task;
-/// every replica may run it, a sweep is idempotent).
+/// Deletes per-library read activity older than `days` days (0: keep
+/// forever); how many. It is kept as long as the audit trail it sits
+/// beside. Bounded per call like [`sweep`].
+pub async fn sweep_activity(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
+    if days == 0 {
+        return Ok(0);
+    }
+    pg::activity::sweep(pool, days, 10_000, 100).await
+}
+
+/// Sweeps expired audit events and per-library activity (`audit_days`) and
+/// usage counts (`usage_days`) now and then every `every`, for ever (a
+/// server task; every replica may run it, a sweep is idempotent).
 pub async fn retention_loop(pool: PgPool, audit_days: u32, usage_days: u32, every: std::time::Duration) {
     if audit_days == 0 && usage_days == 0 {
         return;
@@ -95,6 +105,15 @@ pub async fn retention_loop(pool: PgPool, audit_days: u32, usage_days: u32, ever
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, days = audit_days, "audit events past retention deleted"),
             Err(e) => tracing::warn!(error = %e, "audit retention sweep failed; retried on the next tick"),
+        }
+        match sweep_activity(&pool, audit_days).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                deleted = n,
+                days = audit_days,
+                "library activity past retention deleted"
+            ),
+            Err(e) => tracing::warn!(error = %e, "activity retention sweep failed; retried on the next tick"),
         }
         match sweep_usage(&pool, usage_days).await {
             Ok(0) => {}

@@ -135,8 +135,8 @@ pub async fn delete_workspace(
     }
 }
 
-/// Removes every membership on `uids` and `uids` from every token's scope, in
-/// the caller's transaction; adds the announcements of what changed to
+/// Removes every membership on `uids`, `uids` from every token's scope and
+/// every team's direct library grants of them, in the caller's transaction; adds the announcements of what changed to
 /// `notes` (the row triggers announce each row as well).
 async fn remove_grants(
     tx: &mut sqlx::PgConnection,
@@ -145,6 +145,13 @@ async fn remove_grants(
 ) -> Result<(u64, u64), sqlx::Error> {
     let memberships_removed = grants::remove_memberships(&mut *tx, uids).await?;
     let tokens_changed = grants::remove_from_tokens(&mut *tx, uids).await?;
+    // A team granted the library directly loses the grant too, so a library
+    // re-created under the same uid (a workspace's is deterministic) is not
+    // inherited by the teams that read the old one.
+    let team_grants_removed = grants::remove_from_teams(&mut *tx, uids).await?;
+    if team_grants_removed > 0 {
+        notes.push("team_library_grants:*".to_owned());
+    }
     if memberships_removed > 0 {
         notes.push("library_memberships:*".to_owned());
     }
@@ -271,6 +278,12 @@ pub async fn create(graph: &AdminGraph, pg: &PgPool, actor: &str, new: NewLibrar
         return Err(LibraryError::Exists(uid));
     }
     tracing::info!(actor = ?actor, library = ?uid, "library created");
+    // A team granted this uid before it existed reads it from the next
+    // request on every replica (the resolver remembers which direct grants
+    // the graph holds; this announcement makes it look again).
+    if let Err(e) = pg::notify(pg, &format!("library:{uid}")).await {
+        tracing::warn!(error = %e, library = ?uid, "could not announce a library create");
+    }
     audit::after_commit(
         pg,
         actor,

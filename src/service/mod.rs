@@ -3,6 +3,7 @@
 //! and the admin console — only translate to and from them.
 
 pub mod accounts;
+pub mod activity;
 pub mod audit;
 pub mod credential_limits;
 pub mod embedding;

@@ -10,7 +10,8 @@ use uuid::Uuid;
 use super::{bad, check_len, BadField, Propagation};
 use crate::auth::changes::AuthChanges;
 use crate::auth::jwt;
-use crate::ids::WorkspaceId;
+use crate::ids::{LibraryUid, WorkspaceId};
+use crate::store::pg::teams::Grants;
 use crate::store::pg::{keys, teams};
 
 pub use crate::store::pg::teams::Team;
@@ -33,6 +34,8 @@ pub enum TeamError {
 
 /// Most workspaces one team may hold.
 pub const MAX_WORKSPACES: usize = 1000;
+/// Most libraries one team may be granted directly (the same cap as workspaces).
+pub const MAX_LIBRARIES: usize = 1000;
 
 /// A team id as the caller wrote it: a UUID.
 pub fn parse_id(field: &str, raw: &str) -> Result<Uuid, BadField> {
@@ -54,6 +57,25 @@ pub fn clean_workspace_ids(ids: Vec<String>) -> Result<Vec<String>, BadField> {
         let w = WorkspaceId::parse(&format!("workspace_ids[{i}]"), w)?.into_string();
         if seen.insert(w.clone()) {
             out.push(w);
+        }
+    }
+    Ok(out)
+}
+
+/// Validates and de-duplicates (first occurrence kept) directly granted
+/// library uids, by the workspace ids' rules: a list, at most
+/// `MAX_LIBRARIES`, each a valid uid named `library_uids[i]` when not. A uid
+/// the graph does not hold is accepted (it resolves to nothing until it does).
+pub fn clean_library_uids(uids: Vec<String>) -> Result<Vec<String>, BadField> {
+    if uids.len() > MAX_LIBRARIES {
+        return Err(bad("library_uids", format!("at most {MAX_LIBRARIES} library uids")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(uids.len());
+    for (i, u) in uids.into_iter().enumerate() {
+        let u = LibraryUid::parse(&format!("library_uids[{i}]"), u)?.into_string();
+        if seen.insert(u.clone()) {
+            out.push(u);
         }
     }
     Ok(out)
@@ -103,8 +125,8 @@ pub async fn register(
     }
 }
 
-/// A team and its workspaces, in order.
-pub async fn detail(pg: &PgPool, id: Uuid) -> Result<(Team, Vec<String>), TeamError> {
+/// A team, its workspaces and its directly granted libraries, each in order.
+pub async fn detail(pg: &PgPool, id: Uuid) -> Result<(Team, Vec<String>, Vec<String>), TeamError> {
     teams::get(pg, id).await?.ok_or(TeamError::NotFound)
 }
 
@@ -127,6 +149,23 @@ pub async fn set_workspaces(
 ) -> Result<(Vec<String>, Propagation), TeamError> {
     let ids = clean_workspace_ids(workspace_ids)?;
     let stored = teams::replace_workspaces(pg, actor, id, &ids)
+        .await?
+        .ok_or(TeamError::NotFound)?;
+    Ok((stored, changes.fence().await))
+}
+
+/// Replaces the libraries granted to the team directly (issue 53), order
+/// kept; returns the stored list. Audited `team_libraries_updated` when it
+/// changed; every replica resolves the team's JWT with it from the next request.
+pub async fn set_libraries(
+    pg: &PgPool,
+    changes: &AuthChanges,
+    actor: &str,
+    id: Uuid,
+    library_uids: Vec<String>,
+) -> Result<(Vec<String>, Propagation), TeamError> {
+    let uids = clean_library_uids(library_uids)?;
+    let stored = teams::replace(pg, actor, id, Grants::Libraries, &uids)
         .await?
         .ok_or(TeamError::NotFound)?;
     Ok((stored, changes.fence().await))
@@ -183,6 +222,16 @@ mod tests {
     fn workspace_ids_are_deduplicated_in_order() {
         let ids = clean_workspace_ids(vec!["b".into(), "a".into(), "b".into()]).unwrap();
         assert_eq!(ids, ["b", "a"]);
+    }
+
+    #[test]
+    fn library_uids_are_deduplicated_in_order_and_named_when_bad() {
+        let uids = clean_library_uids(vec!["lib_b".into(), "lib_a".into(), "lib_b".into()]).unwrap();
+        assert_eq!(uids, ["lib_b", "lib_a"]);
+        let e = clean_library_uids(vec!["ok".into(), "no spaces".into()]).unwrap_err();
+        assert_eq!(e.field, "library_uids[1]");
+        let e = clean_library_uids((0..=MAX_LIBRARIES).map(|i| format!("l{i}")).collect()).unwrap_err();
+        assert_eq!(e.field, "library_uids");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UID};
-use super::{input_schema, Reply, ToolError};
+use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{ChunkView, Citation, ScopedGraph};
 use crate::text::inline;
@@ -103,12 +103,15 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             format!("\n\n(+{} neighbouring chunk(s))", neighbors.len())
         }
     );
-    Reply::structured(
+    let reads =
+        tally(std::iter::once(chunk.library_uid.as_str()).chain(neighbors.iter().map(|n| n.library_uid.as_str())));
+    Ok(Reply::structured(
         &ChunkOut {
             chunk,
             neighbors,
             source,
         },
         text,
-    )
+    )?
+    .reading(reads))
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::args::{int, null_is_absent, opt_text, opt_uid, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
 use super::cursor::{decode_cursor, page_cursor};
-use super::{input_schema, one_library, Reply, ToolError};
+use super::{input_schema, one_library, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{CollectionView, ScopedGraph};
 use crate::text::inline;
@@ -96,11 +96,13 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     if next_cursor.is_some() {
         text.push_str("\n(more: pass next_cursor as cursor)");
     }
-    Reply::structured(
+    let reads = tally(page.iter().map(|c| c.library_uid.as_str()));
+    Ok(Reply::structured(
         &CollectionsOut {
             collections: page,
             next_cursor,
         },
         text,
-    )
+    )?
+    .reading(reads))
 }

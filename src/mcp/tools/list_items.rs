@@ -97,9 +97,12 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
         Some(uid) => one_library(&graph, uid).await?,
         None => graph,
     };
+    // The library the page comes from (the items carry none of their own).
+    let mut library = a.library_uid.clone();
     if let Some(c) = &a.collection_uid {
-        if !graph.has_collection(c).await? {
-            return Err(ToolError::not_found("collection", c));
+        match graph.collection_library(c).await? {
+            Some(l) => library = Some(l),
+            None => return Err(ToolError::not_found("collection", c)),
         }
     }
     let mut page = graph
@@ -118,11 +121,16 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
     if next_cursor.is_some() {
         text.push_str("\n(more: pass next_cursor as cursor)");
     }
-    Reply::structured(
+    let reads = match (&library, page.len()) {
+        (Some(l), n) if n > 0 => vec![(l.clone(), n as u64)],
+        _ => Vec::new(),
+    };
+    Ok(Reply::structured(
         &ItemsOut {
             items: page,
             next_cursor,
         },
         text,
-    )
+    )?
+    .reading(reads))
 }

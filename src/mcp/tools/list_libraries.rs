@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::args::{parse, NoArgs};
-use super::{input_schema, Reply, ToolError};
+use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::store::graph::knowledge::{LibraryView, ScopedGraph};
 use crate::text::inline;
@@ -62,5 +62,6 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             }
         ));
     }
-    Reply::structured(&LibrariesOut { libraries }, text)
+    let reads = tally(libraries.iter().map(|l| l.uid.as_str()));
+    Ok(Reply::structured(&LibrariesOut { libraries }, text)?.reading(reads))
 }

@@ -64,10 +64,16 @@ impl ToolError {
 }
 
 /// A tool's answer: a readable text block and, except for `get_health`,
-/// the same as `structuredContent`.
+/// the same as `structuredContent`; and what it read, for the per-library
+/// activity (`crate::activity`).
 pub struct Reply {
     structured: Option<Value>,
     text: String,
+    /// Each library the answer carried content from, with how many results
+    /// (chunks, collections, items, entries) came from it, in first-seen order.
+    reads: Vec<(String, u64)>,
+    /// The search text (kept only as the operator chose, `QueryMode`).
+    query: Option<String>,
 }
 
 impl Reply {
@@ -75,19 +81,56 @@ impl Reply {
         Ok(Reply {
             structured: Some(serde_json::to_value(out)?),
             text,
+            reads: Vec::new(),
+            query: None,
         })
     }
 
     /// A plain text answer (no structured content).
     pub fn text(text: String) -> Self {
-        Reply { structured: None, text }
+        Reply {
+            structured: None,
+            text,
+            reads: Vec::new(),
+            query: None,
+        }
     }
+
+    /// Says what the answer read (see [`tally`]).
+    pub fn reading(mut self, reads: Vec<(String, u64)>) -> Self {
+        self.reads = reads;
+        self
+    }
+
+    /// Says what the search looked for.
+    pub fn for_query(mut self, query: &str) -> Self {
+        self.query = Some(query.to_owned());
+        self
+    }
+
+    /// What the answer read (see `reading`) and the query (see `for_query`).
+    pub fn reads(&self) -> (&[(String, u64)], Option<&str>) {
+        (&self.reads, self.query.as_deref())
+    }
+}
+
+/// How many results came from each library (one uid per result), in
+/// first-seen order: what a `Reply` says it read.
+pub fn tally<'a>(libraries: impl IntoIterator<Item = &'a str>) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for l in libraries {
+        match out.iter_mut().find(|(u, _)| u == l) {
+            Some((_, n)) => *n += 1,
+            None => out.push((l.to_owned(), 1)),
+        }
+    }
+    out
 }
 
 /// The one place a tool's result becomes what the client reads.
 pub fn into_result(out: Result<Reply, ToolError>) -> CallToolResult {
     match out {
-        Ok(Reply { structured, text }) => {
+        Ok(Reply { structured, text, .. }) => {
             let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
             r.structured_content = structured;
             r

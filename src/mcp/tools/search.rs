@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
-use super::{input_schema, Reply, ToolError};
+use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::{Floor, Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
@@ -198,7 +198,9 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             snippet(&h.text, 400)
         ));
     }
-    Reply::structured(&SearchOut { results: hits }, text)
+    let reads = tally(hits.iter().map(|h| h.library_uid.as_str()));
+    let reply = Reply::structured(&SearchOut { results: hits }, text)?;
+    Ok(reply.reading(reads).for_query(&a.query))
 }
 
 fn mode_name(m: Mode) -> &'static str {

@@ -881,13 +881,21 @@ impl ScopedGraph {
 
     /// Whether the collection exists inside the scope.
     pub async fn has_collection(&self, uid: &str) -> Result<bool, GraphError> {
+        Ok(self.collection_library(uid).await?.is_some())
+    }
+
+    /// The library of a collection inside the scope (None: absent or outside it).
+    pub async fn collection_library(&self, uid: &str) -> Result<Option<String>, GraphError> {
         if self.scope.is_empty() {
-            return Ok(false);
+            return Ok(None);
         }
         let q = query(include_str!("../../../cypher/scoped_collection.cypher"))
             .param("uid", uid)
             .param("libs", libs_param(self.scope.uids()));
-        Ok(!self.store.rows("scoped_collection.cypher", q).await?.is_empty())
+        match self.store.rows("scoped_collection.cypher", q).await?.first() {
+            Some(row) => Ok(Some(row.get("library_uid")?)),
+            None => Ok(None),
+        }
     }
 
     /// One page of items (uid order) after `after`, optionally in one collection.

@@ -1021,6 +1021,26 @@ impl GraphStore {
         }
         Ok(out)
     }
+
+    /// Which of `uids` the graph holds (and is not deleting), from the writer
+    /// on a routed cluster like `libraries_for_workspaces`.
+    pub(super) async fn existing_libraries(
+        &self,
+        uids: &[String],
+    ) -> Result<std::collections::HashSet<String>, GraphError> {
+        if uids.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows = self
+            .rows_from_leader(
+                "libraries_existing.cypher",
+                query(include_str!("../../../cypher/libraries_existing.cypher")).param("uids", uids.to_vec()),
+            )
+            .await?;
+        rows.into_iter()
+            .map(|row| row.get::<String>("uid").map_err(GraphError::from))
+            .collect()
+    }
 }
 
 /// What a replica's code holds of the graph, each handle reaching only what
@@ -1050,8 +1070,8 @@ impl GraphStore {
     }
 }
 
-/// The resolver's narrow handle: workspace ids → their library uids, and
-/// nothing else (spec §5.3's one graph round trip of the team path).
+/// The resolver's narrow handle: workspace ids → their library uids, which
+/// of a team's directly granted libraries exist, and nothing else (spec §5.3's one graph round trip of the team path).
 #[derive(Clone)]
 pub struct WorkspaceLibraries(GraphStore);
 
@@ -1063,6 +1083,12 @@ impl WorkspaceLibraries {
         workspace_ids: &[String],
     ) -> Result<HashMap<String, Vec<String>>, GraphError> {
         self.0.libraries_for_workspaces(workspace_ids).await
+    }
+
+    /// Which of the library uids granted to a team directly the graph holds:
+    /// the rest (unknown or deleted) resolve to nothing.
+    pub async fn existing_libraries(&self, uids: &[String]) -> Result<std::collections::HashSet<String>, GraphError> {
+        self.0.existing_libraries(uids).await
     }
 }
 

@@ -106,3 +106,26 @@ pub async fn sweep(pool: &PgPool, days: u32, batch: i64, max_batches: u32) -> Re
     }
     Ok(total)
 }
+
+/// The newest `limit` write events of one library since `since`, newest
+/// first: its own (created, renamed, deleted, memberships: the library is
+/// the target) and its items' (`detail.library_uid`). One range read of
+/// `audit_events_library_idx`.
+pub async fn of_library(
+    pool: &PgPool,
+    library_uid: &str,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<AuditEvent>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, at, actor::text AS actor, surface, action::text AS action,
+                target::text AS target, detail FROM audit_events
+          WHERE COALESCE(detail->>'library_uid', target) = $1 AND at >= $2
+          ORDER BY at DESC, id DESC LIMIT $3",
+    )
+    .bind(library_uid)
+    .bind(since)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}

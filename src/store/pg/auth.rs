@@ -52,18 +52,23 @@ pub struct TeamAuthRow {
     pub active_jti: Option<Uuid>,
     /// In assignment order.
     pub workspace_ids: Vec<String>,
+    /// The libraries granted to the team directly (issue 53), in order; the
+    /// resolver drops those the graph does not hold.
+    pub library_uids: Vec<String>,
     /// The team's tool allowlist; `None` = every tool.
     pub allowed_tools: Option<Vec<String>>,
     /// Its own request rate a minute; `None` = the configured one.
     pub rate_limit_per_minute: Option<i32>,
 }
 
-/// A team with its workspace assignments, in one round trip.
+/// A team with its workspace assignments and direct library grants, in one round trip.
 pub async fn team_for_auth(pool: &PgPool, id: Uuid) -> Result<Option<TeamAuthRow>, sqlx::Error> {
     sqlx::query_as::<_, TeamAuthRow>(
         "SELECT t.active, t.active_jti,
                 COALESCE(array_agg(a.workspace_id ORDER BY a.position, a.id)
                          FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids,
+                ARRAY(SELECT g.library_uid::text FROM team_library_grants g
+                       WHERE g.team_id = t.id ORDER BY g.position, g.id) AS library_uids,
                 t.allowed_tools, t.rate_limit_per_minute
            FROM teams t LEFT JOIN team_workspace_assignments a ON a.team_id = t.id
           WHERE t.id = $1

@@ -44,3 +44,18 @@ pub async fn tokens_scoping(pool: &sqlx::PgPool, library_uid: &str) -> Result<i6
         .fetch_one(pool)
         .await
 }
+
+/// Removes `library_uids` from every team's direct library grants; how many
+/// grants went (the row trigger announces each team).
+pub async fn remove_from_teams(tx: &mut sqlx::PgConnection, library_uids: &[String]) -> Result<u64, sqlx::Error> {
+    if library_uids.is_empty() {
+        return Ok(0);
+    }
+    Ok(
+        sqlx::query("DELETE FROM team_library_grants WHERE library_uid = ANY($1::text[])")
+            .bind(library_uids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+    )
+}

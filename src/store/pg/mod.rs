@@ -1,5 +1,6 @@
 //! Postgres: pool, migrations and the queries of each resource.
 
+pub mod activity;
 pub mod admin;
 pub mod audit;
 pub mod auth;

@@ -53,22 +53,17 @@ pub async fn create(pool: &PgPool, actor: &str, id: Uuid, name: &str, jti: Uuid)
     Ok(out)
 }
 
-pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<(Team, Vec<String>)>, sqlx::Error> {
+/// A team with its workspaces and its directly granted libraries, each in order.
+pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<(Team, Vec<String>, Vec<String>)>, sqlx::Error> {
     let team: Option<Team> =
         sqlx::query_as("SELECT id, name, active, active_jti, created_at, updated_at FROM teams WHERE id = $1")
             .bind(id)
             .fetch_optional(pool)
             .await?;
     let Some(team) = team else { return Ok(None) };
-    let ws = assigned_workspaces(pool, id).await?;
-    Ok(Some((team, ws)))
-}
-
-async fn assigned_workspaces<'e, E: sqlx::PgExecutor<'e>>(ex: E, id: Uuid) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT workspace_id FROM team_workspace_assignments WHERE team_id = $1 ORDER BY position, id")
-        .bind(id)
-        .fetch_all(ex)
-        .await
+    let ws = granted(pool, id, Grants::Workspaces).await?;
+    let libs = granted(pool, id, Grants::Libraries).await?;
+    Ok(Some((team, ws, libs)))
 }
 
 /// Soft delete (spec §7.2). False when the team does not exist.
@@ -116,6 +111,69 @@ pub async fn rotate(pool: &PgPool, actor: &str, id: Uuid, jti: Uuid) -> Result<R
     Ok(out)
 }
 
+/// One of a team's two ordered grant lists: its workspaces (spec §7.3) or
+/// the libraries granted to it directly (issue 53). Both are replaced whole
+/// the same way; each has its own table, audit action and payload field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grants {
+    Workspaces,
+    Libraries,
+}
+
+impl Grants {
+    fn select(self) -> &'static str {
+        match self {
+            Grants::Workspaces => {
+                "SELECT workspace_id FROM team_workspace_assignments WHERE team_id = $1 ORDER BY position, id"
+            }
+            Grants::Libraries => {
+                "SELECT library_uid::text FROM team_library_grants WHERE team_id = $1 ORDER BY position, id"
+            }
+        }
+    }
+
+    fn delete(self) -> &'static str {
+        match self {
+            Grants::Workspaces => "DELETE FROM team_workspace_assignments WHERE team_id = $1",
+            Grants::Libraries => "DELETE FROM team_library_grants WHERE team_id = $1",
+        }
+    }
+
+    fn insert(self) -> &'static str {
+        match self {
+            Grants::Workspaces => {
+                "INSERT INTO team_workspace_assignments (team_id, workspace_id, position)
+                 SELECT $1, ws, pos::int FROM unnest($2::text[]) WITH ORDINALITY AS u(ws, pos)"
+            }
+            Grants::Libraries => {
+                "INSERT INTO team_library_grants (team_id, library_uid, position)
+                 SELECT $1, lib, pos::int FROM unnest($2::text[]) WITH ORDINALITY AS u(lib, pos)"
+            }
+        }
+    }
+
+    /// The audit action of a change.
+    pub fn action(self) -> &'static str {
+        match self {
+            Grants::Workspaces => "team_workspaces_updated",
+            Grants::Libraries => "team_libraries_updated",
+        }
+    }
+
+    /// The field naming the list (REST bodies, audit details).
+    pub fn field(self) -> &'static str {
+        match self {
+            Grants::Workspaces => "workspace_ids",
+            Grants::Libraries => "library_uids",
+        }
+    }
+}
+
+/// A team's list of `kind`, in order.
+pub async fn granted<'e, E: sqlx::PgExecutor<'e>>(ex: E, id: Uuid, kind: Grants) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(kind.select()).bind(id).fetch_all(ex).await
+}
+
 /// Replaces the assignment set (spec §7.3), never a union. The row lock on the
 /// team serialises concurrent PUTs, so the result is one submitted set whole.
 /// None when the team does not exist.
@@ -125,6 +183,20 @@ pub async fn replace_workspaces(
     id: Uuid,
     workspace_ids: &[String],
 ) -> Result<Option<Vec<String>>, sqlx::Error> {
+    replace(pool, actor, id, Grants::Workspaces, workspace_ids).await
+}
+
+/// Replaces one of a team's lists whole (a PUT of it), with its audit event
+/// when it changed; the row triggers announce it. The row lock on the team
+/// serialises concurrent PUTs, so the result is one submitted list whole.
+/// None when the team does not exist.
+pub async fn replace(
+    pool: &PgPool,
+    actor: &str,
+    id: Uuid,
+    kind: Grants,
+    list: &[String],
+) -> Result<Option<Vec<String>>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let exists: Option<Uuid> = sqlx::query_scalar("SELECT id FROM teams WHERE id = $1 FOR UPDATE")
         .bind(id)
@@ -133,20 +205,10 @@ pub async fn replace_workspaces(
     if exists.is_none() {
         return Ok(None);
     }
-    let current = assigned_workspaces(&mut *tx, id).await?;
-    if current != workspace_ids {
-        sqlx::query("DELETE FROM team_workspace_assignments WHERE team_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO team_workspace_assignments (team_id, workspace_id, position)
-             SELECT $1, ws, pos::int FROM unnest($2::text[]) WITH ORDINALITY AS u(ws, pos)",
-        )
-        .bind(id)
-        .bind(workspace_ids)
-        .execute(&mut *tx)
-        .await?;
+    let current = granted(&mut *tx, id, kind).await?;
+    if current != list {
+        sqlx::query(kind.delete()).bind(id).execute(&mut *tx).await?;
+        sqlx::query(kind.insert()).bind(id).bind(list).execute(&mut *tx).await?;
         sqlx::query("UPDATE teams SET updated_at = now() WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -154,13 +216,13 @@ pub async fn replace_workspaces(
         audit(
             &mut tx,
             actor,
-            "team_workspaces_updated",
+            kind.action(),
             &id.to_string(),
-            json!({"workspace_ids": workspace_ids}),
+            json!({ kind.field(): list }),
         )
         .await?;
     }
-    let stored = assigned_workspaces(&mut *tx, id).await?;
+    let stored = granted(&mut *tx, id, kind).await?;
     tx.commit().await?;
     Ok(Some(stored))
 }
@@ -274,16 +336,20 @@ pub struct TeamRow {
     /// When the active JWT was minted (creation or the last rotation).
     pub last_rotated_at: Option<DateTime<Utc>>,
     pub workspace_ids: Vec<String>,
+    /// The libraries granted to it directly, in order.
+    pub library_uids: Vec<String>,
 }
 
-/// Every team, newest first, with its workspaces in assignment order.
+/// Every team, newest first, with its workspaces and direct libraries in order.
 pub async fn list(pool: &PgPool) -> Result<Vec<TeamRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT t.id, t.name, t.active, t.created_at, t.updated_at,
                 (SELECT max(e.at) FROM audit_events e
                   WHERE e.target = t.id::text AND e.action IN ('team_created', 'team_rotated')) AS last_rotated_at,
                 COALESCE(array_agg(a.workspace_id ORDER BY a.position, a.id)
-                         FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids
+                         FILTER (WHERE a.workspace_id IS NOT NULL), '{}') AS workspace_ids,
+                ARRAY(SELECT g.library_uid::text FROM team_library_grants g
+                       WHERE g.team_id = t.id ORDER BY g.position, g.id) AS library_uids
            FROM teams t LEFT JOIN team_workspace_assignments a ON a.team_id = t.id
           GROUP BY t.id
           ORDER BY t.created_at DESC, t.id",

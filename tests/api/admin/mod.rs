@@ -208,7 +208,7 @@ fn jwt_in(html: &str) -> Option<String> {
 }
 
 /// The changes `actor` made (its console sign-ins and sign-outs left out).
-async fn audit_actions(app: &TestApp, actor: &str) -> Vec<String> {
+pub async fn audit_actions(app: &TestApp, actor: &str) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT action::text FROM audit_events WHERE actor = $1 AND action NOT LIKE 'console\\_%' ORDER BY id",
     )
