@@ -83,21 +83,13 @@ pub async fn each_for_library(
 /// Deletes hourly activity older than `days` days, at most `batch` rows a
 /// statement and `max_batches` statements a call; how many.
 pub async fn sweep(pool: &PgPool, days: u32, batch: i64, max_batches: u32) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    for _ in 0..max_batches {
-        let n = sqlx::query(
-            "DELETE FROM library_activity_hourly WHERE ctid IN (
-                 SELECT ctid FROM library_activity_hourly WHERE hour < now() - make_interval(days => $1) LIMIT $2)",
-        )
-        .bind(days as i32)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += n;
-        if (n as i64) < batch {
-            break;
-        }
-    }
-    Ok(total)
+    super::sweep_batches(
+        pool,
+        "DELETE FROM library_activity_hourly WHERE ctid IN (
+             SELECT ctid FROM library_activity_hourly WHERE hour < now() - make_interval(days => $1) LIMIT $2)",
+        days,
+        batch,
+        max_batches,
+    )
+    .await
 }

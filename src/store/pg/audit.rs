@@ -88,23 +88,15 @@ pub async fn actions(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
 /// statement (short locks, a bounded WAL burst), at most `max_batches`
 /// statements; how many rows went.
 pub async fn sweep(pool: &PgPool, days: u32, batch: i64, max_batches: u32) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    for _ in 0..max_batches {
-        let n = sqlx::query(
-            "DELETE FROM audit_events WHERE id IN (
-                 SELECT id FROM audit_events WHERE at < now() - make_interval(days => $1) LIMIT $2)",
-        )
-        .bind(days as i32)
-        .bind(batch)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += n;
-        if (n as i64) < batch {
-            break;
-        }
-    }
-    Ok(total)
+    super::sweep_batches(
+        pool,
+        "DELETE FROM audit_events WHERE id IN (
+             SELECT id FROM audit_events WHERE at < now() - make_interval(days => $1) LIMIT $2)",
+        days,
+        batch,
+        max_batches,
+    )
+    .await
 }
 
 /// The newest `limit` write events of one library since `since`, newest

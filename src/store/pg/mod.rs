@@ -127,3 +127,30 @@ mod tests {
         }
     }
 }
+
+/// Runs `delete` (a `DELETE` of rows older than `$1` days, at most `$2` of
+/// them) until it deletes fewer than `batch` rows or `max_batches` times:
+/// short locks and a bounded WAL burst per statement (the retention sweeps
+/// of the audit trail, usage and library activity). How many rows went.
+pub(crate) async fn sweep_batches(
+    pool: &PgPool,
+    delete: &'static str,
+    days: u32,
+    batch: i64,
+    max_batches: u32,
+) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    for _ in 0..max_batches {
+        let n = sqlx::query(delete)
+            .bind(days as i32)
+            .bind(batch)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if (n as i64) < batch {
+            break;
+        }
+    }
+    Ok(total)
+}
