@@ -175,38 +175,7 @@ pub async fn workspaces(
     Path(id): Path<String>,
     StaffForm(s, form): StaffForm,
 ) -> Result<Response, AdminError> {
-    let id = parse_id(&id)?;
-    let raw = form.get("workspace_ids");
-    let ids: Vec<String> = raw
-        .split(['\n', ','])
-        .map(str::trim)
-        .filter(|w| !w.is_empty())
-        .map(str::to_owned)
-        .collect();
-    let unconfirmed = match service::set_workspaces(&state.pg, &state.changes, &actor(s.username()), id, ids).await {
-        Ok((_, p)) => propagation_notice(&p),
-        Err(TeamError::BadField(b)) => {
-            // The form's one field, with the REST API's message (it names the
-            // offending line as `workspace_ids[i]`, counted from 0).
-            let err = FieldError::new("workspace_ids", format!("{}: {}", b.field, b.message));
-            return detail_page(
-                &state,
-                &s,
-                id,
-                Submitted::Workspaces(raw),
-                &err,
-                None,
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
-        }
-        Err(e) => return Err(refused(e)),
-    };
-    Ok(super::see_other(&view::done(
-        &format!("/admin/teams/{id}"),
-        "team-workspaces",
-        &unconfirmed,
-    )))
+    replace_list(&state, &s, &id, &form, List::Workspaces).await
 }
 
 /// POST /admin/teams/{id}/libraries: replace the directly granted libraries
@@ -216,34 +185,59 @@ pub async fn libraries(
     Path(id): Path<String>,
     StaffForm(s, form): StaffForm,
 ) -> Result<Response, AdminError> {
-    let id = parse_id(&id)?;
-    let raw = form.get("library_uids");
-    let uids: Vec<String> = raw
+    replace_list(&state, &s, &id, &form, List::Libraries).await
+}
+
+/// Which of a team's lists a form replaces.
+#[derive(Clone, Copy)]
+enum List {
+    Workspaces,
+    Libraries,
+}
+
+/// Replaces one of the team's lists with the form's field (one entry a
+/// line or comma-separated) through the REST API's service: a bad entry is
+/// the form's one field again, with the REST API's message (it names the
+/// offending line as `workspace_ids[i]` / `library_uids[i]`, from 0).
+async fn replace_list(
+    state: &AppState,
+    s: &Session,
+    id: &str,
+    form: &super::FormData,
+    list: List,
+) -> Result<Response, AdminError> {
+    let id = parse_id(id)?;
+    let (field, anchor) = match list {
+        List::Workspaces => ("workspace_ids", "team-workspaces"),
+        List::Libraries => ("library_uids", "team-libraries"),
+    };
+    let raw = form.get(field);
+    let entries: Vec<String> = raw
         .split(['\n', ','])
         .map(str::trim)
-        .filter(|u| !u.is_empty())
+        .filter(|w| !w.is_empty())
         .map(str::to_owned)
         .collect();
-    let unconfirmed = match service::set_libraries(&state.pg, &state.changes, &actor(s.username()), id, uids).await {
+    let (pg, changes, actor) = (&state.pg, &state.changes, actor(s.username()));
+    let set = match list {
+        List::Workspaces => service::set_workspaces(pg, changes, &actor, id, entries).await,
+        List::Libraries => service::set_libraries(pg, changes, &actor, id, entries).await,
+    };
+    let unconfirmed = match set {
         Ok((_, p)) => propagation_notice(&p),
         Err(TeamError::BadField(b)) => {
-            let err = FieldError::new("library_uids", format!("{}: {}", b.field, b.message));
-            return detail_page(
-                &state,
-                &s,
-                id,
-                Submitted::Libraries(raw),
-                &err,
-                None,
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
+            let err = FieldError::new(field, format!("{}: {}", b.field, b.message));
+            let submitted = match list {
+                List::Workspaces => Submitted::Workspaces(raw),
+                List::Libraries => Submitted::Libraries(raw),
+            };
+            return detail_page(state, s, id, submitted, &err, None, StatusCode::BAD_REQUEST).await;
         }
         Err(e) => return Err(refused(e)),
     };
     Ok(super::see_other(&view::done(
         &format!("/admin/teams/{id}"),
-        "team-libraries",
+        anchor,
         &unconfirmed,
     )))
 }
