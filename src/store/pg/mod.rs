@@ -109,25 +109,6 @@ pub async fn notify_in(tx: &mut sqlx::PgConnection, payloads: &[String]) -> Resu
         .map(|_| ())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::surface_of;
-
-    #[test]
-    fn an_audit_actor_names_its_surface() {
-        for (actor, surface) in [
-            ("cli", "cli"),
-            ("admin:alice", "console"),
-            ("mcp:token:12", "mcp"),
-            ("daedalus-service", "rest"),
-            ("clippy", "rest"),
-            ("administrator", "rest"),
-        ] {
-            assert_eq!(surface_of(actor), surface, "{actor}");
-        }
-    }
-}
-
 /// Runs `delete` (a `DELETE` of rows older than `$1` days, at most `$2` of
 /// them) until it deletes fewer than `batch` rows or `max_batches` times:
 /// short locks and a bounded WAL burst per statement (the retention sweeps
@@ -153,4 +134,23 @@ pub(crate) async fn sweep_batches(
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::surface_of;
+
+    #[test]
+    fn an_audit_actor_names_its_surface() {
+        for (actor, surface) in [
+            ("cli", "cli"),
+            ("admin:alice", "console"),
+            ("mcp:token:12", "mcp"),
+            ("daedalus-service", "rest"),
+            ("clippy", "rest"),
+            ("administrator", "rest"),
+        ] {
+            assert_eq!(surface_of(actor), surface, "{actor}");
+        }
+    }
 }
