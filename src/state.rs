@@ -49,6 +49,9 @@ pub struct AppState {
     pub basic: Arc<BasicGuard>,
     /// The admin console's rate limits (per signed-in user, per sign-in address).
     pub console: Arc<crate::limits::console::ConsoleLimits>,
+    /// The key the console's session cookies are signed with
+    /// (`server_secrets`), read at the first console request that needs it.
+    pub cookie_key: Arc<tokio::sync::OnceCell<Vec<u8>>>,
     /// Shutdown: whether the replica is draining, and its requests in flight.
     pub drain: Arc<crate::drain::Drain>,
     /// Dynamic OAuth client registrations per client address (issue 48).
@@ -177,6 +180,7 @@ impl AppState {
             mcp,
             basic,
             console,
+            cookie_key: Arc::new(tokio::sync::OnceCell::new()),
             drain: crate::drain::Drain::new(),
         })
     }

@@ -1,7 +1,9 @@
 //! Sign-in, sessions and CSRF.
 //!
 //! A session is an opaque random id in a cookie (see [`Cookies`] for its name
-//! and attributes: `__Host-` prefixed when the public URL is https); Postgres stores only
+//! and attributes: `__Host-` prefixed when the public URL is https), followed
+//! by a MAC of it under a key every replica shares (`cookie_value`): a cookie
+//! the console did not make is no session, decided without a lookup. Postgres stores only
 //! its SHA-256 with the user, a synchronizer CSRF token and the two clocks
 //! (idle and absolute expiry). Looking it up checks the user is still active
 //! and not a service account, so sign-out, disabling a user or a new password
@@ -125,6 +127,40 @@ pub(super) fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
 
+/// The shared key of the session cookies' MACs (`server_secrets`), read (or
+/// made, by the first replica) once.
+async fn cookie_key(state: &AppState) -> Result<&[u8], ApiError> {
+    let key = state
+        .cookie_key
+        .get_or_try_init(|| async {
+            let mut fresh = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut fresh);
+            store::server_secret(&state.pg, "console_cookie", &fresh).await
+        })
+        .await?;
+    Ok(key)
+}
+
+/// The MAC of a session id under `key`: 16 bytes of HMAC-SHA-256, base64url.
+fn cookie_mac(key: &[u8], id: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(id.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&mac.finalize().into_bytes()[..16])
+}
+
+/// A session cookie's value: `<id>.<MAC of id>`.
+fn cookie_value(key: &[u8], id: &str) -> String {
+    format!("{id}.{}", cookie_mac(key, id))
+}
+
+/// The session id of a cookie value the console made (its MAC holds), else
+/// None — without any lookup.
+fn session_id<'v>(key: &[u8], value: &'v str) -> Option<&'v str> {
+    let (id, mac) = value.rsplit_once('.')?;
+    (!id.is_empty() && same(mac, &cookie_mac(key, id))).then_some(id)
+}
+
 fn hash_id(id: &str) -> String {
     hex::encode(Sha256::digest(id.as_bytes()))
 }
@@ -179,19 +215,23 @@ impl Session {
     }
 }
 
-/// The session of a request's cookie. The console's limits run before the
-/// session's `touch` UPDATE (issue 32): the session id's own bucket, and the
-/// address's throttle for cookies that matched no session, so a flood of
-/// made-up or replayed cookies writes nothing and is refused with 429.
-async fn current(headers: &HeaderMap, address: &str, state: &AppState) -> Result<Option<Session>, ApiError> {
-    let Some(id) = cookie(headers, Cookies::of(state).session) else {
+/// The session of a request's cookie. A cookie the console did not make (its
+/// MAC) is no session, decided before any lookup; a made one passes the
+/// session id's own bucket before the session's `touch` UPDATE (issue 32),
+/// so a flood of made-up or replayed cookies writes and reads nothing, and
+/// no valid session is refused for what others at its address send.
+async fn current(headers: &HeaderMap, state: &AppState) -> Result<Option<Session>, ApiError> {
+    let Some(value) = cookie(headers, Cookies::of(state).session) else {
         return Ok(None);
     };
-    if id.is_empty() || id.len() > 100 {
+    if value.is_empty() || value.len() > 100 {
         return Ok(None);
     }
+    let Some(id) = session_id(cookie_key(state).await?, value) else {
+        return Ok(None);
+    };
     let id_hash = hash_id(id);
-    state.console.before_lookup(&id_hash, address)?;
+    state.console.before_lookup(&id_hash)?;
     let s = &state.settings;
     let user = store::touch_session(
         &state.pg,
@@ -201,7 +241,6 @@ async fn current(headers: &HeaderMap, address: &str, state: &AppState) -> Result
     )
     .await?;
     let Some(user) = user else {
-        state.console.unknown_session(address);
         return Ok(None);
     };
     // Every request of a signed-in user counts against their console rate.
@@ -219,7 +258,7 @@ impl FromRequestParts<AppState> for Person {
     type Rejection = AdminError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        current(&parts.headers, &client_address(parts), state)
+        current(&parts.headers, state)
             .await?
             .map(Person)
             .ok_or(AdminError::SignIn)
@@ -296,7 +335,7 @@ pub async fn login_form(State(state): State<AppState>, req: Request) -> Result<R
     let (parts, _) = req.into_parts();
     let headers = &parts.headers;
     let next = next_of(parts.uri.query().unwrap_or(""));
-    if let Some(s) = current(headers, &client_address(&parts), &state).await? {
+    if let Some(s) = current(headers, &state).await? {
         return Ok(Redirect::to(next.as_deref().unwrap_or(home(&s.user))).into_response());
     }
     Ok(login_page(&state, headers, StatusCode::OK, "", None, next.as_deref()))
@@ -445,7 +484,8 @@ async fn signed_in(
     next: Option<&str>,
 ) -> Result<Response, AdminError> {
     let names = Cookies::of(state);
-    if let Some(old) = cookie(headers, names.session) {
+    let key = cookie_key(state).await?;
+    if let Some(old) = cookie(headers, names.session).and_then(|v| session_id(key, v)) {
         store::delete_session(&state.pg, &hash_id(old)).await?;
     }
     let id = random_token();
@@ -471,7 +511,10 @@ async fn signed_in(
     let home = if user.is_staff { "/admin/" } else { "/admin/me" };
     let mut resp = Redirect::to(next.unwrap_or(home)).into_response();
     let h = resp.headers_mut();
-    h.append(header::SET_COOKIE, names.set(names.session, &id, None));
+    h.append(
+        header::SET_COOKIE,
+        names.set(names.session, &cookie_value(key, &id), None),
+    );
     h.append(header::SET_COOKIE, names.set(names.login, "", Some(0)));
     Ok(resp)
 }
@@ -577,6 +620,23 @@ mod tests {
         assert_eq!(
             v.to_str().unwrap(),
             "mnemosyne_admin_login=; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=0"
+        );
+    }
+
+    #[test]
+    fn a_cookie_is_its_session_only_under_its_mac() {
+        let key = [7u8; 32];
+        let v = cookie_value(&key, "abc");
+        assert_eq!(session_id(&key, &v), Some("abc"));
+        assert_eq!(session_id(&[8u8; 32], &v), None, "another key");
+        let cut = &v[..v.len() - 1];
+        for bad in ["abc", "abc.", ".x", "abc.AAAAAAAAAAAAAAAAAAAAAA", cut] {
+            assert_eq!(session_id(&key, bad), None, "{bad}");
+        }
+        assert!(v.len() <= 100, "within the cookie length read");
+        assert_eq!(
+            session_id(&key, &cookie_value(&key, &random_token())).map(str::len),
+            Some(43)
         );
     }
 

@@ -1,15 +1,16 @@
 //! The admin console's rate limits (here, below `state`, which holds them,
 //! and `admin`, which checks them): every request of a signed-in user counts
 //! against that user's bucket and its session's (the session's checked
-//! before the session is looked up and touched), and every sign-in POST and
-//! every session cookie that matched no session against its client
-//! address's (checked before the form is read or the cookie looked up). The same token buckets as
+//! before the session is looked up and touched), and every sign-in POST
+//! against its client address's (checked before the form is read). A session
+//! cookie the console did not make never reaches a lookup (its MAC:
+//! `admin::session`), so made-up cookies need no per-address throttle, and a
+//! valid session is never refused for what others at its address send. The same token buckets as
 //! the MCP surface (`super`), so a configured rate is for the whole
 //! deployment, divided among the live replicas.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::RateLimits;
 use crate::error::ApiError;
@@ -19,9 +20,6 @@ pub struct ConsoleLimits {
     users: RateLimits,
     sessions: RateLimits,
     sign_in: RateLimits,
-    /// Addresses over their sign-in rate with cookies that matched no
-    /// session, until when (checked without taking from a bucket).
-    unknown: moka::sync::Cache<String, Instant>,
 }
 
 impl ConsoleLimits {
@@ -32,40 +30,16 @@ impl ConsoleLimits {
             users: RateLimits::shared(per_user, 0, replicas.clone()),
             sessions: RateLimits::shared(per_user, 0, replicas.clone()),
             sign_in: RateLimits::shared(sign_in_per_address, 0, replicas),
-            unknown: moka::sync::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(120))
-                .build(),
         }
     }
 
-    /// Before a session cookie is looked up (and its session touched): the
-    /// session id's own bucket (the per-user rate), and whether `address`
-    /// is throttled for sending cookies that matched no session.
-    pub fn before_lookup(&self, session_hash: &str, address: &str) -> Result<(), ApiError> {
-        if let Some(until) = self.unknown.get(address) {
-            let left = until.saturating_duration_since(Instant::now());
-            if !left.is_zero() {
-                let secs = left.as_secs_f64().ceil().max(1.0) as u64;
-                return Err(ApiError::RateLimited {
-                    retry_after_secs: secs,
-                    message: format!("Too many sign-ins from your address. Try again in {secs} s."),
-                });
-            }
-        }
+    /// Before a (console-made) session cookie is looked up and its session
+    /// touched: the session id's own bucket (the per-user rate), so one
+    /// replayed cookie cannot make a read per request either.
+    pub fn before_lookup(&self, session_hash: &str) -> Result<(), ApiError> {
         self.sessions
             .request(&format!("session:{session_hash}"), None)
             .map_err(limited)
-    }
-
-    /// A session cookie from `address` matched no live session: it counts
-    /// as a sign-in attempt of that address (a guessed session id is one);
-    /// over the sign-in rate, the address's cookies are refused before any
-    /// lookup until the bucket allows again.
-    pub fn unknown_session(&self, address: &str) {
-        if let Err(l) = self.sign_in.request(&format!("ip:{address}"), None) {
-            self.unknown.insert(address.to_owned(), Instant::now() + l.retry_after);
-        }
     }
 
     /// One request of a signed-in user.

@@ -10,8 +10,9 @@
 //! (split on spaces), so a query's words — analyzed the same way — meet the
 //! same terms the graph path counts.
 //!
-//! Ranking is not tantivy's: `score` walks every posting of the query's
-//! terms (skipping deleted documents) and ranks with `rank::score`, BM25 from
+//! Ranking is not tantivy's: `score` (`keyword`) walks every posting of the
+//! query's terms (skipping deleted documents), within a memory bound, and
+//! ranks with `rank::score`, BM25 from
 //! this library's own statistics (its live chunk count and total length,
 //! exact, and document frequencies counted over its live postings), the title
 //! field and the coordination factor — the same function the graph path uses,
@@ -22,7 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use tantivy::collector::TopDocs;
 use tantivy::indexer::IndexWriterOptions;
-use tantivy::postings::Postings;
 use tantivy::query::TermQuery;
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
@@ -30,76 +30,16 @@ use tantivy::schema::{
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+mod keyword;
 pub mod rank;
 pub mod vectors;
+
+pub use keyword::CANDIDATE_BYTES;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
 const TERMS: &str = "terms";
 /// Indexing memory of one library's writer (tantivy's minimum).
 const WRITER_MEMORY: usize = 15_000_000;
-
-/// Keyword scoring's working buffers, kept between searches (see
-/// `LibraryIndex::score_grouped`). At most `SCRATCH_KEPT` are kept, each
-/// only while it holds at most `SCRATCH_BYTES`: a 10,000-chunk broad query
-/// of two words fills ~0.6 MB, a 100,000-chunk one ~6 MB.
-#[derive(Default)]
-struct Scratch {
-    at: Vec<(u32, DocId)>,
-    dl: Vec<i64>,
-    tf: Vec<i64>,
-    tt: Vec<i64>,
-    slot: Vec<u32>,
-    scored: Vec<(f64, f64)>,
-    order: Vec<usize>,
-}
-
-/// How many scoring buffers are kept (about one per search running at once
-/// on a small machine; more run with fresh ones).
-const SCRATCH_KEPT: usize = 4;
-/// The largest scoring buffer kept, in bytes.
-const SCRATCH_BYTES: usize = 16 << 20;
-
-static SCRATCH: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
-
-impl Scratch {
-    /// A kept buffer, emptied, or a new one.
-    fn take() -> Scratch {
-        let mut s = SCRATCH
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_default();
-        s.at.clear();
-        s.dl.clear();
-        s.tf.clear();
-        s.tt.clear();
-        s.slot.clear();
-        s.scored.clear();
-        s.order.clear();
-        s
-    }
-
-    /// The bytes it holds.
-    fn bytes(&self) -> usize {
-        use std::mem::size_of;
-        self.at.capacity() * size_of::<(u32, DocId)>()
-            + (self.dl.capacity() + self.tf.capacity() + self.tt.capacity()) * size_of::<i64>()
-            + self.slot.capacity() * size_of::<u32>()
-            + self.scored.capacity() * size_of::<(f64, f64)>()
-            + self.order.capacity() * size_of::<usize>()
-    }
-
-    /// Keeps it for the next search, unless it is too big or enough are kept.
-    fn give_back(self) {
-        if self.bytes() > SCRATCH_BYTES {
-            return;
-        }
-        let mut kept = SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.len() < SCRATCH_KEPT {
-            kept.push(self);
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -424,227 +364,6 @@ impl LibraryIndex {
         Ok(stats)
     }
 
-    /// The library's keyword hits for the analyzed query `words`, scored
-    /// with `rank::score`; only those with relevance ≥ `min_relevance`, and
-    /// of them the best `k` (plus any tied with the k-th), best first, ties
-    /// by chunk uid. `collection` restricts to one collection.
-    pub fn score(
-        &self,
-        words: &[String],
-        collection: Option<&str>,
-        min_relevance: f64,
-        k: usize,
-    ) -> Result<Vec<Hit>, IndexError> {
-        let groups: Vec<usize> = (0..words.len()).collect();
-        self.score_grouped(words, &groups, collection, min_relevance, k)
-    }
-
-    /// `score` with the query word of each term (`groups[i]` for
-    /// `words[i]`, as `scoped::query_words_grouped` gives them): the stems of
-    /// one word count once for relevance (`rank::score_grouped`).
-    pub fn score_grouped(
-        &self,
-        words: &[String],
-        groups: &[usize],
-        collection: Option<&str>,
-        min_relevance: f64,
-        k: usize,
-    ) -> Result<Vec<Hit>, IndexError> {
-        if words.is_empty() || k == 0 || groups.len() != words.len() {
-            return Ok(Vec::new());
-        }
-        let searcher = self.reader.searcher();
-        // A broad query's most common word is left out of the candidates
-        // when the others give k hits that no chunk holding only it could
-        // reach (its score has a bound); otherwise every candidate counts.
-        if let Some(common) = self.prunable(&searcher, words, groups, k)? {
-            if let Some(hits) = self.ranked(&searcher, words, groups, collection, min_relevance, k, Some(common))? {
-                return Ok(hits);
-            }
-        }
-        Ok(self
-            .ranked(&searcher, words, groups, collection, min_relevance, k, None)?
-            .unwrap_or_default())
-    }
-
-    /// The query word (as a group of `groups`) worth leaving out of the
-    /// candidates: of two or more words, the one in the most chunks, when
-    /// the others are in at least `k` (document counts before deletes).
-    fn prunable(
-        &self,
-        searcher: &tantivy::Searcher,
-        words: &[String],
-        groups: &[usize],
-        k: usize,
-    ) -> Result<Option<usize>, IndexError> {
-        if groups.iter().all(|g| Some(g) == groups.first()) {
-            return Ok(None);
-        }
-        let f = self.fields;
-        let mut per_word: std::collections::BTreeMap<usize, u64> = std::collections::BTreeMap::new();
-        for seg in searcher.segment_readers() {
-            for field in [f.text_terms, f.title_terms] {
-                let inv = seg.inverted_index(field)?;
-                for (w, g) in words.iter().zip(groups) {
-                    *per_word.entry(*g).or_default() += u64::from(inv.doc_freq(&Term::from_field_text(field, w))?);
-                }
-            }
-        }
-        let Some((&common, &most)) = per_word.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(**g))) else {
-            return Ok(None);
-        };
-        let others: u64 = per_word.values().sum::<u64>() - most;
-        Ok((others >= k as u64 && most > others).then_some(common))
-    }
-
-    /// The best `k` hits (see `score`). With `skip` (a query word of
-    /// `groups`), chunks holding only that word are not candidates, and the
-    /// answer is None unless they cannot be among the best `k` anyway.
-    #[allow(clippy::too_many_arguments)]
-    fn ranked(
-        &self,
-        searcher: &tantivy::Searcher,
-        words: &[String],
-        groups: &[usize],
-        collection: Option<&str>,
-        min_relevance: f64,
-        k: usize,
-        skip: Option<usize>,
-    ) -> Result<Option<Vec<Hit>>, IndexError> {
-        let f = self.fields;
-        let stats = self.stats(searcher)?;
-        let terms = words.len();
-        let late = |i: usize| skip == Some(groups[i]);
-        // Candidates of every segment: (segment, doc) and their frequencies,
-        // in buffers reused from earlier searches (a broad query fills
-        // megabytes: fresh ones cost more in page faults than the scoring).
-        let mut scratch = Scratch::take();
-        let Scratch {
-            at,
-            dl,
-            tf,
-            tt,
-            slot,
-            scored,
-            order,
-        } = &mut scratch;
-        // Document frequencies over the live candidates, and how many
-        // chunks hold a term (those of the skipped word included).
-        let mut df = vec![0f64; terms];
-        let mut df_title = vec![0f64; terms];
-        let mut skipped_only = 0usize;
-        const SKIPPED: u32 = u32::MAX - 1;
-        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
-            let alive = seg.alive_bitset();
-            let in_collection = self.in_collection(seg, collection)?;
-            slot.clear();
-            slot.resize(seg.max_doc() as usize, u32::MAX);
-            let first = at.len();
-            // The skipped word's terms last: they only fill in candidates.
-            for pass_late in [false, true] {
-                for (field, freqs) in [(f.text_terms, 0usize), (f.title_terms, 1usize)] {
-                    let inv = seg.inverted_index(field)?;
-                    for (i, w) in words.iter().enumerate() {
-                        if late(i) != pass_late {
-                            continue;
-                        }
-                        let Some(mut p) =
-                            inv.read_postings(&Term::from_field_text(field, w), IndexRecordOption::WithFreqs)?
-                        else {
-                            continue;
-                        };
-                        let count = if freqs == 0 { &mut df[i] } else { &mut df_title[i] };
-                        while p.doc() != tantivy::TERMINATED {
-                            let doc = p.doc();
-                            let live = alive.is_none_or(|a| a.is_alive(doc))
-                                && in_collection.as_ref().is_none_or(|k| k[doc as usize]);
-                            if live {
-                                *count += 1.0;
-                                let s = match slot[doc as usize] {
-                                    u32::MAX if pass_late => {
-                                        slot[doc as usize] = SKIPPED;
-                                        skipped_only += 1;
-                                        None
-                                    }
-                                    SKIPPED => None,
-                                    u32::MAX => {
-                                        let s = at.len() - first;
-                                        slot[doc as usize] = s as u32;
-                                        at.push((ord as u32, doc));
-                                        tf.extend(std::iter::repeat_n(0, terms));
-                                        tt.extend(std::iter::repeat_n(0, terms));
-                                        Some(s)
-                                    }
-                                    s => Some(s as usize),
-                                };
-                                if let Some(s) = s {
-                                    let row = (first + s) * terms + i;
-                                    if freqs == 0 {
-                                        tf[row] = i64::from(p.term_freq());
-                                    } else {
-                                        tt[row] = i64::from(p.term_freq());
-                                    }
-                                }
-                            }
-                            p.advance();
-                        }
-                    }
-                }
-            }
-            let dls = seg.fast_fields().u64("dl")?;
-            for &(_, doc) in &at[first..] {
-                dl.push(dls.first(doc).unwrap_or(0) as i64);
-            }
-        }
-        let weights = rank::Weights::new(stats, groups, &df, &df_title, at.len() + skipped_only);
-        weights.score_into(dl, tf, tt, scored);
-        order.extend((0..at.len()).filter(|i| scored[*i].1 >= min_relevance));
-        // The best k by score, and every candidate tied with the k-th (ties
-        // are broken by chunk uid, which only those need).
-        if order.len() > k {
-            order.select_nth_unstable_by(k - 1, |a, b| scored[*b].0.total_cmp(&scored[*a].0));
-            let kth = scored[order[k - 1]].0;
-            order.retain(|i| scored[*i].0 >= kth);
-        }
-        // A chunk holding only the skipped word scores below its bound: the
-        // answer stands when no such chunk passes `min_relevance`, or when k
-        // candidates score above the bound (so none ties the k-th).
-        if let Some(i) = (0..terms).find(|i| late(*i)) {
-            let (bound, relevance) = weights.bound_of_word(i);
-            let passes = skipped_only > 0 && relevance >= min_relevance;
-            let above = order.len() >= k && order.iter().all(|j| scored[*j].0 > bound * (1.0 + 1e-9));
-            if passes && !above {
-                scratch.give_back();
-                return Ok(None);
-            }
-        }
-        let mut uids: Vec<Option<tantivy::columnar::StrColumn>> = Vec::new();
-        for seg in searcher.segment_readers() {
-            uids.push(seg.fast_fields().str("chunk_uid")?);
-        }
-        let mut hits = Vec::with_capacity(order.len());
-        let mut buf = String::new();
-        for &i in order.iter() {
-            let (seg, doc) = at[i];
-            let Some(col) = &uids[seg as usize] else { continue };
-            let Some(term_ord) = col.term_ords(doc).next() else {
-                continue;
-            };
-            col.ord_to_str(term_ord, &mut buf)?;
-            hits.push(Hit {
-                chunk_uid: buf.clone(),
-                score: scored[i].0,
-                relevance: scored[i].1,
-            });
-        }
-        scratch.give_back();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
-        if hits.len() > k {
-            hits.truncate(k);
-        }
-        Ok(Some(hits))
-    }
-
     /// The documents of one segment in `collection` (None: no filter).
     fn in_collection(
         &self,
@@ -773,7 +492,7 @@ pub fn split_scoped(scoped: &str, text_key: &str, title_key: &str) -> (String, S
 mod tests {
     use super::*;
 
-    fn chunk(uid: &str, item: &str, text_terms: &str, title_terms: &str) -> IndexedChunk {
+    pub(super) fn chunk(uid: &str, item: &str, text_terms: &str, title_terms: &str) -> IndexedChunk {
         IndexedChunk {
             chunk_uid: uid.into(),
             item_uid: item.into(),
@@ -786,7 +505,7 @@ mod tests {
         }
     }
 
-    fn applied(seq: i64) -> Applied {
+    pub(super) fn applied(seq: i64) -> Applied {
         Applied {
             seq,
             library_uid: "lib".into(),
@@ -796,116 +515,8 @@ mod tests {
         }
     }
 
-    fn dir() -> PathBuf {
+    pub(super) fn dir() -> PathBuf {
         std::env::temp_dir().join(format!("mnemosyne-index-unit-{}", uuid::Uuid::new_v4()))
-    }
-
-    /// Leaving a broad query's most common word out of the candidates
-    /// (`prunable`) never changes an answer: random libraries (several
-    /// segments, deletes, titles, a collection filter) and queries of two
-    /// to four words, some stemmed two ways, ranked with and without it.
-    #[test]
-    fn leaving_out_the_common_word_gives_the_exhaustive_answer() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let vocab = ["tidal", "kelp", "reef", "quasar", "tide", "orbit", "moon", "salt"];
-        let (mut pruned_answers, mut fallbacks) = (0, 0);
-        for round in 0..12 {
-            let path = dir();
-            let idx = LibraryIndex::open_or_create(&path, vectors::CodeCache::unbounded()).unwrap();
-            let mut seq = 0;
-            for batch in 0..3 {
-                let mut chunks = Vec::new();
-                for c in 0..rng.gen_range(150..400) {
-                    // "tidal" in most chunks, the others rarer; in some
-                    // rounds only a little rarer, so that chunks holding
-                    // only "tidal" (many times, or in a short chunk, or in
-                    // a title) reach the best k and the pruned pass must
-                    // give way.
-                    let (common, rare) = [(0.9, 0.12), (0.6, 0.3), (0.5, 0.45)][round % 3];
-                    let mut text: Vec<&str> = Vec::new();
-                    if rng.gen_bool(common) {
-                        text.extend(std::iter::repeat_n("tidal", rng.gen_range(1..8)));
-                    }
-                    for w in &vocab[1..] {
-                        if rng.gen_bool(rare) {
-                            text.extend(std::iter::repeat_n(*w, rng.gen_range(1..3)));
-                        }
-                    }
-                    text.extend(std::iter::repeat_n("filler", rng.gen_range(1..30)));
-                    let title = if rng.gen_bool(0.1) {
-                        vocab[rng.gen_range(0..vocab.len())]
-                    } else {
-                        ""
-                    };
-                    let mut ch = chunk(
-                        &format!("r{round}b{batch}c{c}"),
-                        &format!("i{}", rng.gen_range(0..60)),
-                        &text.join(" "),
-                        title,
-                    );
-                    ch.collection_uid = if rng.gen_bool(0.5) {
-                        "col".into()
-                    } else {
-                        "other".into()
-                    };
-                    chunks.push(ch);
-                }
-                let deleted: Vec<String> = (0..rng.gen_range(0..4))
-                    .map(|_| format!("i{}", rng.gen_range(0..60)))
-                    .collect();
-                seq += 1;
-                idx.apply(&deleted, &chunks, &applied(seq)).unwrap();
-            }
-            let searcher = idx.reader.searcher();
-            for _ in 0..25 {
-                let n = rng.gen_range(2..5);
-                let mut words = vec!["tidal".to_owned()];
-                let mut groups = vec![0usize];
-                for g in 1..n {
-                    words.push(vocab[rng.gen_range(1..vocab.len())].to_owned());
-                    // Sometimes a word's second stem.
-                    groups.push(if rng.gen_bool(0.2) { g - 1 } else { g });
-                }
-                let k = [1, 3, 10, 100][rng.gen_range(0..4)];
-                let floor = [0.0, 0.0, 0.2, 0.5][rng.gen_range(0..4)];
-                let collection = if rng.gen_bool(0.3) { Some("col") } else { None };
-                let exhaustive = idx
-                    .ranked(&searcher, &words, &groups, collection, floor, k, None)
-                    .unwrap()
-                    .unwrap();
-                let answer = idx.score_grouped(&words, &groups, collection, floor, k).unwrap();
-                let key = |h: &[Hit]| {
-                    h.iter()
-                        .map(|h| (h.chunk_uid.clone(), h.score.to_bits(), h.relevance.to_bits()))
-                        .collect::<Vec<_>>()
-                };
-                assert_eq!(
-                    key(&answer),
-                    key(&exhaustive),
-                    "{words:?} {groups:?} k={k} floor={floor} {collection:?}"
-                );
-                if let Some(common) = idx.prunable(&searcher, &words, &groups, k).unwrap() {
-                    if idx
-                        .ranked(&searcher, &words, &groups, collection, floor, k, Some(common))
-                        .unwrap()
-                        .is_some()
-                    {
-                        pruned_answers += 1;
-                    } else {
-                        fallbacks += 1;
-                    }
-                }
-            }
-            drop(idx);
-            std::fs::remove_dir_all(&path).unwrap();
-        }
-        // The pruned pass answered often enough for the comparison to mean
-        // something (and fell back the other times).
-        assert!(
-            pruned_answers > 50 && fallbacks > 10,
-            "pruned answers {pruned_answers}, fallbacks {fallbacks} of 300"
-        );
     }
 
     #[test]

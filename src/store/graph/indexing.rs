@@ -22,7 +22,12 @@
 //!
 //! **Memory.** Indexes are memory-mapped; at most `max_open` libraries are
 //! open at once (least recently searched closed first), so a search over
-//! every library streams from disk rather than keeping every tenant.
+//! every library streams from disk rather than keeping every tenant. An open
+//! index is closed only after `RESIDENCY` without a search: while every open
+//! one was searched more recently, a library opened for a search answers it
+//! and is closed after it, evicting none (so scopes that alternate over more
+//! than `max_open` libraries cannot make a replica close and reopen — and
+//! decode the vectors of — every tenant's index on each search).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -45,6 +50,9 @@ use crate::store::pg::index_changes;
 const PAGE: usize = 5_000;
 /// Change rows read per page of a catch-up.
 const CHANGES: i64 = 1_000;
+/// How long an open index stays open after its last search, whatever else
+/// is opened (see **Memory**).
+const RESIDENCY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A library's index, open, and the lock its catch-ups take.
 pub struct OpenLibrary {
@@ -53,6 +61,8 @@ pub struct OpenLibrary {
     applied: AtomicI64,
     catching_up: tokio::sync::Mutex<()>,
     last_used: AtomicU64,
+    /// When it was last searched: milliseconds since its `SearchIndex` opened.
+    used_at: AtomicU64,
 }
 
 impl OpenLibrary {
@@ -68,6 +78,8 @@ struct Metrics {
     catch_ups: IntCounter,
     rebuilds: IntCounter,
     stale_fallbacks: IntCounter,
+    evictions: IntCounter,
+    passing: IntCounter,
 }
 
 impl Metrics {
@@ -99,6 +111,14 @@ impl Metrics {
                 "mnemosyne_index_graph_fallbacks_total",
                 "Library searches served by the graph path because the index was not ready.",
             ),
+            evictions: c(
+                "mnemosyne_index_evictions_total",
+                "Library indexes closed to make room for another (idle at least the residency).",
+            ),
+            passing: c(
+                "mnemosyne_index_passing_opens_total",
+                "Library indexes opened for one search and closed after it: every open one was in use.",
+            ),
         }
     }
 
@@ -110,6 +130,8 @@ impl Metrics {
             Box::new(self.catch_ups.clone()),
             Box::new(self.rebuilds.clone()),
             Box::new(self.stale_fallbacks.clone()),
+            Box::new(self.evictions.clone()),
+            Box::new(self.passing.clone()),
         ]
     }
 }
@@ -164,6 +186,10 @@ pub struct SearchIndex {
     building: Mutex<HashSet<String>>,
     builds: tokio::sync::Semaphore,
     clock: AtomicU64,
+    /// When it opened (the origin of `OpenLibrary::used_at`).
+    started: std::time::Instant,
+    /// How long an open index is kept after its last search (`RESIDENCY`).
+    residency: std::time::Duration,
     /// The Postgres database's identity, read once.
     epoch: tokio::sync::OnceCell<String>,
     /// The embedding model whose vectors the indexes hold ("": none; with
@@ -243,6 +269,8 @@ impl SearchIndex {
             building: Mutex::new(HashSet::new()),
             builds: tokio::sync::Semaphore::new(1),
             clock: AtomicU64::new(0),
+            started: std::time::Instant::now(),
+            residency: RESIDENCY,
             epoch: tokio::sync::OnceCell::new(),
             model: model.to_owned(),
             codes: CodeCache::new(vector_chunks.saturating_mul(vectors::quantized_len(dim))),
@@ -320,6 +348,11 @@ impl SearchIndex {
     fn touch(&self, lib: &OpenLibrary) {
         lib.last_used
             .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        lib.used_at.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// The open index of `uid`, opening what is on disk; None when there is
@@ -364,6 +397,9 @@ impl SearchIndex {
         }
     }
 
+    /// Keeps a just-opened index open, closing the least recently searched
+    /// one idle for at least the residency when `max_open` are open; when
+    /// none is, the index is only lent to the search that opened it.
     fn install(&self, uid: &str, index: LibraryIndex, seq: i64) -> Arc<OpenLibrary> {
         let lib = Arc::new(OpenLibrary {
             index,
@@ -371,21 +407,29 @@ impl SearchIndex {
             applied: AtomicI64::new(seq),
             catching_up: tokio::sync::Mutex::new(()),
             last_used: AtomicU64::new(0),
+            used_at: AtomicU64::new(0),
         });
         self.touch(&lib);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.insert(uid.to_owned(), lib.clone());
-        while open.len() > self.max_open {
-            let Some(oldest) = open
+        if !open.contains_key(uid) && open.len() >= self.max_open {
+            let idle_since = self.now_ms().saturating_sub(self.residency.as_millis() as u64);
+            let oldest = open
                 .iter()
-                .filter(|(k, _)| k.as_str() != uid)
+                .filter(|(_, l)| l.used_at.load(Ordering::Relaxed) <= idle_since)
                 .min_by_key(|(_, l)| l.last_used.load(Ordering::Relaxed))
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            open.remove(&oldest);
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    open.remove(&k);
+                    self.metrics.evictions.inc();
+                }
+                None => {
+                    self.metrics.passing.inc();
+                    return lib;
+                }
+            }
         }
+        open.insert(uid.to_owned(), lib.clone());
         self.metrics.open.set(open.len() as i64);
         lib
     }
@@ -830,4 +874,46 @@ async fn item_chunks(
         }
     }
     Ok(chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn library(ix: &SearchIndex, uid: &str) -> LibraryIndex {
+        LibraryIndex::open_or_create(&ix.path_of(uid), ix.codes.clone()).unwrap()
+    }
+
+    fn open(ix: &SearchIndex) -> Vec<String> {
+        let mut v: Vec<_> = ix.open.lock().unwrap().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Before: each search over a library not open closed the least
+    /// recently searched one, so two scopes alternating over more than
+    /// `max_open` libraries closed and reopened indexes on every search.
+    #[tokio::test]
+    async fn scopes_alternating_past_the_open_indexes_close_none_in_use() {
+        let dir = std::env::temp_dir().join(format!("mnemosyne-residency-{}", uuid::Uuid::new_v4()));
+        let pg = PgPool::connect_lazy("postgres://127.0.0.1:1/none").unwrap();
+        let mut ix = SearchIndex::open(&dir, pg, 2, "", 384, 0).unwrap();
+        ix.install("a", library(&ix, "a"), 0);
+        ix.install("b", library(&ix, "b"), 0);
+        // c and d, alternating: each is lent to its search; a and b stay open.
+        for uid in ["c", "d", "c", "d"] {
+            assert_eq!(ix.install(uid, library(&ix, uid), 0).uid(), uid);
+            assert_eq!(open(&ix), ["a", "b"]);
+        }
+        assert_eq!((ix.metrics.evictions.get(), ix.metrics.passing.get()), (0, 4));
+        // Idle past the residency, the least recently searched one makes room.
+        ix.residency = std::time::Duration::ZERO;
+        ix.install("c", library(&ix, "c"), 0);
+        assert_eq!(open(&ix), ["b", "c"]);
+        // One already open is replaced in place, closing nothing.
+        ix.install("c", library(&ix, "c"), 0);
+        assert_eq!(open(&ix), ["b", "c"]);
+        assert_eq!((ix.metrics.evictions.get(), ix.metrics.passing.get()), (1, 4));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -25,6 +25,20 @@ impl std::fmt::Debug for SessionUser {
     }
 }
 
+/// The shared secret called `name` (`server_secrets`): the one the first
+/// replica to ask stored (`fresh` when this call is the first).
+pub async fn server_secret(pool: &PgPool, name: &str, fresh: &[u8]) -> Result<Vec<u8>, sqlx::Error> {
+    sqlx::query("INSERT INTO server_secrets (name, secret) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+        .bind(name)
+        .bind(fresh)
+        .execute(pool)
+        .await?;
+    sqlx::query_scalar("SELECT secret FROM server_secrets WHERE name = $1")
+        .bind(name)
+        .fetch_one(pool)
+        .await
+}
+
 /// Stores a new session of `user_id`; sweeps expired ones on the way.
 pub async fn create_session(
     pool: &PgPool,
