@@ -60,7 +60,7 @@ async fn fixture() -> Fixture {
         let uid = format!("{ws}_direct_{i:02}");
         graph
             .admin
-            .create_library(&uid, &uid, "", mnemosyne::search::analysis::Language::English)
+            .create_library(&uid, &uid, "", mnemosyne::analysis::Language::English)
             .await
             .unwrap();
         direct.push(uid);

@@ -9,7 +9,7 @@
 //!    are 1,200 characters cut from the committed quality corpus (starting
 //!    document and word vary by library and chunk), 10 per item, one
 //!    collection per library, analyzed with the server's own analysis
-//!    (`scoped::scoped_text`, then `index::split_scoped`), each with a
+//!    (`scoped::scoped_text`, then `scoped::split_scoped`), each with a
 //!    pseudo-random unit vector (int8 codes and f32 in the index, as in
 //!    production).
 //! 2. Drops everything, then serves them as a replica would: one shared
@@ -37,11 +37,12 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use mnemosyne::analysis::scoped;
+use mnemosyne::analysis::scoped::split_scoped;
+use mnemosyne::analysis::{analyzer, Language};
 use mnemosyne::embed::DIM;
-use mnemosyne::search::analysis::{analyzer, Language};
 use mnemosyne::search::index::vectors::{quantized_len, CodeCache};
-use mnemosyne::search::index::{split_scoped, Applied, IndexedChunk, LibraryIndex};
-use mnemosyne::search::scoped;
+use mnemosyne::search::index::{Applied, IndexedChunk, LibraryIndex};
 use mnemosyne::store::graph::ingest::derived_uid;
 
 /// The server's defaults (src/config.rs): decoded vector codes kept, in

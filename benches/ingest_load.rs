@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemosyne::search::analysis::Language;
+use mnemosyne::analysis::Language;
 use mnemosyne::startup::Application;
 use mnemosyne::store::graph::ingest::{derived_uid, message_batches};
 use mnemosyne::store::graph::GraphStore;
@@ -275,7 +275,7 @@ async fn run() {
                     .iter()
                     .enumerate()
                     .map(|(k, text)| {
-                        let indexed = mnemosyne::search::scoped::scoped_text(lib, Language::English, &d.title, text);
+                        let indexed = mnemosyne::analysis::scoped::scoped_text(lib, Language::English, &d.title, text);
                         let size = item.len() + text.len() + indexed.scoped.len() + 64;
                         let mut m: HashMap<String, BoltType> = HashMap::new();
                         m.insert("uid".into(), format!("{item}-{k}").into());
@@ -315,7 +315,7 @@ async fn run() {
                                 .param("library_uid", lib.as_str())
                                 .param("collection_uid", col.as_str())
                                 .param("item_title", d.title.as_str())
-                                .param("analysis", mnemosyne::search::scoped::ANALYSIS_VERSION)
+                                .param("analysis", mnemosyne::analysis::scoped::ANALYSIS_VERSION)
                                 .param("chunks", batch),
                         )
                         .await?;

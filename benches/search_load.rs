@@ -39,8 +39,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mnemosyne::analysis::Language;
 use mnemosyne::auth::Principal;
-use mnemosyne::search::analysis::Language;
 use mnemosyne::store::graph::ingest::AdminGraph;
 use mnemosyne::store::graph::ingest::{derived_uid, ItemWrite};
 use mnemosyne::store::graph::knowledge::ScopedGraph;
@@ -329,9 +329,11 @@ impl Target {
     }
 
     async fn raw_search(&self) {
-        let hits = self
-            .graph
-            .search(&mnemosyne::store::graph::knowledge::Search::keyword(&self.query, 10))
+        let hits = mnemosyne::search::engine::Engine::default()
+            .run(
+                &self.graph,
+                &mnemosyne::search::engine::Search::keyword(&self.query, 10),
+            )
             .await;
         match hits {
             Ok(hits) => assert!(!hits.is_empty()),
@@ -676,8 +678,8 @@ async fn run() {
         "query: {query:?}, mode: {}",
         std::env::var("LOAD_MODE").unwrap_or_else(|_| "the server's default".into())
     );
-    let words = mnemosyne::search::scoped::query_words(Language::English, &query);
-    let (_, lucene) = mnemosyne::search::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
+    let words = mnemosyne::analysis::scoped::query_words(Language::English, &query);
+    let (_, lucene) = mnemosyne::analysis::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
     let flavor_index = GraphStore::connect(&settings).await.unwrap().flavor.fulltext_index();
     let target = Arc::new(Target {
         http: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),

@@ -502,6 +502,31 @@ fn module_graph_has_no_cycles() {
     }
 }
 
+/// The layers a search spans, lowest first (issue 49): each may use those
+/// before it and never one after it. Search is the engine above the store
+/// (milli's `search/` above its storage), reading it through narrow handles;
+/// text analysis and the model sit below both (ingest writes the terms the
+/// queries are analysed into).
+const ORDER: &[&str] = &["analysis", "embed", "store", "search"];
+
+#[test]
+fn search_sits_above_the_store_and_analysis_below_both() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graphs = sibling_graphs(&src);
+    let top = graphs.get(&Vec::new()).cloned().unwrap_or_default();
+    let at = |m: &str| ORDER.iter().position(|o| *o == m);
+    let up: Vec<String> = top
+        .iter()
+        .filter(|((a, b), _)| matches!((at(a), at(b)), (Some(i), Some(j)) if i < j))
+        .map(|((a, b), seen)| format!("{a} → {b}: {seen}"))
+        .collect();
+    assert!(up.is_empty(), "imports up the search layers:\n{}", up.join("\n"));
+    assert!(
+        top.contains_key(&("search".to_owned(), "store".to_owned())),
+        "search reads the store (the check would pass vacuously otherwise)"
+    );
+}
+
 /// Names a module may not write (issue 22): the MCP layer reaches knowledge
 /// only through `KnowledgeGraph` / `ScopedGraph`, never the unscoped graph,
 /// the admin handle or the application state that holds them.

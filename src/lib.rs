@@ -3,6 +3,7 @@
 
 pub mod activity;
 pub mod admin;
+pub mod analysis;
 pub mod api;
 pub mod auth;
 pub mod cli;

@@ -137,7 +137,7 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             guard.lookups.shrink();
         }
     });
-    if let Some(s) = state.knowledge.semantic() {
+    if let Some(s) = state.search.semantic() {
         // The leader's lock is session-level: its connection goes where the
         // LISTEN connection goes (one of its own, past any pooler).
         let lock = match &state.pg_session {
@@ -360,7 +360,8 @@ fn routes(state: AppState) -> Router {
 fn tool_state(state: &AppState) -> crate::mcp::ToolState {
     crate::mcp::ToolState::new(
         state.knowledge.clone(),
-        crate::service::health::Probes::new(&state.pg, &state.knowledge),
+        crate::service::health::Probes::new(&state.pg, &state.knowledge, state.search.embedding_model()),
+        state.search.clone(),
         state.metrics.clone(),
         std::time::Duration::from_millis(state.settings.tool_deadline_ms),
     )

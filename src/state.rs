@@ -13,7 +13,8 @@ use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::mcp::guard::Guard;
 use crate::metrics::Metrics;
-use crate::store::graph::indexing::SearchIndex;
+use crate::search::engine::Engine;
+use crate::search::index::replica::SearchIndex;
 use crate::store::graph::ingest::AdminGraph;
 use crate::store::graph::knowledge::KnowledgeGraph;
 use crate::store::graph::GraphStore;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub pg_session: Option<sqlx::postgres::PgConnectOptions>,
     /// Scoped knowledge reads (what the MCP tools get).
     pub knowledge: KnowledgeGraph,
+    /// Search's front door: the embedding model and this replica's indexes.
+    pub search: Engine,
     /// Ingest, workspace lifecycle and operator reads: unscoped, for the
     /// Basic-authenticated APIs, the console and the embedding worker.
     pub admin: AdminGraph,
@@ -82,6 +85,7 @@ impl AppState {
         // The indexes hold this model's vectors (none without one).
         let mut model = String::new();
         let mut dim = crate::embed::DIM;
+        let mut semantic = None;
         match &settings.embed_model {
             Some(dir) => {
                 let mut embedder = crate::embed::Embedder::shared(dir)
@@ -97,7 +101,11 @@ impl AppState {
                 );
                 model = embedder.id().to_owned();
                 dim = embedder.dim();
-                graph = graph.with_embedder(embedder, crate::embed::Status::new(&metrics));
+                let status = crate::embed::Status::new(&metrics);
+                // The embedding worker yields to ingest: every item write says so.
+                let writes = status.clone();
+                graph = graph.on_item_write(Arc::new(move || writes.note_ingest()));
+                semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
             }
             None if settings.cross_model.is_some() => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset; MNEMOSYNE_CROSS_MODEL only pairs with one); search is keyword-only"
@@ -106,9 +114,10 @@ impl AppState {
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"
             ),
         }
+        let mut index = None;
         match &settings.index_dir {
             Some(dir) => {
-                let index = SearchIndex::open(
+                let opened = SearchIndex::open(
                     dir,
                     pg.clone(),
                     settings.index_open_libraries,
@@ -117,10 +126,10 @@ impl AppState {
                     settings.vector_cache_chunks,
                 )?
                 .lock()?;
-                for c in index.collectors() {
+                for c in opened.collectors() {
                     metrics.register(c);
                 }
-                graph = graph.with_index(Arc::new(index));
+                index = Some(Arc::new(opened));
             }
             None => tracing::warn!("no search index (MNEMOSYNE_INDEX_DIR unset): every search reads the graph"),
         }
@@ -133,6 +142,7 @@ impl AppState {
             metrics.register(c);
         }
         let graph = graph.into_handles();
+        let search = Engine::new(semantic, index.map(|ix| (ix, graph.index_source.clone())));
         let auth = Arc::new(
             Authenticator::new(
                 pg.clone(),
@@ -174,6 +184,7 @@ impl AppState {
             pg,
             pg_session,
             knowledge: graph.knowledge,
+            search,
             admin: graph.admin,
             metrics,
             auth,

@@ -491,9 +491,11 @@ async fn scenario(graph: &OwnGraph, tweak: impl FnOnce(&mut Settings)) -> (TestA
         let g = g.clone();
         async move {
             let principal = mnemosyne::auth::Principal::for_tests([lib]);
-            g.knowledge
-                .scoped(&principal)
-                .search(&mnemosyne::store::graph::knowledge::Search::keyword("pelican", 1))
+            mnemosyne::search::engine::Engine::default()
+                .run(
+                    &g.knowledge.scoped(&principal),
+                    &mnemosyne::search::engine::Search::keyword("pelican", 1),
+                )
                 .await
                 .unwrap()[0]
                 .chunk_uid

@@ -16,10 +16,10 @@
 //! - `scoped_queries` covers every library once, in order, each query
 //!   `+scoped:(…)` of a text and a title term per library and query term,
 //!   within the clause cap.
-use mnemosyne::search::analysis::{analyzer, detect, guess, LANGUAGES};
-use mnemosyne::search::scoped::{
+use mnemosyne::analysis::scoped::{
     library_key, query_words, scoped_queries, scoped_text, title_key, MAX_CLAUSES, MAX_QUERY_WORDS,
 };
+use mnemosyne::analysis::{analyzer, detect, guess, LANGUAGES};
 
 fn plain(w: &str) -> bool {
     !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())

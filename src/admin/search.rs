@@ -15,9 +15,10 @@ use super::session::Staff;
 use super::view;
 use super::AdminError;
 use crate::auth::AuthError;
+use crate::search::engine::{Search, SearchHit, MAX_QUERY_CHARS};
 use crate::state::AppState;
 use crate::store::graph::admin::LibraryName;
-use crate::store::graph::knowledge::{ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
+use crate::store::graph::knowledge::ScopedGraph;
 use crate::store::pg::{teams, tokens};
 
 /// Results per search.
@@ -90,7 +91,14 @@ pub async fn search(
     let view = view_of(&state, &who, &choices.libs, library);
     let too_long = text.chars().count() > MAX_QUERY_CHARS;
     let hits = match (&view, text.is_empty() || too_long) {
-        (Some(v), false) => Some(v.search(&Search::keyword(text, LIMIT).mode(v.default_mode())).await?),
+        (Some(v), false) => {
+            let engine = &state.search;
+            Some(
+                engine
+                    .run(v, &Search::keyword(text, LIMIT).mode(engine.default_mode()))
+                    .await?,
+            )
+        }
         _ => None,
     };
     let body = html! {

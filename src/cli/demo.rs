@@ -138,7 +138,7 @@ async fn load_libraries(
             HANDBOOK,
             "Team handbook",
             "House style and citation rules",
-            crate::search::analysis::Language::English,
+            crate::analysis::Language::English,
         )
         .await?
     {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use sqlx::PgPool;
 
 use crate::config::Settings;
-use crate::store::graph::indexing::SearchIndex;
+use crate::search::index::replica::SearchIndex;
 use crate::store::graph::ingest::AdminGraph;
 use crate::store::pg::index_changes;
 

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use crate::search::scoped::ANALYSIS_VERSION;
+use crate::analysis::scoped::ANALYSIS_VERSION;
 use crate::store::graph::ingest::AdminGraph;
 
 /// Chunks read and written per transaction.

@@ -23,6 +23,7 @@ use super::calls::{record_call, tool_label, Outcome};
 use super::tools::{into_result, Reply, ToolError};
 use crate::auth::{Principal, ToolGrant};
 use crate::metrics::Metrics;
+use crate::search::engine::Engine;
 use crate::service::health::Probes;
 use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 
@@ -32,6 +33,8 @@ use crate::store::graph::knowledge::{KnowledgeGraph, ScopedGraph};
 pub struct ToolState {
     knowledge: KnowledgeGraph,
     probes: Probes,
+    /// Search's front door (`search::engine`).
+    search: Engine,
     metrics: Metrics,
     deadline: Duration,
 }
@@ -39,10 +42,17 @@ pub struct ToolState {
 impl ToolState {
     /// Built by `startup` from the application's handles (`mcp` sits above
     /// the stores and below the application state).
-    pub fn new(knowledge: KnowledgeGraph, probes: Probes, metrics: Metrics, deadline: Duration) -> Self {
+    pub fn new(
+        knowledge: KnowledgeGraph,
+        probes: Probes,
+        search: Engine,
+        metrics: Metrics,
+        deadline: Duration,
+    ) -> Self {
         ToolState {
             knowledge,
             probes,
+            search,
             metrics,
             deadline,
         }
@@ -83,6 +93,11 @@ impl KnowledgeServer {
 
     pub(super) fn probes(&self) -> &Probes {
         &self.state.probes
+    }
+
+    /// Search's front door.
+    pub(super) fn engine(&self) -> &Engine {
+        &self.state.search
     }
 
     /// Sends `mnemosyne/<tool>: <phase>` when the client asked for progress.

@@ -92,13 +92,16 @@ pub async fn check(pg: &PgPool, graph: &KnowledgeGraph) -> Health {
 pub struct Probes {
     pg: PgPool,
     graph: KnowledgeGraph,
+    /// The embedding model's id, if semantic search is on.
+    model: Option<String>,
 }
 
 impl Probes {
-    pub fn new(pg: &PgPool, graph: &KnowledgeGraph) -> Self {
+    pub fn new(pg: &PgPool, graph: &KnowledgeGraph, model: Option<&str>) -> Self {
         Probes {
             pg: pg.clone(),
             graph: graph.clone(),
+            model: model.map(str::to_owned),
         }
     }
 
@@ -106,7 +109,7 @@ impl Probes {
     /// down), with a message when not ok, and a timestamp. `caller` is the
     /// caller's view: the backlog shown is its libraries' only.
     pub async fn report(&self, caller: &ScopedGraph) -> Value {
-        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(caller));
+        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(self.model.as_deref(), caller));
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
         if let Some(m) = health.message() {
@@ -158,8 +161,8 @@ fn short(s: &str) -> String {
 /// is the chunks of the caller's libraries waiting for a vector (never the
 /// deployment's: other tenants' ingest volume is theirs), left out when it
 /// cannot be counted within the probe timeout.
-pub async fn search_info(caller: &ScopedGraph) -> Value {
-    let Some(model) = caller.embedding_model() else {
+pub async fn search_info(model: Option<&str>, caller: &ScopedGraph) -> Value {
+    let Some(model) = model else {
         return json!({"modes": ["keyword"]});
     };
     let mut info = json!({

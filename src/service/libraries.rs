@@ -11,9 +11,9 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::{audit, check_text, BadField, Propagation};
+use crate::analysis::{Language, LANGUAGES};
 use crate::auth::changes::AuthChanges;
 use crate::ids::{LibraryUid, WorkspaceId};
-use crate::search::analysis::{Language, LANGUAGES};
 use crate::store::graph::admin::LibraryDetail;
 use crate::store::graph::ingest::workspace_library_uid;
 use crate::store::graph::ingest::AdminGraph;

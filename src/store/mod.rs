@@ -1,7 +1,7 @@
 //! The stores: Postgres (auth rows, the search index's change sequence) and the
-//! Bolt graph (knowledge, the source of truth). The per-library search index
-//! beside the graph is `crate::search::index`, built and caught up from the
-//! graph by `graph::indexing`.
+//! Bolt graph (knowledge, the source of truth). Storage only: search sits above
+//! (`crate::search`) and reads through narrow handles (`graph::knowledge`'s
+//! scoped reads, `graph::indexing::IndexSource`).
 
 pub mod graph;
 pub mod pg;

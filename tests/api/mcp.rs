@@ -541,8 +541,10 @@ async fn admin_search_over_every_library_and_a_principals_view() {
     for lib in [&s.lib_a, &s.lib_b, &s.lib_c] {
         assert!(every.scope().contains(lib), "{lib}");
     }
-    let mut libs: Vec<String> = every
-        .search(&mnemosyne::store::graph::knowledge::Search::keyword("zanzibarine", 50))
+    let mut libs: Vec<String> = app
+        .state
+        .search
+        .run(&every, &mnemosyne::search::engine::Search::keyword("zanzibarine", 50))
         .await
         .unwrap()
         .into_iter()
@@ -557,8 +559,10 @@ async fn admin_search_over_every_library_and_a_principals_view() {
 
     let principal = mnemosyne::auth::Principal::for_tests([s.lib_b.clone()]);
     let mine = app.state.knowledge.scoped(&principal);
-    let hits = mine
-        .search(&mnemosyne::store::graph::knowledge::Search::keyword("zanzibarine", 50))
+    let hits = app
+        .state
+        .search
+        .run(&mine, &mnemosyne::search::engine::Search::keyword("zanzibarine", 50))
         .await
         .unwrap();
     assert!(!hits.is_empty() && hits.iter().all(|h| h.library_uid == s.lib_b));

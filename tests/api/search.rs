@@ -6,7 +6,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use mnemosyne::search::scoped::{library_key, ANALYSIS_VERSION};
+use mnemosyne::analysis::scoped::{library_key, ANALYSIS_VERSION};
 
 use crate::helpers::{send, McpClient, TestApp};
 

@@ -14,8 +14,9 @@ use serde_json::Value;
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
 use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
+use crate::search::engine::{Engine, Floor, Mode, Search, SearchHit, Signal, MAX_QUERY_CHARS};
 use crate::search::fusion::default_min_relevance;
-use crate::store::graph::knowledge::{Floor, Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
+use crate::store::graph::knowledge::ScopedGraph;
 use crate::text::inline;
 
 const QUERY: Len = Len {
@@ -119,13 +120,13 @@ impl KnowledgeServer {
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
         let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "search", call(graph, args)).await)
+        Ok(self.run(&ctx, &parts, "search", call(self.engine(), graph, args)).await)
     }
 }
 
-async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(engine: &Engine, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (a, limit): (SearchArgs, i64) = parse(args)?;
-    let semantic = graph.has_semantic();
+    let semantic = engine.has_semantic();
     let mode = match a.mode {
         Some(m @ (Mode::Semantic | Mode::Hybrid)) if !semantic => {
             return Err(ArgError::new(
@@ -145,18 +146,21 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
         Some(only) => graph.narrow(only),
         None => graph,
     };
-    let hits = graph
-        .search(&Search {
-            text: &a.query,
-            limit: limit as usize,
-            collection_uid: a.collection_uid.as_deref(),
-            floor: match (a.min_relevance, mode) {
-                (Some(min), _) => Floor::Hit(min),
-                (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(graph.is_paired())),
-                (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
+    let hits = engine
+        .run(
+            &graph,
+            &Search {
+                text: &a.query,
+                limit: limit as usize,
+                collection_uid: a.collection_uid.as_deref(),
+                floor: match (a.min_relevance, mode) {
+                    (Some(min), _) => Floor::Hit(min),
+                    (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(engine.is_paired())),
+                    (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
+                },
+                mode,
             },
-            mode,
-        })
+        )
         .await?;
     let mut text = format!(
         "{} result(s) for \"{}\" ({} search)",
@@ -169,8 +173,8 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             .found_by
             .iter()
             .map(|s| match s {
-                crate::store::graph::knowledge::Signal::Keyword => "keyword",
-                crate::store::graph::knowledge::Signal::Semantic => "semantic",
+                Signal::Keyword => "keyword",
+                Signal::Semantic => "semantic",
             })
             .collect();
         let source = match &h.source_uri {

@@ -4,7 +4,7 @@
 //! shows (stored fields). A derived artifact: the graph is the source of
 //! truth and `store::graph::indexing` builds and catches these up from it.
 //!
-//! The terms are this project's analysis (`search::analysis`: NFKC,
+//! The terms are this project's analysis (`crate::analysis`: NFKC,
 //! folding, Snowball per language, CJK bigrams), made once at ingest and kept
 //! in the chunk's `scoped` property; here they are indexed as they are
 //! (split on spaces), so a query's words — analyzed the same way — meet the
@@ -32,8 +32,10 @@ use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, Reload
 
 mod keyword;
 pub mod rank;
+pub mod replica;
 pub mod vectors;
 
+pub use crate::store::graph::indexing::IndexedChunk;
 pub use keyword::CANDIDATE_BYTES;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
@@ -51,28 +53,6 @@ pub enum IndexError {
     Open(#[from] tantivy::directory::error::OpenDirectoryError),
     #[error("index: {0}")]
     Corrupt(String),
-}
-
-/// A chunk as the index holds it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct IndexedChunk {
-    pub chunk_uid: String,
-    pub item_uid: String,
-    pub item_title: String,
-    pub collection_uid: String,
-    pub ordinal: i64,
-    pub text: String,
-    /// The analyzed text terms, space-separated, in order.
-    pub text_terms: String,
-    /// The analyzed title terms, space-separated.
-    pub title_terms: String,
-    /// The text's length in terms.
-    pub dl: i64,
-    pub source_uri: Option<String>,
-    pub mime_type: Option<String>,
-    pub updated_at: Option<String>,
-    /// The chunk's unit vector of the index's model, when it has one.
-    pub vector: Option<Vec<f32>>,
 }
 
 #[derive(Clone, Copy)]
@@ -468,26 +448,6 @@ impl LibraryIndex {
     }
 }
 
-/// Splits a chunk's `scoped` property (its text terms under the library's
-/// key, then its title terms under the title key: `scoped::scoped_text`)
-/// into (text terms, title terms), keys removed.
-pub fn split_scoped(scoped: &str, text_key: &str, title_key: &str) -> (String, String) {
-    let mut text = String::with_capacity(scoped.len());
-    let mut title = String::new();
-    for tok in scoped.split(' ') {
-        let (out, rest) = match tok.split_once('_') {
-            Some((k, rest)) if k == text_key => (&mut text, rest),
-            Some((k, rest)) if k == title_key => (&mut title, rest),
-            _ => continue,
-        };
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(rest);
-    }
-    (text, title)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,7 +717,7 @@ mod tests {
 
     #[test]
     fn scoped_text_splits_into_text_and_title_terms() {
-        let (t, ti) = split_scoped("k1_tidal k1_kelp t1_fundy k2_x t1_bay", "k1", "t1");
+        let (t, ti) = crate::analysis::scoped::split_scoped("k1_tidal k1_kelp t1_fundy k2_x t1_bay", "k1", "t1");
         assert_eq!(t, "tidal kelp");
         assert_eq!(ti, "fundy bay");
     }

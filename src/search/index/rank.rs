@@ -11,13 +11,12 @@
 //! something the library does not cover scores low however common its few
 //! matching words are.
 
+/// One library's corpus statistics (as the graph or the index counts them),
+/// read again past `STATS_TTL` on the graph path: a library that just grew
+/// ranks with its previous counts for at most this long (its document
+/// frequencies are always current).
+pub use crate::store::graph::knowledge::{LibraryStats, STATS_TTL};
 use std::collections::HashMap;
-use std::time::Duration;
-
-/// How long a library's chunk count and total length are used before they
-/// are read again: a library that just grew ranks with its previous counts
-/// for at most this long (its document frequencies are always current).
-pub const STATS_TTL: Duration = Duration::from_secs(2);
 
 /// BM25 term-frequency saturation.
 const K1: f64 = 1.2;
@@ -25,15 +24,6 @@ const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Weight of a title match against a text match.
 pub const TITLE_WEIGHT: f64 = 1.0;
-
-/// One library's corpus statistics.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LibraryStats {
-    /// Chunks in the library.
-    pub n: i64,
-    /// Sum of the chunks' lengths in terms.
-    pub tokens: i64,
-}
 
 /// A chunk holding at least one query term: its library, length, and the
 /// frequency of each query term in its text and in its item's title.

@@ -57,19 +57,7 @@ pub fn quantize(v: &[f32]) -> Vec<u8> {
     out
 }
 
-/// `v` as little-endian f32 bytes (4 per value).
-pub fn to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Little-endian f32 bytes as `dim` values; None when the length is not 4 · `dim`.
-pub fn from_bytes(b: &[u8], dim: usize) -> Option<Vec<f32>> {
-    (b.len() == 4 * dim).then(|| {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    })
-}
+pub use crate::store::graph::vectors::{from_bytes, to_bytes};
 
 /// The int8 score of decoded codes for `q` (`q.len()` a multiple of 16; the
 /// codes past it are not read).

@@ -8,11 +8,6 @@ use super::knowledge::ScopedGraph;
 use super::GraphError;
 
 impl ScopedGraph {
-    /// The embedding model's id, if semantic search is on.
-    pub fn embedding_model(&self) -> Option<&str> {
-        self.store().semantic().map(|s| s.embedder().id())
-    }
-
     /// Chunks of this view's libraries waiting for a vector: one indexed
     /// lookup per library (`chunk_pending`), nothing outside the scope.
     pub async fn embedding_backlog(&self) -> Result<i64, GraphError> {

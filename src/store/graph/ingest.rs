@@ -13,7 +13,7 @@ use neo4rs::{query, BoltType};
 use sha2::{Digest, Sha256};
 
 use super::{GraphError, GraphStore, Known, Step, Txn};
-use crate::search::analysis::Language;
+use crate::analysis::Language;
 use crate::store::pg::index_changes::Pending;
 
 /// A workspace's library as the workspace API publishes it (`library` of
@@ -476,8 +476,8 @@ impl AdminGraph {
     /// deletes the old chunks: they must go after the fence, and apart they
     /// cost a statement, two round trips, per item), and the chunk batches.
     pub async fn write_item(&self, w: &ItemWrite<'_>) -> Result<ItemOutcome, GraphError> {
-        if let Some(s) = self.0.semantic() {
-            s.status().note_ingest(); // the embedding worker yields to ingest
+        if let Some(f) = &self.0.on_item_write {
+            f(); // the embedding worker yields to ingest
         }
         let language = self.language_of(w.library_uid).await?;
         let chunks: Vec<(usize, BoltType)> = w
@@ -486,7 +486,7 @@ impl AdminGraph {
             .enumerate()
             .map(|(i, text)| {
                 let uid = derived_uid("chk", &[w.uid, w.content_sha256, &i.to_string()]);
-                let indexed = crate::search::scoped::scoped_text(w.library_uid, language, w.title, text);
+                let indexed = crate::analysis::scoped::scoped_text(w.library_uid, language, w.title, text);
                 let size = uid.len() + text.len() + indexed.scoped.len() + 64;
                 let mut m: HashMap<String, BoltType> = HashMap::new();
                 m.insert("uid".into(), uid.into());
@@ -571,7 +571,7 @@ impl AdminGraph {
                     .param("library_uid", w.library_uid)
                     .param("collection_uid", w.collection_uid)
                     .param("item_title", w.title)
-                    .param("analysis", crate::search::scoped::ANALYSIS_VERSION)
+                    .param("analysis", crate::analysis::scoped::ANALYSIS_VERSION)
                     .param("chunks", batch),
             ));
         }

@@ -26,9 +26,10 @@ use neo4rs::{query, ConfigBuilder, Graph, Query, Row};
 use tracing::Instrument;
 
 use crate::config::{GraphFlavor, Settings};
-use crate::search::index::rank;
+use knowledge::{LibraryStats, STATS_TTL};
 
 pub use flavor::Flavor;
+pub use indexing::IndexSource;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
@@ -398,18 +399,16 @@ pub struct GraphStore {
     /// its transaction, and forgets them when they are gone.
     pub(crate) known: moka::future::Cache<Known, String>,
     /// Library uid → its ranking statistics (chunk count, total length),
-    /// read again after `rank::STATS_TTL`.
-    pub(crate) ranking: moka::future::Cache<String, rank::LibraryStats>,
+    /// read again after `STATS_TTL`.
+    pub(crate) ranking: moka::future::Cache<String, LibraryStats>,
     /// Library uid → its name, for search hits (a rename shows within
-    /// `rank::STATS_TTL`).
+    /// `STATS_TTL`).
     pub(crate) names: moka::future::Cache<String, String>,
     /// Library uid → its chunk vectors (semantic search; `vectors`).
     pub(crate) vectors: Arc<vectors::VectorCache>,
-    /// The embedding model, when one is installed (else keyword search only).
-    pub(crate) semantic: Option<Arc<crate::embed::Semantic>>,
-    /// This replica's per-library search indexes (`indexing`), when
-    /// `MNEMOSYNE_INDEX_DIR` is set; else every search reads the graph.
-    pub(crate) index: Option<Arc<indexing::SearchIndex>>,
+    /// Called as each item write begins (the embedding worker yields to
+    /// ingest: `state` installs it).
+    pub(crate) on_item_write: Option<Arc<dyn Fn() + Send + Sync>>,
     /// Where writes record their change for every replica's index
     /// (`pg::index_changes`).
     pub(crate) change_log: sqlx::PgPool,
@@ -517,15 +516,14 @@ impl GraphStore {
                 .build(),
             ranking: moka::future::Cache::builder()
                 .max_capacity(100_000)
-                .time_to_live(rank::STATS_TTL)
+                .time_to_live(STATS_TTL)
                 .build(),
             names: moka::future::Cache::builder()
                 .max_capacity(100_000)
-                .time_to_live(rank::STATS_TTL)
+                .time_to_live(STATS_TTL)
                 .build(),
             vectors: Arc::new(vectors::VectorCache::new(settings.vector_cache_chunks)),
-            semantic: None,
-            index: None,
+            on_item_write: None,
             change_log: crate::store::pg::pool(&settings.database_url, settings.store_timeout())
                 .map_err(|e| GraphError::Unavailable(format!("postgres: {e}")))?,
         })
@@ -601,21 +599,10 @@ impl GraphStore {
             .map_err(|e| GraphError::Unavailable(format!("postgres: recording an earlier write's change: {e}")))
     }
 
-    /// Searches through this replica's per-library indexes.
-    pub fn with_index(mut self, index: Arc<indexing::SearchIndex>) -> Self {
-        self.index = Some(index);
+    /// Calls `f` as each item write begins.
+    pub fn on_item_write(mut self, f: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.on_item_write = Some(f);
         self
-    }
-
-    /// Semantic search with this model (see `crate::embed`).
-    pub fn with_embedder(mut self, embedder: Arc<crate::embed::Embedder>, status: Arc<crate::embed::Status>) -> Self {
-        self.semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
-        self
-    }
-
-    /// The embedding model and its worker's counters, if any.
-    pub fn semantic(&self) -> Option<&Arc<crate::embed::Semantic>> {
-        self.semantic.as_ref()
     }
 
     /// Chunks and bytes the vector cache holds.
@@ -1056,6 +1043,8 @@ pub struct Handles {
     pub admin: ingest::AdminGraph,
     /// The resolver's one unscoped read (workspaces → libraries).
     pub workspaces: WorkspaceLibraries,
+    /// What the search indexes are built and caught up from.
+    pub index_source: indexing::IndexSource,
 }
 
 impl GraphStore {
@@ -1065,6 +1054,7 @@ impl GraphStore {
         Handles {
             knowledge: self.knowledge(),
             admin: self.admin(),
+            index_source: indexing::IndexSource(self.clone()),
             workspaces: WorkspaceLibraries(self),
         }
     }

@@ -14,7 +14,7 @@ use neo4rs::{query, BoltType};
 
 use super::ingest::{message_batches, AdminGraph};
 use super::{GraphError, Step};
-use crate::search::scoped::{scoped_text, ANALYSIS_VERSION};
+use crate::analysis::scoped::{scoped_text, ANALYSIS_VERSION};
 
 /// What one page of re-indexing did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -392,11 +392,25 @@ impl GraphStore {
     }
 }
 
+/// `v` as little-endian f32 bytes (4 per value).
+pub fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian f32 bytes as `dim` values; None when the length is not 4 · `dim`.
+pub fn from_bytes(b: &[u8], dim: usize) -> Option<Vec<f32>> {
+    (b.len() == 4 * dim).then(|| {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    })
+}
+
 /// A vector as the graph stores it: its f32 values, little-endian, in
 /// base64 (one string property, `Chunk.vec`).
 pub fn encode(v: &[f32]) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(crate::search::index::vectors::to_bytes(v))
+    base64::engine::general_purpose::STANDARD.encode(to_bytes(v))
 }
 
 /// A stored vector (`encode`); None when it is not a whole number of
@@ -408,7 +422,7 @@ pub fn decode(s: &str) -> Option<Vec<f32>> {
     if dim == 0 || !dim.is_multiple_of(16) {
         return None;
     }
-    crate::search::index::vectors::from_bytes(&bytes, dim)
+    from_bytes(&bytes, dim)
 }
 
 /// The vector of a row with `vec` (`encode`d) and `vector` (a list of

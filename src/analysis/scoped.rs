@@ -22,7 +22,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::analysis::{self, analyzer, Language};
+use super::{self as analysis, analyzer, Language};
 
 /// The analysis a chunk's `scoped` and `dl` were made with (`Chunk.analysis`):
 /// `migrate` re-indexes every chunk made with an older one.
@@ -165,6 +165,26 @@ pub fn scoped_queries<'a>(libs: &'a [String], words: &[String]) -> Vec<(&'a [Str
             (batch, format!("+scoped:({})", terms.join(" ")))
         })
         .collect()
+}
+
+/// Splits a chunk's `scoped` property (its text terms under the library's
+/// key, then its title terms under the title key: `scoped_text`)
+/// into (text terms, title terms), keys removed.
+pub fn split_scoped(scoped: &str, text_key: &str, title_key: &str) -> (String, String) {
+    let mut text = String::with_capacity(scoped.len());
+    let mut title = String::new();
+    for tok in scoped.split(' ') {
+        let (out, rest) = match tok.split_once('_') {
+            Some((k, rest)) if k == text_key => (&mut text, rest),
+            Some((k, rest)) if k == title_key => (&mut title, rest),
+            _ => continue,
+        };
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(rest);
+    }
+    (text, title)
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@
 //! Cyrillic) is hex-encoded behind an `x`, so every token survives the
 //! server's whitespace analysis as one term.
 
+pub mod scoped;
+
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
