@@ -154,6 +154,46 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The one answer for an MCP session that does not exist or belongs to
+/// another credential (rmcp's own text, no content type), so the two are
+/// indistinguishable; the connection is closed (it is sent before any body
+/// is read).
+pub fn session_not_found() -> Response {
+    let mut r = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    r.headers_mut().remove(header::CONTENT_TYPE);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// A refusal of an MCP request whose JSON-RPC `id` is known, in MCP's
+/// envelope (`{"jsonrpc", "id", "error": {code, message, data}}`) with the
+/// refusal's HTTP status, so SDKs surface it as the request's error; with
+/// `retry_after`, a `Retry-After` header.
+pub struct RpcError {
+    pub status: StatusCode,
+    pub id: serde_json::Value,
+    pub code: i32,
+    pub message: String,
+    pub data: serde_json::Value,
+    pub retry_after: Option<u64>,
+}
+
+impl IntoResponse for RpcError {
+    fn into_response(self) -> Response {
+        let body = json!({"jsonrpc": "2.0", "id": self.id, "error": {
+            "code": self.code, "message": self.message, "data": self.data}});
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(v) = self
+            .retry_after
+            .and_then(|s| HeaderValue::from_str(&s.to_string()).ok())
+        {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match e {

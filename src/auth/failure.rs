@@ -113,7 +113,7 @@ impl AuthError {
                 r
             }
             AuthError::Unavailable(store) => crate::error::ApiError::StoreUnavailable(store).into_response(),
-            AuthError::ForeignSession => (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
+            AuthError::ForeignSession => crate::error::session_not_found(),
         }
     }
 }

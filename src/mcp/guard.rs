@@ -9,7 +9,6 @@ use axum::{
     http::{header, HeaderMap, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
-    Json,
 };
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::json;
@@ -21,7 +20,7 @@ use crate::auth::failure::{closing, AuthError};
 use crate::auth::resolver::{PendingJti, RequestContext};
 use crate::auth::{Authenticator, Principal};
 use crate::config::Settings;
-use crate::error::ApiError;
+use crate::error::{session_not_found, ApiError, RpcError};
 use crate::limits::RateLimits;
 use crate::mcp::calls::{record_call, tool_label, Outcome};
 use crate::mcp::sessions::{Opener, OwnedSessions, Refusal, SessionLimits, OPENER};
@@ -183,16 +182,6 @@ fn forbidden(msg: &str) -> Response {
     ApiError::Forbidden(msg.to_owned()).into_response()
 }
 
-/// The one answer for a session that does not exist or belongs to another
-/// credential (rmcp's own text), so the two are indistinguishable. Sent
-/// without reading the body — a client must not hold a connection open by
-/// never sending one — so the connection is closed.
-fn session_not_found() -> Response {
-    let mut r = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
-    r.headers_mut().remove(header::CONTENT_TYPE);
-    closing(r)
-}
-
 /// A header that is present but not visible ASCII cannot be compared with an
 /// allow-list: refuse it rather than treat it as absent.
 enum Header<'a> {
@@ -242,26 +231,30 @@ async fn bad_protocol_header(req: Request, limit: usize, deadline: std::time::Du
     } else {
         None
     };
-    let body = match id {
-        Some(id) => json!({"jsonrpc": "2.0", "id": id, "error": {
-        "code": rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
-        "message": "Unsupported protocol version",
-        "data": {
-            "requested": requested,
-            "supported": rmcp::model::ProtocolVersion::KNOWN_VERSIONS
-                .iter()
-                .map(|v| v.as_str())
-                .collect::<Vec<_>>(),
-        }}}),
-        None => {
-            return ApiError::bad_field(
-                "MCP-Protocol-Version",
-                "MCP-Protocol-Version must be a protocol revision such as 2025-11-25",
-            )
-            .into_response()
-        }
-    };
-    closing((StatusCode::BAD_REQUEST, Json(body)).into_response())
+    match id {
+        Some(id) => closing(
+            RpcError {
+                status: StatusCode::BAD_REQUEST,
+                id,
+                code: rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
+                message: "Unsupported protocol version".into(),
+                data: json!({
+                    "requested": requested,
+                    "supported": rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+                        .iter()
+                        .map(|v| v.as_str())
+                        .collect::<Vec<_>>(),
+                }),
+                retry_after: None,
+            }
+            .into_response(),
+        ),
+        None => ApiError::bad_field(
+            "MCP-Protocol-Version",
+            "MCP-Protocol-Version must be a protocol revision such as 2025-11-25",
+        )
+        .into_response(),
+    }
 }
 
 /// Most of a body read before authentication to find a request's id.
@@ -318,18 +311,15 @@ fn tool_call_of(body: &[u8]) -> Option<(serde_json::Value, &'static str)> {
 
 /// HTTP 429 with a JSON-RPC error for the call, so SDKs surface it.
 fn tool_rate_limited(id: serde_json::Value, calls: &str, retry_after_secs: u64) -> Response {
-    let mut r = (
-        StatusCode::TOO_MANY_REQUESTS,
-        Json(json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32000,
-            "message": format!("Rate limited: too many {calls} calls for this credential; retry after {retry_after_secs} s."),
-            "data": {"retry_after": retry_after_secs}}})),
-    )
-        .into_response();
-    if let Ok(v) = http::HeaderValue::from_str(&retry_after_secs.to_string()) {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
+    RpcError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        id,
+        code: -32000,
+        message: format!("Rate limited: too many {calls} calls for this credential; retry after {retry_after_secs} s."),
+        data: json!({"retry_after": retry_after_secs}),
+        retry_after: Some(retry_after_secs),
     }
-    r
+    .into_response()
 }
 
 /// Request headers a browser MCP client sends (Streamable HTTP, both eras).

@@ -59,9 +59,9 @@ mod tests {
     use super::*;
 
     /// A tool's name is written in three places (its file and `#[tool]` fn,
-    /// `TOOLS` — metric labels and rate-limit buckets — and the label its call
-    /// is counted under): they must agree, and the router must serve exactly
-    /// `TOOLS`.
+    /// `TOOLS` — metric labels and rate-limit buckets — and its one
+    /// `tools::tool_body!`, which counts the call under that same identifier):
+    /// they must agree, and the router must serve exactly `TOOLS`.
     #[test]
     fn each_tool_has_one_name_for_its_file_fn_router_entry_and_metric_label() {
         let mut served: Vec<String> = KnowledgeServer::router()
@@ -80,10 +80,11 @@ mod tests {
                 src.contains(&format!("async fn {name}(")),
                 "{path}: its #[tool] fn is {name}"
             );
-            let runs: Vec<&str> = src.match_indices("self.run(").map(|(i, _)| &src[i..]).collect();
-            assert_eq!(runs.len(), 1, "{path}: one counted call");
+            assert!(!src.contains("self.run("), "{path}: the call runs through tool_body!");
+            let bodies: Vec<&str> = src.match_indices("tool_body!(").map(|(i, _)| &src[i..]).collect();
+            assert_eq!(bodies.len(), 1, "{path}: one counted call");
             assert!(
-                runs[0].starts_with(&format!("self.run(&ctx, &parts, \"{name}\",")),
+                bodies[0].starts_with(&format!("tool_body!(self, ctx, parts, args, {name})")),
                 "{path}: counted under the label {name}"
             );
         }

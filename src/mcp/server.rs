@@ -40,6 +40,16 @@ pub struct ToolState {
 }
 
 impl ToolState {
+    /// The store probes (`get_health`).
+    pub(super) fn probes(&self) -> &Probes {
+        &self.probes
+    }
+
+    /// Search's front door (`search`).
+    pub(super) fn search(&self) -> &Engine {
+        &self.search
+    }
+
     /// Built by `startup` from the application's handles (`mcp` sits above
     /// the stores and below the application state).
     pub fn new(
@@ -91,13 +101,9 @@ impl KnowledgeServer {
         }
     }
 
-    pub(super) fn probes(&self) -> &Probes {
-        &self.state.probes
-    }
-
-    /// Search's front door.
-    pub(super) fn engine(&self) -> &Engine {
-        &self.state.search
+    /// What the tools reach besides the caller's view (`tools::tool_body`).
+    pub(super) fn tools(&self) -> &ToolState {
+        &self.state
     }
 
     /// Sends `mnemosyne/<tool>: <phase>` when the client asked for progress.

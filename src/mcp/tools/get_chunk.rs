@@ -11,8 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::args::{int, null_is_absent, parse, uid, ArgError, Range, ToolArgs, UID};
+use super::tool_body;
 use super::{input_schema, tally, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
+use crate::mcp::{KnowledgeServer, ToolState};
 use crate::store::graph::knowledge::{ChunkView, Citation, ScopedGraph};
 use crate::text::inline;
 
@@ -66,12 +67,11 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "get_chunk", call(graph, args)).await)
+        tool_body!(self, ctx, parts, args, get_chunk)
     }
 }
 
-async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(_: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (a, context): (GetChunkArgs, i64) = parse(args)?;
     let Some((chunk, neighbors)) = graph.get_chunk(&a.chunk_uid, context).await? else {
         return Err(ToolError::not_found("chunk", &a.chunk_uid));

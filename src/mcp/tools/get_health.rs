@@ -10,9 +10,9 @@ use rmcp::{
 };
 
 use super::args::{parse, NoArgs};
+use super::tool_body;
 use super::{input_schema, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
-use crate::service::health::Probes;
+use crate::mcp::{KnowledgeServer, ToolState};
 use crate::store::graph::knowledge::ScopedGraph;
 
 #[tool_router(router = get_health_router, vis = "pub(crate)")]
@@ -28,15 +28,13 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let probes = self.probes().clone();
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "get_health", call(probes, graph, args)).await)
+        tool_body!(self, ctx, parts, args, get_health)
     }
 }
 
-async fn call(probes: Probes, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (NoArgs {}, ()) = parse(args)?;
     // The health report is a text block only (Pallas §2), no structured
     // content; what it says of the backlog is the caller's libraries' only.
-    Ok(Reply::text(probes.report(&graph).await.to_string()))
+    Ok(Reply::text(tools.probes().report(&graph).await.to_string()))
 }

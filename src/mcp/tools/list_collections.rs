@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::args::{int, null_is_absent, opt_text, opt_uid, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
 use super::cursor::{decode_cursor, page_cursor};
+use super::tool_body;
 use super::{input_schema, one_library, tally, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
+use crate::mcp::{KnowledgeServer, ToolState};
 use crate::store::graph::knowledge::{CollectionView, ScopedGraph};
 use crate::text::inline;
 
@@ -69,12 +70,11 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "list_collections", call(graph, args)).await)
+        tool_body!(self, ctx, parts, args, list_collections)
     }
 }
 
-async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(_: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (a, limit): (ListCollectionsArgs, i64) = parse(args)?;
     let after = decode_cursor(a.cursor.as_deref(), "collections", a.filter())?;
     let graph = match &a.library_uid {

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::args::{int, null_is_absent, opt_text, opt_uid, parse, ArgError, ToolArgs, CURSOR, PAGE, UID};
 use super::cursor::{decode_cursor, items_filter, page_cursor};
+use super::tool_body;
 use super::{input_schema, one_library, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
+use crate::mcp::{KnowledgeServer, ToolState};
 use crate::store::graph::knowledge::{ItemView, ScopedGraph};
 use crate::text::inline;
 
@@ -84,12 +85,11 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "list_items", call(graph, args)).await)
+        tool_body!(self, ctx, parts, args, list_items)
     }
 }
 
-async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(_: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (a, limit): (ListItemsArgs, i64) = parse(args)?;
     let filter = a.filter();
     let after = decode_cursor(a.cursor.as_deref(), "items", &filter)?;

@@ -11,8 +11,9 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::args::{parse, NoArgs};
+use super::tool_body;
 use super::{input_schema, tally, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
+use crate::mcp::{KnowledgeServer, ToolState};
 use crate::store::graph::knowledge::{LibraryView, ScopedGraph};
 use crate::text::inline;
 
@@ -35,12 +36,11 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "list_libraries", call(graph, args)).await)
+        tool_body!(self, ctx, parts, args, list_libraries)
     }
 }
 
-async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(_: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
     let (NoArgs {}, ()) = parse(args)?;
     let libraries = graph.list_libraries().await?;
     let mut text = format!(

@@ -22,6 +22,20 @@ use serde_json::Value;
 
 pub use args::{parse, ArgError, ToolArgs};
 
+/// The one body of every tool method (rmcp's `#[tool]` needs a method per
+/// tool): the caller's view of the graph, then the tool file's
+/// `call(&ToolState, ScopedGraph, args)` run by `KnowledgeServer::run`
+/// (progress, deadline, metrics, log line) under the method's own name.
+macro_rules! tool_body {
+    ($server:expr, $ctx:expr, $parts:expr, $args:expr, $tool:ident) => {{
+        let graph = $server.graph_of(&$parts);
+        Ok($server
+            .run(&$ctx, &$parts, stringify!($tool), call($server.tools(), graph, $args))
+            .await)
+    }};
+}
+pub(crate) use tool_body;
+
 use crate::store::graph::knowledge::ScopedGraph;
 use crate::store::graph::GraphError;
 

@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Range, ToolArgs, UID};
+use super::tool_body;
 use super::{input_schema, tally, Reply, ToolError};
-use crate::mcp::KnowledgeServer;
-use crate::search::engine::{Engine, Floor, Mode, Search, SearchHit, Signal, MAX_QUERY_CHARS};
+use crate::mcp::{KnowledgeServer, ToolState};
+use crate::search::engine::{Floor, Mode, Search, SearchHit, Signal, MAX_QUERY_CHARS};
 use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::ScopedGraph;
 use crate::text::inline;
@@ -119,12 +120,12 @@ impl KnowledgeServer {
         ctx: RequestContext<RoleServer>,
         args: JsonObject,
     ) -> Result<CallToolResult, McpError> {
-        let graph = self.graph_of(&parts);
-        Ok(self.run(&ctx, &parts, "search", call(self.engine(), graph, args)).await)
+        tool_body!(self, ctx, parts, args, search)
     }
 }
 
-async fn call(engine: &Engine, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> {
+    let engine = tools.search();
     let (a, limit): (SearchArgs, i64) = parse(args)?;
     let semantic = engine.has_semantic();
     let mode = match a.mode {
