@@ -81,20 +81,20 @@ impl AppState {
         let mut dim = crate::embed::DIM;
         match &settings.embed_model {
             Some(dir) => {
-                let mut embedder = crate::embed::Embedder::shared(dir)
-                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}: {e:#}", dir.display()))?;
-                if let Some(cross) = &settings.cross_model {
-                    let cross = crate::embed::Cross::shared(cross)
-                        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_CROSS_MODEL={}: {e:#}", cross.display()))?;
-                    embedder = Arc::new(embedder.with_cross(cross));
-                }
+                let provider = crate::embed::in_process(dir, settings.cross_model.as_deref()).map_err(|e| {
+                    let cross = settings.cross_model.as_ref().map_or(String::new(), |c| {
+                        format!(" (MNEMOSYNE_CROSS_MODEL={})", c.display())
+                    });
+                    anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}{cross}: {e:#}", dir.display())
+                })?;
+                let embedder = Arc::new(crate::embed::Embedder::new(provider, crate::embed::Status::new(&metrics)));
                 tracing::info!(
                     model = embedder.id(),
                     "semantic search on: hybrid, keyword and semantic modes"
                 );
                 model = embedder.id().to_owned();
                 dim = embedder.dim();
-                graph = graph.with_embedder(embedder, crate::embed::Status::new(&metrics));
+                graph = graph.with_embedder(embedder);
             }
             None if settings.cross_model.is_some() => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset; MNEMOSYNE_CROSS_MODEL only pairs with one); search is keyword-only"

@@ -443,7 +443,7 @@ async fn vectors_from_the_index_rank_exactly_as_the_vector_cache() {
         assert_eq!(row["vectors"], row["chunks"], "{row}");
         assert_eq!(
             row["model"],
-            json!(app.state.knowledge.semantic().unwrap().embedder().id()),
+            json!(app.state.knowledge.semantic().unwrap().id()),
             "{row}"
         );
     }

@@ -10,7 +10,7 @@ use super::GraphError;
 impl ScopedGraph {
     /// The embedding model's id, if semantic search is on.
     pub fn embedding_model(&self) -> Option<&str> {
-        self.store().semantic().map(|s| s.embedder().id())
+        self.store().semantic().map(|s| s.id())
     }
 
     /// Chunks of this view's libraries waiting for a vector: one indexed

@@ -227,7 +227,7 @@ impl KnowledgeGraph {
     }
 
     /// The embedding model and its worker's counters, if semantic search is on.
-    pub fn semantic(&self) -> Option<&std::sync::Arc<crate::embed::Semantic>> {
+    pub fn semantic(&self) -> Option<&std::sync::Arc<crate::embed::Embedder>> {
         self.0.semantic()
     }
 }
@@ -256,13 +256,10 @@ impl ScopedGraph {
     }
 
     /// Whether the embedding model is paired with the cross-language model
-    /// (`embed::Embedder::with_cross`; hybrid's threshold depends on it:
+    /// (`embed::Embedder::is_paired`; hybrid's threshold depends on it:
     /// `fusion::default_min_relevance`).
     pub fn is_paired(&self) -> bool {
-        self.store
-            .semantic
-            .as_ref()
-            .is_some_and(|s| s.embedder().cross().is_some())
+        self.store.semantic.as_ref().is_some_and(|s| s.is_paired())
     }
 
     /// The libraries this view reads, in the caller's order.
@@ -470,7 +467,7 @@ impl ScopedGraph {
     /// tenant's vectors. Both hold the same stored vectors and score them
     /// with the same query, so either path ranks alike.
     ///
-    /// With the cross-language model paired (`Embedder::with_cross`) every
+    /// With the cross-language model paired (`embed::Embedder::is_paired`) every
     /// vector holds the two models' side by side. With `cross` (hybrid
     /// search) the query is the two query vectors, each scaled by its
     /// calibration's weight, so the dot product orders the chunks by the sum
@@ -479,7 +476,7 @@ impl ScopedGraph {
     /// values (its half): the model's own similarities, to the bit.
     async fn semantic_ranked(
         &self,
-        semantic: &crate::embed::Semantic,
+        semantic: &crate::embed::Embedder,
         text: &str,
         collection_uid: Option<&str>,
         ready: &HashMap<String, Arc<OpenLibrary>>,
@@ -489,10 +486,9 @@ impl ScopedGraph {
         if self.scope.is_empty() {
             return Ok(Vec::new());
         }
-        let embedder = semantic.embedder();
-        let calibration = Calibration::of(embedder.kind());
-        let model = embedder.id().to_owned();
-        let dim = embedder.dim();
+        let calibration = Calibration::of(semantic.kind());
+        let model = semantic.id().to_owned();
+        let dim = semantic.dim();
         // The two query vectors, embedded at once (each on a blocking
         // thread). If the cross-language model's cannot be made (a damaged
         // model), the search goes on with the embedding model's alone.

@@ -406,7 +406,7 @@ pub struct GraphStore {
     /// Library uid → its chunk vectors (semantic search; `vectors`).
     pub(crate) vectors: Arc<vectors::VectorCache>,
     /// The embedding model, when one is installed (else keyword search only).
-    pub(crate) semantic: Option<Arc<crate::embed::Semantic>>,
+    pub(crate) semantic: Option<Arc<crate::embed::Embedder>>,
     /// This replica's per-library search indexes (`indexing`), when
     /// `MNEMOSYNE_INDEX_DIR` is set; else every search reads the graph.
     pub(crate) index: Option<Arc<indexing::SearchIndex>>,
@@ -608,13 +608,13 @@ impl GraphStore {
     }
 
     /// Semantic search with this model (see `crate::embed`).
-    pub fn with_embedder(mut self, embedder: Arc<crate::embed::Embedder>, status: Arc<crate::embed::Status>) -> Self {
-        self.semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
+    pub fn with_embedder(mut self, embedder: Arc<crate::embed::Embedder>) -> Self {
+        self.semantic = Some(embedder);
         self
     }
 
     /// The embedding model and its worker's counters, if any.
-    pub fn semantic(&self) -> Option<&Arc<crate::embed::Semantic>> {
+    pub fn semantic(&self) -> Option<&Arc<crate::embed::Embedder>> {
         self.semantic.as_ref()
     }
 
