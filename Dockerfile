@@ -2,7 +2,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-COPY kernels ./kernels
+COPY model ./model
 COPY migrations ./migrations
 COPY cypher ./cypher
 COPY benches ./benches

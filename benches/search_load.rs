@@ -30,7 +30,7 @@
 //! `embed_throughput`); the other tenants' first 2,000 chunks too, and the
 //! worker is kept idle (scoped to no library) so it takes no CPU. Issue 21's
 //! latency run: LOAD_TENANT_CHUNKS=10000. With `MNEMOSYNE_CROSS_MODEL` the vectors are
-//! the pair's (`Embedder::with_cross`); `LOAD_CROSS=0` leaves it out.
+//! the pair's (`embed::Embedder::is_paired`); `LOAD_CROSS=0` leaves it out.
 //! The graph is the one the environment names: `.dev/env` (ArcadeDB), or export
 //! `.dev/env.neo4j` for Neo4j (`set -a; . .dev/env.neo4j; set +a`).
 
@@ -107,7 +107,7 @@ fn unit_vector(seed: u64, dim: usize) -> Vec<f64> {
 
 /// A stored vector of the model (`dim` values): a unit vector of the
 /// embedding model's width, then, with the cross-language model paired, one
-/// of the rest (as `Embedder::embed` stores them).
+/// of the rest (as the in-process pair stores them).
 fn model_vector(seed: u64, dim: usize) -> Vec<f32> {
     let mut v = unit_vector(seed, mnemosyne::embed::DIM);
     if dim > mnemosyne::embed::DIM {
@@ -650,10 +650,7 @@ async fn run() {
     let model = match &settings.embed_model {
         Some(dir) => {
             // The model as `serve` pairs it (`MNEMOSYNE_CROSS_MODEL`).
-            let mut embedder = mnemosyne::embed::Embedder::shared(dir).unwrap();
-            if let Some(cross) = &settings.cross_model {
-                embedder = std::sync::Arc::new(embedder.with_cross(mnemosyne::embed::Cross::shared(cross).unwrap()));
-            }
+            let embedder = mnemosyne::embed::in_process(dir, settings.cross_model.as_deref()).unwrap();
             let (id, dim) = (embedder.id().to_owned(), embedder.dim());
             settings.embed_scope_prefix = format!("{ns}_none");
             let t0 = Instant::now();

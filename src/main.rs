@@ -59,8 +59,9 @@ async fn run(cli: Cli, env_file: Option<PathBuf>) -> ExitCode {
 }
 
 /// The embedding model runs each text on one core and texts side by side
-/// (`embed::Embedder::embed`): candle's own splitting of one 256-token text
-/// over two cores gained ~0 here (benches/embed_throughput.rs: 10.1 chunks/s
+/// (the in-process runtime, model/: `Encoder::embed`): candle's own splitting
+/// of one 256-token text over two cores gained ~0 here
+/// (model/benches/embed_throughput.rs: 10.1 chunks/s
 /// on 2 threads per text, 21 chunks/s with one thread per text, two texts at
 /// once; a query 14 → 10 ms). candle reads its thread count from
 /// `RAYON_NUM_THREADS`; an operator's own value wins.

@@ -1,4 +1,5 @@
-//! glibc's allocator, set for what this process allocates.
+//! glibc's allocator, set for what this process allocates: the server
+//! crate's only `unsafe` (allocator calls), in one place.
 
 /// glibc's allocator settings; `main` calls it first, and the benchmarks
 /// that embed do too (so they measure what `serve` runs: before, they ran
@@ -15,11 +16,23 @@
 /// 2 cores: 13.7–14.1 chunks/s with this, 18.6–19.7 with a 4 MiB threshold
 /// and arenas keeping 16 MiB, but then the soak ran at 332–433 MB RSS against
 /// 161–169). The encoder now keeps its buffers from one text to the next
-/// (`embed::bert::Scratch`): 24 chunks/s with this setting (docs/search.md).
+/// (the runtime crate's `bert::Scratch`, model/): 24 chunks/s with this setting (docs/search.md).
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only tunes the allocator (it takes glibc's own lock).
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Hands the allocator's free pages back to the OS (glibc: `malloc_trim`;
+/// elsewhere nothing). Blocking: it walks every arena, so call it off the
+/// async workers.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it has no
+    // preconditions and may be called from any thread.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

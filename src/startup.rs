@@ -151,8 +151,7 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             state.admin.clone(),
             state.pg.clone(),
             lock,
-            s.embedder().clone(),
-            s.status().clone(),
+            s.clone(),
             crate::service::embedding::WorkerConfig {
                 batch: state.settings.embed_batch,
                 prefix: state.settings.embed_scope_prefix.clone(),

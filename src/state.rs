@@ -88,24 +88,23 @@ impl AppState {
         let mut semantic = None;
         match &settings.embed_model {
             Some(dir) => {
-                let mut embedder = crate::embed::Embedder::shared(dir)
-                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}: {e:#}", dir.display()))?;
-                if let Some(cross) = &settings.cross_model {
-                    let cross = crate::embed::Cross::shared(cross)
-                        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_CROSS_MODEL={}: {e:#}", cross.display()))?;
-                    embedder = Arc::new(embedder.with_cross(cross));
-                }
+                let provider = crate::embed::in_process(dir, settings.cross_model.as_deref()).map_err(|e| {
+                    let cross = settings.cross_model.as_ref().map_or(String::new(), |c| {
+                        format!(" (MNEMOSYNE_CROSS_MODEL={})", c.display())
+                    });
+                    anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}{cross}: {e:#}", dir.display())
+                })?;
+                let embedder = Arc::new(crate::embed::Embedder::new(provider, crate::embed::Status::new(&metrics)));
                 tracing::info!(
                     model = embedder.id(),
                     "semantic search on: hybrid, keyword and semantic modes"
                 );
                 model = embedder.id().to_owned();
                 dim = embedder.dim();
-                let status = crate::embed::Status::new(&metrics);
                 // The embedding worker yields to ingest: every item write says so.
-                let writes = status.clone();
+                let writes = embedder.status().clone();
                 graph = graph.on_item_write(Arc::new(move || writes.note_ingest()));
-                semantic = Some(Arc::new(crate::embed::Semantic::new(embedder, status)));
+                semantic = Some(embedder);
             }
             None if settings.cross_model.is_some() => tracing::warn!(
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset; MNEMOSYNE_CROSS_MODEL only pairs with one); search is keyword-only"

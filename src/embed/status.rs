@@ -27,7 +27,7 @@ pub struct Status {
     /// Chunks given a vector by this replica.
     pub embedded: IntCounter,
     /// Chunks given a vector that kept half of the one they held (after a
-    /// change of model: `Embedder::embed_keeping`), counted once stored (at
+    /// change of model: `Provider::embed_passages`), counted once stored (at
     /// most a batch's `embedded`).
     pub reused: IntCounter,
     /// Chunks that could not be embedded (left out of semantic search).

@@ -210,22 +210,14 @@ impl Local {
     }
 }
 
-/// Hands the allocator's free pages back to the OS. Each rmcp session costs
-/// ~55 KB spread over several small blocks; glibc keeps such memory in its
-/// arenas after the sessions close (measured: +1.1 GB after 20,000 sessions
-/// expired, benches/session_memory.rs) unless asked to trim.
+/// Hands the allocator's free pages back to the OS, off the async workers
+/// (`memory::release_free_memory`). Each rmcp session costs ~55 KB spread
+/// over several small blocks; glibc keeps such memory in its arenas after
+/// the sessions close (measured: +1.1 GB after 20,000 sessions expired,
+/// benches/session_memory.rs) unless asked to trim.
 fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // Off the async workers: trimming walks every arena.
-        std::thread::spawn(|| {
-            // SAFETY: malloc_trim only releases free memory; it has no
-            // preconditions and may be called from any thread.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        });
-    }
+    // Off the async workers: trimming walks every arena.
+    std::thread::spawn(crate::memory::release_free_memory);
 }
 
 /// rmcp's local session manager plus owners, caps and the shared table.

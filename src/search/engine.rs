@@ -103,7 +103,7 @@ impl<'a> Search<'a> {
 /// graph reads they are built from.
 #[derive(Clone, Default)]
 pub struct Engine {
-    semantic: Option<Arc<crate::embed::Semantic>>,
+    semantic: Option<Arc<crate::embed::Embedder>>,
     index: Option<(Arc<SearchIndex>, IndexSource)>,
 }
 
@@ -111,18 +111,18 @@ pub struct Engine {
 type Ready = HashMap<String, Arc<OpenLibrary>>;
 
 impl Engine {
-    pub fn new(semantic: Option<Arc<crate::embed::Semantic>>, index: Option<(Arc<SearchIndex>, IndexSource)>) -> Self {
+    pub fn new(semantic: Option<Arc<crate::embed::Embedder>>, index: Option<(Arc<SearchIndex>, IndexSource)>) -> Self {
         Engine { semantic, index }
     }
 
     /// The embedding model and its worker's counters, if semantic search is on.
-    pub fn semantic(&self) -> Option<&Arc<crate::embed::Semantic>> {
+    pub fn semantic(&self) -> Option<&Arc<crate::embed::Embedder>> {
         self.semantic.as_ref()
     }
 
     /// The embedding model's id, if semantic search is on.
     pub fn embedding_model(&self) -> Option<&str> {
-        self.semantic.as_ref().map(|s| s.embedder().id())
+        self.semantic.as_ref().map(|s| s.id())
     }
 
     /// Hybrid when semantic search is available, else keyword.
@@ -140,10 +140,10 @@ impl Engine {
     }
 
     /// Whether the embedding model is paired with the cross-language model
-    /// (`embed::Embedder::with_cross`; hybrid's threshold depends on it:
+    /// (`embed::Embedder::is_paired`; hybrid's threshold depends on it:
     /// `fusion::default_min_relevance`).
     pub fn is_paired(&self) -> bool {
-        self.semantic.as_ref().is_some_and(|s| s.embedder().cross().is_some())
+        self.semantic.as_ref().is_some_and(|s| s.is_paired())
     }
 
     /// Search inside `graph`'s scope, best first (see `Mode`; hybrid's
@@ -214,7 +214,7 @@ impl Engine {
     /// tenant's vectors. Both hold the same stored vectors and score them
     /// with the same query, so either path ranks alike.
     ///
-    /// With the cross-language model paired (`Embedder::with_cross`) every
+    /// With the cross-language model paired (`embed::Embedder::is_paired`) every
     /// vector holds the two models' side by side. With `cross` (hybrid
     /// search) the query is the two query vectors, each scaled by its
     /// calibration's weight, so the dot product orders the chunks by the sum
@@ -232,10 +232,9 @@ impl Engine {
             return Ok(Vec::new());
         }
         let (semantic, k) = (n.semantic, n.k);
-        let embedder = semantic.embedder();
-        let calibration = Calibration::of(embedder.kind());
-        let model = embedder.id().to_owned();
-        let dim = embedder.dim();
+        let calibration = Calibration::of(semantic.kind());
+        let model = semantic.id().to_owned();
+        let dim = semantic.dim();
         // The two query vectors, embedded at once (each on a blocking
         // thread). If the cross-language model's cannot be made (a damaged
         // model), the search goes on with the embedding model's alone.
@@ -323,7 +322,7 @@ impl Engine {
 
 /// A semantic search's question (`Engine::semantic_ranked`).
 struct Nearest<'a> {
-    semantic: &'a crate::embed::Semantic,
+    semantic: &'a crate::embed::Embedder,
     text: &'a str,
     collection_uid: Option<&'a str>,
     /// How many candidates.

