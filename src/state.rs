@@ -53,6 +53,9 @@ pub struct AppState {
     pub drain: Arc<crate::drain::Drain>,
     /// Dynamic OAuth client registrations per client address (issue 48).
     pub oauth_registrations: Arc<crate::limits::RateLimits>,
+    /// Client ID Metadata Documents fetched (and refused), with their fetch
+    /// rate per client address (issue 48).
+    pub oauth_documents: Arc<crate::service::oauth::cimd::Documents>,
 }
 
 impl AppState {
@@ -164,8 +167,13 @@ impl AppState {
             0,
             caches.live_replicas(),
         ));
+        let oauth_documents = Arc::new(crate::service::oauth::cimd::Documents::new(
+            settings.oauth_metadata_fetches_per_minute,
+            caches.live_replicas(),
+        ));
         Ok(AppState {
             oauth_registrations,
+            oauth_documents,
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,
