@@ -678,7 +678,16 @@ async fn a_person_grants_one_of_two_libraries_on_the_oauth_consent_page() {
         let boxed = br.css(&format!("input[name=library][value='{lib}']")).await;
         assert!(!boxed.is_selected().await.unwrap(), "nothing granted by default");
     }
+    for tool in mnemosyne::mcp::TOOLS {
+        let boxed = br.css(&format!("input[name=tool][value='{tool}']")).await;
+        assert!(
+            !boxed.is_selected().await.unwrap(),
+            "{tool}: nothing granted by default"
+        );
+    }
+    // The person ticks what they grant: one library, and the one tool used.
     br.click(&format!("input[name=library][value='{lib_a}']")).await;
+    br.click("input[name=tool][value='search']").await;
     br.click("button[value=approve]").await;
     br.wait_text("back in the client").await;
     let url = br.c.current_url().await.unwrap();

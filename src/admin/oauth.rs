@@ -157,9 +157,10 @@ fn consent_form(
             }
             fieldset {
                 legend { "Tools it may call" }
+                p.muted { "None ticked: it can call no tool." }
                 @for t in tools {
                     label.check {
-                        input type="checkbox" name="tool" value=(t) checked;
+                        input type="checkbox" name="tool" value=(t);
                         span { code { (t) } }
                     }
                 }

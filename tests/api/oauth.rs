@@ -155,7 +155,7 @@ impl World {
         let request = path.rsplit('=').next().unwrap().to_owned();
         let mut all: Vec<(&str, &str)> = vec![("request", &request)];
         all.extend_from_slice(fields);
-        // The tool boxes come checked: a browser sends them all.
+        // Nothing comes checked: the person ticks every tool.
         all.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
         let r = console.post("/admin/oauth/consent", &all).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
@@ -407,9 +407,12 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
     }
     let request = path.rsplit('=').next().unwrap().to_owned();
     for t in mnemosyne::mcp::TOOLS {
+        let boxed = format!("name=\"tool\" value=\"{t}\"");
+        let at = page.body.find(&boxed).unwrap_or_else(|| panic!("{t} offered"));
+        let tag_end = page.body[at..].find('>').unwrap();
         assert!(
-            page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")),
-            "{t} offered"
+            !page.body[at..at + tag_end].contains("checked"),
+            "{t}: nothing granted by default"
         );
     }
     let mut fields = vec![
