@@ -507,7 +507,7 @@ async fn a_page_of_an_allowed_origin_searches_over_mcp_and_an_unlisted_one_is_re
     assert_eq!(got["anon_status"], 401, "{got}");
     // Exposed headers: the page can read its challenge and its session.
     let challenge = format!(
-        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\", scope=\"mcp\"",
         app.settings.public_url.trim_end_matches('/')
     );
     assert_eq!(got["challenge"], challenge.as_str(), "{got}");
@@ -593,7 +593,7 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
     assert_eq!(
         r.headers()["www-authenticate"],
         format!(
-            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\", scope=\"mcp\"",
             app.settings.public_url.trim_end_matches('/')
         )
     );

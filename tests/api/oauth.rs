@@ -282,15 +282,16 @@ async fn a_401_on_mcp_points_at_the_metadata_and_keeps_the_spec_strings() {
     let app = TestApp::spawn().await;
     let ex = app.mcp("").initialize().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
+    // The scope hint (MCP authorization): the one scope this server issues.
     assert_eq!(
         ex.headers["www-authenticate"],
-        "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+        "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\", scope=\"mcp\""
     );
     let ex = app.mcp("mnm_not-a-token").initialize().await;
     assert_eq!(
         ex.headers["www-authenticate"],
         "Bearer error=\"invalid_token\", error_description=\"Invalid MCP token.\", \
-         resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+         resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\", scope=\"mcp\""
     );
     assert_eq!(
         ex.json(),
