@@ -26,6 +26,8 @@
 //!   one; `no-store`/`no-cache` get the minimum), a refusal for
 //!   [`FAILURE_TTL`], so a bad URL cannot make this server fetch on every
 //!   request; concurrent requests for one URL share one fetch.
+//! - **TLS**: rustls with the webpki roots (plus the authorities of
+//!   `MNEMOSYNE_OAUTH_METADATA_CA_FILE`, for a private CA or a test).
 //! - **A rate** of fetches (cache misses) per requesting address, like
 //!   dynamic registration's.
 
@@ -271,18 +273,22 @@ impl moka::Expiry<String, Entry> for ByTtl {
 pub struct Documents {
     cache: moka::future::Cache<String, Entry>,
     fetches: RateLimits,
+    /// Certificate authorities trusted besides the webpki roots.
+    roots: Arc<[reqwest::Certificate]>,
 }
 
 impl Documents {
     /// `per_minute` fetches (cache misses) per requesting address over the
-    /// deployment (0 = no limit), divided by the live `replicas`.
-    pub fn new(per_minute: u32, replicas: Arc<AtomicUsize>) -> Self {
+    /// deployment (0 = no limit), divided by the live `replicas`; `roots`
+    /// are trusted besides the webpki roots.
+    pub fn new(per_minute: u32, replicas: Arc<AtomicUsize>, roots: Vec<reqwest::Certificate>) -> Self {
         Documents {
             cache: moka::future::Cache::builder()
                 .max_capacity(CACHE_ENTRIES)
                 .expire_after(ByTtl)
                 .build(),
             fetches: RateLimits::shared(per_minute, 0, replicas),
+            roots: roots.into(),
         }
     }
 
@@ -300,7 +306,7 @@ impl Documents {
         let entry = self
             .cache
             .entry(url.to_owned())
-            .or_insert_with(fetch(parsed, rules))
+            .or_insert_with(fetch(parsed, rules, self.roots.clone()))
             .await;
         let fresh = entry.is_fresh();
         match entry.into_value().doc {
@@ -310,9 +316,9 @@ impl Documents {
     }
 }
 
-async fn fetch(url: Url, rules: Rules) -> Entry {
+async fn fetch(url: Url, rules: Rules, roots: Arc<[reqwest::Certificate]>) -> Entry {
     let host = url.host_str().unwrap_or("").to_owned();
-    let outcome = match tokio::time::timeout(FETCH_TIMEOUT, fetch_within(&url, rules)).await {
+    let outcome = match tokio::time::timeout(FETCH_TIMEOUT, fetch_within(&url, rules, &roots)).await {
         Ok(r) => r,
         Err(_) => Err(format!(
             "the document did not arrive within {} s",
@@ -375,7 +381,7 @@ async fn checked_addresses(url: &Url, dev: bool) -> Result<Vec<SocketAddr>, Stri
     Ok(addrs)
 }
 
-async fn fetch_within(url: &Url, rules: Rules) -> Result<(Document, Duration), String> {
+async fn fetch_within(url: &Url, rules: Rules, roots: &[reqwest::Certificate]) -> Result<(Document, Duration), String> {
     let addrs = checked_addresses(url, rules.dev).await?;
     let mut b = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -390,6 +396,9 @@ async fn fetch_within(url: &Url, rules: Rules) -> Result<(Document, Duration), S
             env!("CARGO_PKG_VERSION"),
             " (OAuth client metadata)"
         ));
+    for root in roots {
+        b = b.add_root_certificate(root.clone());
+    }
     if ip_host(url).is_none() {
         // Connect to the addresses checked, never to a second answer.
         b = b.resolve_to_addrs(url.host_str().unwrap_or(""), &addrs);
