@@ -111,17 +111,16 @@ fn consent_form(
     };
     // A metadata-document client is described by whoever serves its URL:
     // the person sees that site, and whether the redirect goes elsewhere.
-    let document_host = (client.source == "cimd")
+    let document = (client.source == "cimd")
         .then(|| reqwest::Url::parse(&client.client_id).ok())
-        .flatten()
-        .map(|u| match u.port() {
-            Some(p) => format!("{}:{p}", u.host_str().unwrap_or("")),
-            None => u.host_str().unwrap_or("").to_owned(),
-        });
-    let elsewhere = document_host.as_deref().is_some_and(|d| {
-        let doc_host = d.rsplit_once(':').map_or(d, |(h, _)| h);
-        doc_host != redirect_host
+        .flatten();
+    let document_host = document.as_ref().map(|u| match u.port() {
+        Some(p) => format!("{}:{p}", u.host_str().unwrap_or("")),
+        None => u.host_str().unwrap_or("").to_owned(),
     });
+    let elsewhere = document
+        .as_ref()
+        .is_some_and(|u| u.host_str() != Some(redirect_host.as_str()));
     html! {
         section.card.stack {
             p { b { (name) } " asks to read your Mnemosyne libraries." }

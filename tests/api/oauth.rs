@@ -1332,23 +1332,18 @@ async fn a_redirect_uri_the_document_does_not_list_is_refused_without_redirectin
 async fn document_fetches_are_rate_limited_per_address() {
     let site = DocSite::start().await;
     // 6 a minute: a burst of one.
-    let w = {
-        let app = TestApp::spawn_with(|s| {
-            on_its_own_url(s);
-            s.oauth_metadata_fetches_per_minute = 6;
-        })
-        .await;
-        let client_id = register(&app, &[REDIRECT]).await;
-        World {
-            app,
-            alice: String::new(),
-            lib_a: String::new(),
-            lib_b: String::new(),
-            client_id,
-        }
+    let app = TestApp::spawn_with(|s| {
+        on_its_own_url(s);
+        s.oauth_metadata_fetches_per_minute = 6;
+    })
+    .await;
+    let mut w = World {
+        app,
+        alice: String::new(),
+        lib_a: String::new(),
+        lib_b: String::new(),
+        client_id: site.url("/distinct/1"),
     };
-    let mut w = w;
-    w.client_id = site.url("/distinct/1");
     let r = w.authorize(&[]).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     // A cached document costs no fetch.

@@ -214,7 +214,7 @@ fn classify_v6(a: Ipv6Addr) -> AddressClass {
         Private // site-local (deprecated)
     } else if (s[0] & 0xff00) == 0xff00 {
         Multicast
-    } else if (s[0] == 0x2001 && s[1] < 0x0200) || (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] & 0xe000) != 0x2000 {
+    } else if (s[0] == 0x2001 && (s[1] < 0x0200 || s[1] == 0x0db8)) || (s[0] & 0xe000) != 0x2000 {
         // 2001::/23 (Teredo, benchmarking, ORCHID…), documentation, and
         // anything outside global unicast.
         Reserved
