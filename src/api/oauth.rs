@@ -100,6 +100,38 @@ pub fn error_response(e: &OAuthError) -> Response {
     r
 }
 
+/// A refusal shown to the person at `/oauth/authorize` (never a redirect):
+/// a page when a browser asks for HTML — the person is the one reading it —
+/// else RFC 6749's JSON. Same status either way; the page cannot be framed.
+fn shown(e: &OAuthError, wants_html: bool) -> Response {
+    let json = error_response(e);
+    if !wants_html {
+        return json;
+    }
+    let text = match e {
+        OAuthError::Store(_) => "The store did not answer; retry.".to_owned(),
+        _ => e.to_string(),
+    };
+    let page = crate::admin::view::bare(
+        "This sign-in cannot go on",
+        &format!("The MCP client's request was refused ({}): {text}", e.code()),
+    );
+    let mut r = no_store((json.status(), page).into_response());
+    let h = r.headers_mut();
+    for (k, v) in json.headers() {
+        if k == header::RETRY_AFTER {
+            h.insert(k.clone(), v.clone());
+        }
+    }
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    r
+}
+
 fn no_store(mut r: Response) -> Response {
     let h = r.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -172,9 +204,14 @@ async fn authorize(State(state): State<AppState>, req: Request) -> Response {
     };
     let (parts, _) = req.into_parts();
     let address = crate::auth::basic::client_address(&parts);
+    let wants_html = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
     let Ok(Query(q)) = Query::<HashMap<String, String>>::try_from_uri(&parts.uri) else {
         count(&state, "authorize", "invalid_request");
-        return error_response(&OAuthError::InvalidRequest("the query is malformed".into()));
+        return shown(&OAuthError::InvalidRequest("the query is malformed".into()), wants_html);
     };
     let take = |k: &str| q.get(k).cloned();
     let query = service::AuthorizeQuery {
@@ -195,7 +232,7 @@ async fn authorize(State(state): State<AppState>, req: Request) -> Response {
         Err(refusal) => {
             count(&state, "authorize", refusal.error().code());
             match refusal {
-                AuthorizeRefusal::Shown(e) => error_response(&e),
+                AuthorizeRefusal::Shown(e) => shown(&e, wants_html),
                 AuthorizeRefusal::Redirect { to, .. } => Redirect::to(&to).into_response(),
             }
         }

@@ -1392,3 +1392,28 @@ async fn in_production_a_non_https_or_loopback_document_is_refused_without_conne
     assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
     assert_eq!(site.connections(), 0, "no connection was made");
 }
+
+/// What the person sees when their browser lands on a refused request: a
+/// page (not JSON, never a redirect to the client), unframeable.
+#[tokio::test]
+async fn a_refusal_shown_to_a_browser_is_a_page_not_a_redirect() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    for client_id in ["mcl_nobody".to_owned(), site.url("/mismatch")] {
+        let r = http()
+            .get(w.authorize_url(&[("client_id", Some(&client_id))]))
+            .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{client_id}");
+        assert!(location(&r).is_empty(), "{client_id}: never redirected");
+        assert_eq!(r.headers()[header::X_FRAME_OPTIONS], "DENY");
+        assert!(r.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"));
+        let body = r.text().await.unwrap();
+        assert!(body.contains("invalid_client"), "{body}");
+    }
+}
