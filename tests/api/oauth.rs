@@ -1133,6 +1133,11 @@ impl DocSite {
                 }
                 return;
             }
+            "/elsewhere" => {
+                let mut doc: Value = serde_json::from_str(&Self::document(base, &path)).unwrap();
+                doc["redirect_uris"] = json!(["http://localhost:4000/callback"]);
+                answer("200 OK", "Content-Type: application/json\r\n", &doc.to_string())
+            }
             _ if path.starts_with("/distinct/") => answer(
                 "200 OK",
                 "Content-Type: application/json\r\n",
@@ -1416,4 +1421,36 @@ async fn a_refusal_shown_to_a_browser_is_a_page_not_a_redirect() {
         let body = r.text().await.unwrap();
         assert!(body.contains("invalid_client"), "{body}");
     }
+}
+
+/// A document served from one host sending the person back to another: the
+/// consent page says so.
+#[tokio::test]
+async fn the_consent_page_warns_when_a_documents_redirect_goes_to_another_host() {
+    let site = DocSite::start().await;
+    let mut w = world().await;
+    w.client_id = site.url("/elsewhere");
+    let r = w
+        .authorize(&[("redirect_uri", Some("http://localhost:4000/callback"))])
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let path = location(&r);
+    let mut c = w.signed_in().await;
+    let page = c.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("<code>localhost</code>"), "{}", page.body);
+    assert!(
+        page.body.contains("another host than the one describing it"),
+        "{}",
+        page.body
+    );
+    // The same document's client, sent back to its own host: no warning.
+    w.client_id = site.url("/good");
+    let path = w.consent_path().await;
+    let page = c.get(&path).await;
+    assert!(
+        !page.body.contains("another host than the one describing it"),
+        "{}",
+        page.body
+    );
 }
