@@ -208,6 +208,23 @@ pub struct Settings {
     )]
     pub oauth_registrations_per_minute: u32,
 
+    /// Client ID Metadata Document fetches (cache misses) one client address
+    /// may cause a minute over the deployment, in bursts of ten seconds'
+    /// worth (0 = no limit).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_OAUTH_METADATA_FETCHES_PER_MINUTE",
+        default_value_t = 60,
+        global = true
+    )]
+    pub oauth_metadata_fetches_per_minute: u32,
+
+    /// A PEM file of extra certificate authorities trusted (besides the
+    /// webpki roots) when fetching Client ID Metadata Documents: a private
+    /// CA's clients, or a test's own.
+    #[arg(long, env = "MNEMOSYNE_OAUTH_METADATA_CA_FILE", global = true)]
+    pub oauth_metadata_ca_file: Option<std::path::PathBuf>,
+
     /// Chunk size (characters) of the ingest splitter.
     #[arg(long, env = "MNEMOSYNE_CHUNK_MAX_CHARS", default_value_t = 1200, global = true)]
     pub chunk_max_chars: usize,
@@ -516,6 +533,8 @@ impl fmt::Debug for Settings {
             oauth,
             oauth_access_token_secs,
             oauth_registrations_per_minute,
+            oauth_metadata_fetches_per_minute,
+            oauth_metadata_ca_file,
             chunk_max_chars,
             session_idle_secs,
             sessions_per_credential,
@@ -574,6 +593,8 @@ impl fmt::Debug for Settings {
             .field("oauth", oauth)
             .field("oauth_access_token_secs", oauth_access_token_secs)
             .field("oauth_registrations_per_minute", oauth_registrations_per_minute)
+            .field("oauth_metadata_fetches_per_minute", oauth_metadata_fetches_per_minute)
+            .field("oauth_metadata_ca_file", oauth_metadata_ca_file)
             .field("chunk_max_chars", chunk_max_chars)
             .field("session_idle_secs", session_idle_secs)
             .field("sessions_per_credential", sessions_per_credential)

@@ -59,6 +59,9 @@ pub struct AppState {
     pub drain: Arc<crate::drain::Drain>,
     /// Dynamic OAuth client registrations per client address (issue 48).
     pub oauth_registrations: Arc<crate::limits::RateLimits>,
+    /// Client ID Metadata Documents fetched (and refused), with their fetch
+    /// rate per client address (issue 48).
+    pub oauth_documents: Arc<crate::service::oauth::cimd::Documents>,
 }
 
 impl AppState {
@@ -176,8 +179,30 @@ impl AppState {
             0,
             caches.live_replicas(),
         ));
+        let metadata_roots = match &settings.oauth_metadata_ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: {e}", path.display()))?;
+                let roots = reqwest::Certificate::from_pem_bundle(&pem)
+                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: {e}", path.display()))?;
+                if roots.is_empty() {
+                    anyhow::bail!(
+                        "MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: no certificate in it",
+                        path.display()
+                    );
+                }
+                roots
+            }
+            None => Vec::new(),
+        };
+        let oauth_documents = Arc::new(crate::service::oauth::cimd::Documents::new(
+            settings.oauth_metadata_fetches_per_minute,
+            caches.live_replicas(),
+            metadata_roots,
+        ));
         Ok(AppState {
             oauth_registrations,
+            oauth_documents,
             changes: AuthChanges::new(pg.clone(), Some(caches)),
             settings,
             pg,

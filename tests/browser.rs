@@ -507,7 +507,7 @@ async fn a_page_of_an_allowed_origin_searches_over_mcp_and_an_unlisted_one_is_re
     assert_eq!(got["anon_status"], 401, "{got}");
     // Exposed headers: the page can read its challenge and its session.
     let challenge = format!(
-        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\", scope=\"mcp\"",
         app.settings.public_url.trim_end_matches('/')
     );
     assert_eq!(got["challenge"], challenge.as_str(), "{got}");
@@ -593,7 +593,7 @@ async fn cors_preflight_is_answered_for_allowed_origins_only() {
     assert_eq!(
         r.headers()["www-authenticate"],
         format!(
-            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource\", scope=\"mcp\"",
             app.settings.public_url.trim_end_matches('/')
         )
     );
@@ -678,7 +678,16 @@ async fn a_person_grants_one_of_two_libraries_on_the_oauth_consent_page() {
         let boxed = br.css(&format!("input[name=library][value='{lib}']")).await;
         assert!(!boxed.is_selected().await.unwrap(), "nothing granted by default");
     }
+    for tool in mnemosyne::mcp::TOOLS {
+        let boxed = br.css(&format!("input[name=tool][value='{tool}']")).await;
+        assert!(
+            !boxed.is_selected().await.unwrap(),
+            "{tool}: nothing granted by default"
+        );
+    }
+    // The person ticks what they grant: one library, and the one tool used.
     br.click(&format!("input[name=library][value='{lib_a}']")).await;
+    br.click("input[name=tool][value='search']").await;
     br.click("button[value=approve]").await;
     br.wait_text("back in the client").await;
     let url = br.c.current_url().await.unwrap();

@@ -23,7 +23,7 @@ mod tokens;
 mod tools;
 mod usage;
 mod users;
-mod view;
+pub(crate) mod view;
 
 use axum::{
     extract::{FromRequest, Request},

@@ -3,9 +3,11 @@
 //! `/oauth/authorize` checks a client's request and sends the browser here,
 //! where the console's session cookie is. The person signs in (the console's
 //! own sign-in, throttles and session), then sees the client's name and
-//! redirect host, the libraries they may grant (the token form's picker:
-//! those they own or manage, each with its own checkbox, none checked), the
-//! tools within their ceiling and a lifetime. The form carries the session's
+//! redirect host (and, for a Client ID Metadata Document, the host serving
+//! the document), the libraries they may grant (the token form's picker:
+//! those they own or manage, each with its own checkbox) and the tools
+//! within their ceiling — nothing checked: the page grants nothing until the
+//! person picks — and a lifetime. The form carries the session's
 //! CSRF token and names the pending request, which holds the client, the
 //! redirect and the PKCE challenge: an answer cannot be replayed for another
 //! client. Like every console page it cannot be framed.
@@ -107,11 +109,34 @@ fn consent_form(
     } else {
         &client.client_name
     };
+    // A metadata-document client is described by whoever serves its URL:
+    // the person sees that site, and whether the redirect goes elsewhere.
+    let document = (client.source == "cimd")
+        .then(|| reqwest::Url::parse(&client.client_id).ok())
+        .flatten();
+    let document_host = document.as_ref().map(|u| match u.port() {
+        Some(p) => format!("{}:{p}", u.host_str().unwrap_or("")),
+        None => u.host_str().unwrap_or("").to_owned(),
+    });
+    let elsewhere = document
+        .as_ref()
+        .is_some_and(|u| u.host_str() != Some(redirect_host.as_str()));
     html! {
         section.card.stack {
             p { b { (name) } " asks to read your Mnemosyne libraries." }
-            p.muted { "It will be sent back to " code { (redirect_host) } " (" (client.source) " client "
-                      code { (client.client_id) } "). Grant only what it needs; you can revoke it any time on "
+            p.muted { "It will be sent back to " b { code { (redirect_host) } } "." }
+            @if let Some(host) = &document_host {
+                p.muted { "It describes itself (its name, where it may be sent back) in a document served by "
+                          b { code { (host) } } " (" code { (client.client_id) } "). "
+                          "Only that site vouches for the name." }
+                @if elsewhere {
+                    p { "Its redirect goes to another host than the one describing it: allow only if you started this sign-in." }
+                }
+            } @else {
+                p.muted { "Client " code { (client.client_id) } " ("
+                          (if client.source == "cli" { "added by an operator" } else { "registered itself" }) ")." }
+            }
+            p.muted { "Nothing is granted until you pick it. Grant only what it needs; you can revoke it any time on "
                       a href="/admin/me" { "My tokens" } "." }
         }
         form.card.stack method="post" action="/admin/oauth/consent" {
@@ -131,9 +156,10 @@ fn consent_form(
             }
             fieldset {
                 legend { "Tools it may call" }
+                p.muted { "None ticked: it can call no tool." }
                 @for t in tools {
                     label.check {
-                        input type="checkbox" name="tool" value=(t) checked;
+                        input type="checkbox" name="tool" value=(t);
                         span { code { (t) } }
                     }
                 }

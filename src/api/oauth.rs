@@ -80,6 +80,7 @@ async fn cross_origin(req: Request, next: middleware::Next) -> Response {
 pub fn error_response(e: &OAuthError) -> Response {
     let status = match e {
         OAuthError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
+        OAuthError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         OAuthError::Store(err) => {
             tracing::error!(error = %err, "oauth: store error");
             StatusCode::SERVICE_UNAVAILABLE
@@ -90,7 +91,45 @@ pub fn error_response(e: &OAuthError) -> Response {
         OAuthError::Store(_) => json!({"error": e.code(), "error_description": "The store did not answer; retry."}),
         _ => json!({"error": e.code(), "error_description": e.to_string()}),
     };
-    no_store((status, Json(body)).into_response())
+    let mut r = no_store((status, Json(body)).into_response());
+    if let OAuthError::RateLimited(secs) = e {
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    r
+}
+
+/// A refusal shown to the person at `/oauth/authorize` (never a redirect):
+/// a page when a browser asks for HTML — the person is the one reading it —
+/// else RFC 6749's JSON. Same status either way; the page cannot be framed.
+fn shown(e: &OAuthError, wants_html: bool) -> Response {
+    let json = error_response(e);
+    if !wants_html {
+        return json;
+    }
+    let text = match e {
+        OAuthError::Store(_) => "The store did not answer; retry.".to_owned(),
+        _ => e.to_string(),
+    };
+    let page = crate::admin::view::bare(
+        "This sign-in cannot go on",
+        &format!("The MCP client's request was refused ({}): {text}", e.code()),
+    );
+    let mut r = no_store((json.status(), page).into_response());
+    let h = r.headers_mut();
+    for (k, v) in json.headers() {
+        if k == header::RETRY_AFTER {
+            h.insert(k.clone(), v.clone());
+        }
+    }
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    r
 }
 
 fn no_store(mut r: Response) -> Response {
@@ -156,9 +195,23 @@ async fn register(State(state): State<AppState>, req: Request) -> Response {
 /// GET /oauth/authorize: checks the request, keeps it, and sends the
 /// browser to the console's consent page (where the console's cookies
 /// are; the person signs in there first when they have to).
-async fn authorize(State(state): State<AppState>, Query(q): Query<HashMap<String, String>>) -> Response {
+///
+/// A `client_id` that is an https URL is a Client ID Metadata Document
+/// (`service::oauth::cimd`): an unusable one is shown, never redirected.
+async fn authorize(State(state): State<AppState>, req: Request) -> Response {
     let Some(issuer) = issuer(&state) else {
         return off();
+    };
+    let (parts, _) = req.into_parts();
+    let address = crate::auth::basic::client_address(&parts);
+    let wants_html = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    let Ok(Query(q)) = Query::<HashMap<String, String>>::try_from_uri(&parts.uri) else {
+        count(&state, "authorize", "invalid_request");
+        return shown(&OAuthError::InvalidRequest("the query is malformed".into()), wants_html);
     };
     let take = |k: &str| q.get(k).cloned();
     let query = service::AuthorizeQuery {
@@ -171,7 +224,7 @@ async fn authorize(State(state): State<AppState>, Query(q): Query<HashMap<String
         code_challenge_method: take("code_challenge_method"),
         resource: take("resource"),
     };
-    match service::authorize(&state.pg, &issuer, &query).await {
+    match service::authorize(&state.pg, &issuer, &state.oauth_documents, &address, &query).await {
         Ok(id) => {
             count(&state, "authorize", "ok");
             Redirect::to(&format!("/admin/oauth/consent?request={id}")).into_response()
@@ -179,7 +232,7 @@ async fn authorize(State(state): State<AppState>, Query(q): Query<HashMap<String
         Err(refusal) => {
             count(&state, "authorize", refusal.error().code());
             match refusal {
-                AuthorizeRefusal::Shown(e) => error_response(&e),
+                AuthorizeRefusal::Shown(e) => shown(&e, wants_html),
                 AuthorizeRefusal::Redirect { to, .. } => Redirect::to(&to).into_response(),
             }
         }
@@ -214,11 +267,17 @@ async fn read_form(headers: &axum::http::HeaderMap, body: Bytes) -> Result<HashM
 
 /// POST /oauth/token: `authorization_code` (with its `code_verifier`) or
 /// `refresh_token` (rotated; a used one revokes the grant).
-async fn token(State(state): State<AppState>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+async fn token(State(state): State<AppState>, req: Request) -> Response {
     let Some(issuer) = issuer(&state) else {
         return off();
     };
-    let mut p = match read_form(&headers, body).await {
+    let (parts, body) = req.into_parts();
+    let address = crate::auth::basic::client_address(&parts);
+    let Ok(body) = axum::body::to_bytes(body, FORM_LIMIT).await else {
+        count(&state, "token", "invalid_request");
+        return error_response(&OAuthError::InvalidRequest("the token request is too large".into()));
+    };
+    let mut p = match read_form(&parts.headers, body).await {
         Ok(p) => p,
         Err(e) => {
             count(&state, "token", e.code());
@@ -240,7 +299,16 @@ async fn token(State(state): State<AppState>, headers: axum::http::HeaderMap, bo
     } else {
         "token"
     };
-    match service::token(&state.pg, &issuer, state.settings.oauth_access_token_secs, &form).await {
+    match service::token(
+        &state.pg,
+        &issuer,
+        &state.oauth_documents,
+        &address,
+        state.settings.oauth_access_token_secs,
+        &form,
+    )
+    .await
+    {
         Ok(issued) => {
             count(&state, step, "ok");
             tracing::info!(grant = issued.grant_id, step, "oauth: tokens issued");

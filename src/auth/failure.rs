@@ -74,20 +74,28 @@ impl From<AuthFailure> for AuthError {
 
 impl AuthError {
     /// The HTTP answer; `resource_metadata` is the RFC 9728 URL when an
-    /// authorization server is configured.
-    pub fn into_response_with(self, resource_metadata: Option<&str>) -> Response {
-        closing(self.response(resource_metadata))
+    /// authorization server is configured, `scope` the scopes a token for
+    /// this resource carries when this server issues them (the MCP spec's
+    /// scope hint). Both follow the spec's strings, never replace them.
+    pub fn into_response_with(self, resource_metadata: Option<&str>, scope: Option<&str>) -> Response {
+        closing(self.response(resource_metadata, scope))
     }
 
-    fn response(self, resource_metadata: Option<&str>) -> Response {
-        let rm = resource_metadata
-            .map(|u| format!(", resource_metadata=\"{u}\""))
-            .unwrap_or_default();
+    fn response(self, resource_metadata: Option<&str>, scope: Option<&str>) -> Response {
+        let mut hints: Vec<String> = Vec::new();
+        if let Some(u) = resource_metadata {
+            hints.push(format!("resource_metadata=\"{u}\""));
+        }
+        if let Some(s) = scope {
+            hints.push(format!("scope=\"{s}\""));
+        }
+        let rm: String = hints.iter().map(|h| format!(", {h}")).collect();
         match self {
             AuthError::Missing => {
-                let challenge = match resource_metadata {
-                    Some(u) => format!("Bearer resource_metadata=\"{u}\""),
-                    None => "Bearer".to_owned(),
+                let challenge = if hints.is_empty() {
+                    "Bearer".to_owned()
+                } else {
+                    format!("Bearer {}", hints.join(", "))
                 };
                 let mut r = (
                     StatusCode::UNAUTHORIZED,

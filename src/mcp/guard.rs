@@ -473,7 +473,7 @@ async fn on_session(
             Ok(false) => return Err(session_not_found()),
             Err(e) => {
                 tracing::warn!(error = %e, "could not mark an MCP session served");
-                return Err(AuthError::Unavailable("postgres").into_response_with(None));
+                return Err(AuthError::Unavailable("postgres").into_response_with(None, None));
             }
         }
     }
@@ -481,7 +481,7 @@ async fn on_session(
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
     if opener.store_unavailable() {
         // The session could not be rebuilt: Postgres, not the request.
-        return Err(AuthError::Unavailable("postgres").into_response_with(None));
+        return Err(AuthError::Unavailable("postgres").into_response_with(None, None));
     }
     Ok(resp)
 }
@@ -576,7 +576,7 @@ async fn before_auth(state: &Guard, req: Request) -> Result<(Request, Option<Nam
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not read the shared MCP session table");
-                    return Err(AuthError::Unavailable("postgres").into_response_with(None));
+                    return Err(AuthError::Unavailable("postgres").into_response_with(None, None));
                 }
             },
         },
@@ -645,9 +645,14 @@ async fn authenticate(
             state.settings.public_url.trim_end_matches('/')
         )
     });
+    // The scopes are this server's own only when it issues the tokens.
+    let scope = state
+        .settings
+        .oauth_issuer()
+        .map(|_| crate::service::oauth::SCOPES.join(" "));
     let Some(token) = bearer(headers).filter(|t| !t.is_empty()) else {
         state.metrics.auth_failures.with_label_values(&["missing"]).inc();
-        return Err(AuthError::Missing.into_response_with(resource_metadata.as_deref()));
+        return Err(AuthError::Missing.into_response_with(resource_metadata.as_deref(), scope.as_deref()));
     };
     let ctx = RequestContext {
         session_id: session.map(|s| s.id.as_str()),
@@ -656,7 +661,7 @@ async fn authenticate(
     match state.auth.authenticate(token, ctx).await {
         Ok(r) => Ok(r),
         Err(AuthError::ForeignSession) => Err(session_not_found()),
-        Err(e) => Err(e.into_response_with(resource_metadata.as_deref())),
+        Err(e) => Err(e.into_response_with(resource_metadata.as_deref(), scope.as_deref())),
     }
 }
 
@@ -803,7 +808,7 @@ async fn open_session(
     let resp = OPENER.scope(opener.clone(), next.run(req)).await;
     if opener.store_unavailable() {
         // Nothing was served: the turn may retry with the same token.
-        let down = AuthError::Unavailable("postgres").into_response_with(None);
+        let down = AuthError::Unavailable("postgres").into_response_with(None, None);
         return give_back(state, pending.as_ref(), down).await;
     }
     if let Some(refusal) = opener.refusal() {
@@ -825,7 +830,7 @@ async fn open_session(
             if let Err(e) = state.auth.release(&p).await {
                 tracing::warn!(?e, "could not release the per-turn jti; the turn needs a new token");
             }
-            return AuthError::Unavailable("postgres").into_response_with(None);
+            return AuthError::Unavailable("postgres").into_response_with(None, None);
         }
     }
     resp

@@ -19,6 +19,8 @@ use sqlx::PgPool;
 use crate::auth::resolver::token_hash;
 use crate::store::pg::{self, oauth as store, users};
 
+pub mod cimd;
+
 /// The one scope: reading the libraries picked on the consent page with
 /// the tools picked there.
 pub const SCOPES: [&str; 1] = ["mcp"];
@@ -62,6 +64,10 @@ pub enum OAuthError {
     InvalidRedirectUri(String),
     #[error("{0}")]
     InvalidClientMetadata(String),
+    /// Too many client metadata document fetches from this address: retry
+    /// after this many seconds.
+    #[error("too many client metadata document fetches from your address; retry later")]
+    RateLimited(u64),
     #[error("store unavailable")]
     Store(#[from] sqlx::Error),
 }
@@ -80,7 +86,7 @@ impl OAuthError {
             OAuthError::AccessDenied => "access_denied",
             OAuthError::InvalidRedirectUri(_) => "invalid_redirect_uri",
             OAuthError::InvalidClientMetadata(_) => "invalid_client_metadata",
-            OAuthError::Store(_) => "temporarily_unavailable",
+            OAuthError::RateLimited(_) | OAuthError::Store(_) => "temporarily_unavailable",
         }
     }
 }
@@ -110,6 +116,21 @@ impl Issuer {
         self.base.to_ascii_lowercase().starts_with("https://")
     }
 
+    /// Development: the public URL is plain http on a loopback host. Only
+    /// then are client metadata documents fetched over http, from loopback.
+    pub fn loopback_dev(&self) -> bool {
+        reqwest::Url::parse(&self.base)
+            .is_ok_and(|u| u.scheme() == "http" && is_loopback_host(u.host_str().unwrap_or("")))
+    }
+
+    /// The rules client metadata documents are fetched and checked by.
+    pub fn document_rules(&self) -> cimd::Rules {
+        cimd::Rules {
+            dev: self.loopback_dev(),
+            production: self.production(),
+        }
+    }
+
     /// Whether `resource` names this server's MCP endpoint (with or without
     /// the trailing slash Pallas configs use).
     pub fn is_our_resource(&self, resource: &str) -> bool {
@@ -134,8 +155,8 @@ impl Issuer {
             "revocation_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": SCOPES,
             "authorization_response_iss_parameter_supported": true,
-            // Not implemented yet: clients fall back to registration.
-            "client_id_metadata_document_supported": false,
+            // An https client_id names its metadata document (public clients).
+            "client_id_metadata_document_supported": true,
             "service_documentation": format!("{b}/.well-known/mcp/server.json"),
         })
     }
@@ -251,20 +272,24 @@ pub fn redirect_with(redirect_uri: &str, params: &[(&str, &str)]) -> String {
 
 // ---- clients ----
 
-/// Registers a client (RFC 7591 dynamic registration, or an operator's
-/// `oauth client add`): public, authorization code with PKCE, refresh.
-/// Returns the registration as RFC 7591 §3.2.1 answers it.
-pub async fn register(
-    pg: &PgPool,
-    issuer: &Issuer,
-    actor: &str,
-    source: &str,
-    request: &Value,
-) -> Result<Value, OAuthError> {
+/// What a client's metadata (an RFC 7591 registration or a client metadata
+/// document) says, checked: its redirect URIs (1 to 10, each one
+/// registration accepts), grant and response types (authorization code,
+/// refresh), its name (control characters dropped, 200 characters), and the
+/// optional descriptive URIs kept.
+pub(crate) struct ClientFields {
+    pub redirect_uris: Vec<String>,
+    pub grant_types: Vec<String>,
+    pub client_name: String,
+    /// `client_uri`, `logo_uri`, `software_id`, `software_version` when given.
+    pub extra: Vec<(&'static str, Value)>,
+}
+
+pub(crate) fn client_fields(
+    obj: &serde_json::Map<String, Value>,
+    production: bool,
+) -> Result<ClientFields, OAuthError> {
     let meta = |m: &str| OAuthError::InvalidClientMetadata(m.to_owned());
-    let obj = request
-        .as_object()
-        .ok_or_else(|| meta("the registration must be a JSON object"))?;
     let uris: Vec<String> = match obj.get("redirect_uris") {
         Some(Value::Array(a)) => a
             .iter()
@@ -283,7 +308,7 @@ pub async fn register(
         )));
     }
     for u in &uris {
-        check_redirect_uri(u, issuer.production()).map_err(OAuthError::InvalidRedirectUri)?;
+        check_redirect_uri(u, production).map_err(OAuthError::InvalidRedirectUri)?;
     }
     let str_list = |k: &str, default: &[&str]| -> Result<Vec<String>, OAuthError> {
         match obj.get(k) {
@@ -317,6 +342,43 @@ pub async fn register(
         .filter(|c| !c.is_control())
         .take(200)
         .collect();
+    let extra = ["client_uri", "logo_uri", "software_id", "software_version"]
+        .into_iter()
+        .filter_map(|k| {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .filter(|v| v.len() <= MAX_URI_LEN)
+                .map(|v| (k, json!(v)))
+        })
+        .collect();
+    Ok(ClientFields {
+        redirect_uris: uris,
+        grant_types,
+        client_name: name,
+        extra,
+    })
+}
+
+/// Registers a client (RFC 7591 dynamic registration, or an operator's
+/// `oauth client add`): public, authorization code with PKCE, refresh.
+/// Returns the registration as RFC 7591 §3.2.1 answers it.
+pub async fn register(
+    pg: &PgPool,
+    issuer: &Issuer,
+    actor: &str,
+    source: &str,
+    request: &Value,
+) -> Result<Value, OAuthError> {
+    let meta = |m: &str| OAuthError::InvalidClientMetadata(m.to_owned());
+    let obj = request
+        .as_object()
+        .ok_or_else(|| meta("the registration must be a JSON object"))?;
+    let ClientFields {
+        redirect_uris: uris,
+        grant_types,
+        client_name: name,
+        extra,
+    } = client_fields(obj, issuer.production())?;
     // Public clients only: PKCE protects the code, and a secret a native
     // app carries is no secret (OAuth 2.1 §2.1). A client that asked for a
     // secret method is told, in the answer, that it has none.
@@ -332,10 +394,8 @@ pub async fn register(
         "token_endpoint_auth_method": "none",
         "scope": SCOPES.join(" "),
     });
-    for k in ["client_uri", "logo_uri", "software_id", "software_version"] {
-        if let Some(v) = obj.get(k).and_then(Value::as_str).filter(|v| v.len() <= MAX_URI_LEN) {
-            answer[k] = json!(v);
-        }
+    for (k, v) in extra {
+        answer[k] = v;
     }
     let mut tx = pg.begin().await?;
     store::insert_client(&mut *tx, &client_id, &name, &uris, source, &answer).await?;
@@ -408,17 +468,27 @@ pub fn error_redirect(issuer: &Issuer, redirect_uri: &str, state: Option<&str>, 
 
 /// Checks an authorization request and keeps it for the consent page;
 /// returns the request's id (its only copy: the store keeps its hash).
-pub async fn authorize(pg: &PgPool, issuer: &Issuer, q: &AuthorizeQuery) -> Result<String, AuthorizeRefusal> {
+///
+/// A `client_id` that is a URL names a client metadata document: fetched
+/// (or taken from the cache) and checked before anything else, and every
+/// such request is an audit event. `requester` is the address the request
+/// came from.
+pub async fn authorize(
+    pg: &PgPool,
+    issuer: &Issuer,
+    documents: &cimd::Documents,
+    requester: &str,
+    q: &AuthorizeQuery,
+) -> Result<String, AuthorizeRefusal> {
     use AuthorizeRefusal::{Redirect, Shown};
     let client_id = q
         .client_id
         .as_deref()
         .filter(|c| !c.is_empty())
         .ok_or_else(|| Shown(OAuthError::InvalidRequest("client_id is required".into())))?;
-    let client = store::client(pg, client_id)
+    let client = client(pg, issuer, documents, requester, client_id, true)
         .await
-        .map_err(|e| Shown(e.into()))?
-        .ok_or_else(|| Shown(OAuthError::InvalidClient("unknown client_id".into())))?;
+        .map_err(Shown)?;
     let redirect_uri = match q.redirect_uri.as_deref() {
         Some(r) if redirect_matches(&client.redirect_uris, r) => r.to_owned(),
         Some(_) => {
@@ -432,14 +502,14 @@ pub async fn authorize(pg: &PgPool, issuer: &Issuer, q: &AuthorizeQuery) -> Resu
     };
     let state = q.state.as_deref().filter(|s| !s.is_empty());
     // Errors go back to the client's redirect (RFC 6749 §4.1.2.1) — except
-    // for a self-registered client whose redirect is a web address: anyone
+    // for a self-registered (or self-described) client whose redirect is a web address: anyone
     // may register one, so redirecting its malformed requests unasked would
     // make this server an open redirector (RFC 9700 §4.11.2); those are
     // shown to the person instead. Loopback and native-app redirects land
     // on the person's own machine.
     let web_redirect = reqwest::Url::parse(&redirect_uri)
         .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && !is_loopback_host(u.host_str().unwrap_or("")));
-    let shown_only = client.source == "dcr" && web_redirect;
+    let shown_only = matches!(client.source.as_str(), "dcr" | "cimd") && web_redirect;
     let refuse = |error: OAuthError| {
         if shown_only {
             return Shown(error);
@@ -511,6 +581,61 @@ pub async fn authorize(pg: &PgPool, issuer: &Issuer, q: &AuthorizeQuery) -> Resu
         .await
         .map_err(|e| Shown(e.into()))?;
     Ok(id)
+}
+
+/// The client a `client_id` names: registered here (`mcl_…`), or a client
+/// metadata document, fetched or cached, checked, and kept (or refreshed)
+/// as a `cimd` client so grants and codes can name it. `audit`: the use is
+/// an audit event (every authorization request naming a document).
+pub async fn client(
+    pg: &PgPool,
+    issuer: &Issuer,
+    documents: &cimd::Documents,
+    requester: &str,
+    client_id: &str,
+    audit: bool,
+) -> Result<store::Client, OAuthError> {
+    if !cimd::is_document_url(client_id) {
+        return store::client(pg, client_id)
+            .await?
+            .ok_or_else(|| OAuthError::InvalidClient("unknown client_id".into()));
+    }
+    let (doc, fetched) = documents
+        .get(client_id, issuer.document_rules(), requester)
+        .await
+        .map_err(|r| match r {
+            cimd::Refusal::Invalid(why) => {
+                OAuthError::InvalidClient(format!("the client metadata document cannot be used: {why}"))
+            }
+            cimd::Refusal::RateLimited(secs) => OAuthError::RateLimited(secs),
+        })?;
+    let mut tx = pg.begin().await?;
+    let Some(client) = store::upsert_document_client(
+        &mut *tx,
+        &doc.client_id,
+        &doc.client_name,
+        &doc.redirect_uris,
+        &doc.metadata,
+    )
+    .await?
+    else {
+        return Err(OAuthError::InvalidClient(
+            "client_id names a client that is not a metadata document".into(),
+        ));
+    };
+    if audit {
+        pg::audit(
+            &mut tx,
+            &format!("oauth:{requester}"),
+            "oauth_client_metadata_used",
+            &doc.client_id,
+            json!({"client_name": doc.client_name, "redirect_uris": doc.redirect_uris,
+                   "document_host": doc.host, "fetched": fetched}),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(client)
 }
 
 /// The scope asked for: none, or only scopes this server has.
@@ -744,9 +869,14 @@ pub enum Reuse {
 
 /// The token endpoint: a code (with its PKCE verifier) or a refresh token
 /// for a new access token and refresh token.
+///
+/// A metadata-document client's document is checked again (from the cache
+/// while it lives): a document withdrawn or broken stops the client.
 pub async fn token(
     pg: &PgPool,
     issuer: &Issuer,
+    documents: &cimd::Documents,
+    requester: &str,
     access_secs: u64,
     form: &TokenForm,
 ) -> Result<Issued, (OAuthError, Option<Reuse>)> {
@@ -755,10 +885,9 @@ pub async fn token(
         .as_deref()
         .filter(|c| !c.is_empty())
         .ok_or((OAuthError::InvalidClient("client_id is required".into()), None))?;
-    let client = store::client(pg, client_id)
+    let client = client(pg, issuer, documents, requester, client_id, false)
         .await
-        .map_err(|e| (e.into(), None))?
-        .ok_or((OAuthError::InvalidClient("unknown client_id".into()), None))?;
+        .map_err(|e| (e, None))?;
     if let Some(r) = form.resource.as_deref() {
         if !issuer.is_our_resource(r) {
             return Err((

@@ -27,13 +27,17 @@ async fn assert_refused(app: &TestApp, bearer: &str, message: &str, reason: &str
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED, "{message}: {ex:?}");
     // The embedded authorization server (on by default) adds where its
     // metadata is; the spec's strings stay exactly as they were.
-    let rm = match app.settings.resource_authorization_server() {
+    let mut rm = match app.settings.resource_authorization_server() {
         Some(_) => format!(
             ", resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
             app.settings.public_url.trim_end_matches('/')
         ),
         None => String::new(),
     };
+    // The scope hint, when this server issues the tokens (its one scope).
+    if app.settings.oauth_issuer().is_some() {
+        rm.push_str(", scope=\"mcp\"");
+    }
     assert_eq!(
         ex.headers["www-authenticate"].to_str().unwrap(),
         format!("Bearer error=\"invalid_token\", error_description=\"{message}\"{rm}")
@@ -65,9 +69,9 @@ async fn challenge_carries_resource_metadata_when_an_authorization_server_is_con
     let app = TestApp::spawn_with(|s| s.authorization_server = Some("https://auth.example".into())).await;
     let ex = app.mcp("").initialize().await;
     let ch = ex.headers["www-authenticate"].to_str().unwrap().to_owned();
-    assert!(
-        ch.starts_with("Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""),
-        "{ch}"
+    assert_eq!(
+        ch, "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\"",
+        "no scope hint: the scopes are the external server's"
     );
     let (status, body) = crate::helpers::send(app.http.get(app.url("/.well-known/oauth-protected-resource"))).await;
     assert_eq!(status, StatusCode::OK);

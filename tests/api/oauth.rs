@@ -155,7 +155,7 @@ impl World {
         let request = path.rsplit('=').next().unwrap().to_owned();
         let mut all: Vec<(&str, &str)> = vec![("request", &request)];
         all.extend_from_slice(fields);
-        // The tool boxes come checked: a browser sends them all.
+        // Nothing comes checked: the person ticks every tool.
         all.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
         let r = console.post("/admin/oauth/consent", &all).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
@@ -273,6 +273,7 @@ async fn authorization_server_metadata_is_rfc_8414_from_the_public_url() {
         );
         assert_eq!(m["token_endpoint_auth_methods_supported"], json!(["none"]));
         assert_eq!(m["authorization_response_iss_parameter_supported"], true);
+        assert_eq!(m["client_id_metadata_document_supported"], true);
     }
 }
 
@@ -281,15 +282,16 @@ async fn a_401_on_mcp_points_at_the_metadata_and_keeps_the_spec_strings() {
     let app = TestApp::spawn().await;
     let ex = app.mcp("").initialize().await;
     assert_eq!(ex.status, StatusCode::UNAUTHORIZED);
+    // The scope hint (MCP authorization): the one scope this server issues.
     assert_eq!(
         ex.headers["www-authenticate"],
-        "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+        "Bearer resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\", scope=\"mcp\""
     );
     let ex = app.mcp("mnm_not-a-token").initialize().await;
     assert_eq!(
         ex.headers["www-authenticate"],
         "Bearer error=\"invalid_token\", error_description=\"Invalid MCP token.\", \
-         resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\""
+         resource_metadata=\"http://127.0.0.1:0/.well-known/oauth-protected-resource\", scope=\"mcp\""
     );
     assert_eq!(
         ex.json(),
@@ -406,9 +408,12 @@ async fn the_flow_grants_exactly_the_library_picked_and_refreshes() {
     }
     let request = path.rsplit('=').next().unwrap().to_owned();
     for t in mnemosyne::mcp::TOOLS {
+        let boxed = format!("name=\"tool\" value=\"{t}\"");
+        let at = page.body.find(&boxed).unwrap_or_else(|| panic!("{t} offered"));
+        let tag_end = page.body[at..].find('>').unwrap();
         assert!(
-            page.body.contains(&format!("name=\"tool\" value=\"{t}\" checked")),
-            "{t} offered"
+            !page.body[at..at + tag_end].contains("checked"),
+            "{t}: nothing granted by default"
         );
     }
     let mut fields = vec![
@@ -991,4 +996,461 @@ async fn authorize_errors_of_a_self_registered_web_redirect_are_shown_not_redire
     assert!(location(&r).starts_with("/admin/oauth/consent?request="));
     web.client_id = loopback_client;
     refused_by_redirect(&web, &[("code_challenge", None)], "invalid_request").await;
+}
+
+// ---- Client ID Metadata Documents ----
+
+/// A client's web site: serves its Client ID Metadata Documents on a
+/// loopback port (plain http: the servers under test run on a loopback
+/// http public URL, the development mode where that is allowed), and counts
+/// the connections made to it and the requests per path.
+struct DocSite {
+    base: String,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    hits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DocSite {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DocSite {
+    async fn start() -> DocSite {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hits = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let (b, c, h) = (base.clone(), connections.clone(), hits.clone());
+        // Ends when the site is dropped (aborted); each connection is capped.
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (b, h) = (b.clone(), h.clone());
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(30), DocSite::serve(stream, &b, &h)).await;
+                });
+            }
+        });
+        DocSite {
+            base,
+            connections,
+            hits,
+            task,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A document for `path`: its client_id is its URL.
+    fn document(base: &str, path: &str) -> String {
+        json!({
+            "client_id": format!("{base}{path}"),
+            "client_name": "Doc-described client",
+            "client_uri": "https://client.example/",
+            "redirect_uris": [REDIRECT],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        })
+        .to_string()
+    }
+
+    async fn serve(
+        mut stream: tokio::net::TcpStream,
+        base: &str,
+        hits: &std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+            if head.len() > 16 * 1024 {
+                return;
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        *hits.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+        let answer = |status: &str, headers: &str, body: &str| {
+            format!(
+                "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let out = match path.as_str() {
+            "/good" | "/cached" => answer(
+                "200 OK",
+                "Content-Type: application/json; charset=utf-8\r\nCache-Control: max-age=600\r\n",
+                &Self::document(base, &path),
+            ),
+            "/mismatch" => answer(
+                "200 OK",
+                "Content-Type: application/json\r\n",
+                &Self::document(base, "/someone-else"),
+            ),
+            "/text" => answer("200 OK", "Content-Type: text/html\r\n", "<html>not a document</html>"),
+            "/redirect" => answer("302 Found", &format!("Location: {base}/good\r\n"), ""),
+            "/big" => {
+                // 256 KiB without a length: read until the cap, then given up.
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+                    .await;
+                let chunk = [b' '; 4096];
+                for _ in 0..64 {
+                    if stream.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+                return;
+            }
+            "/slow" => {
+                // A byte every half second, for at most 20 s.
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+                    .await;
+                for _ in 0..40 {
+                    if stream.write_all(b" ").await.is_err() || stream.flush().await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                return;
+            }
+            "/elsewhere" => {
+                let mut doc: Value = serde_json::from_str(&Self::document(base, &path)).unwrap();
+                doc["redirect_uris"] = json!(["http://localhost:4000/callback"]);
+                answer("200 OK", "Content-Type: application/json\r\n", &doc.to_string())
+            }
+            _ if path.starts_with("/distinct/") => answer(
+                "200 OK",
+                "Content-Type: application/json\r\n",
+                &Self::document(base, &path),
+            ),
+            _ => answer("404 Not Found", "", ""),
+        };
+        let _ = stream.write_all(out.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
+/// An authorization request naming `client_id` is refused on a page shown to
+/// the person (never a redirect): its status and RFC 6749 error.
+async fn shown_refusal(w: &World, client_id: &str) -> (StatusCode, Value) {
+    let r = w.authorize(&[("client_id", Some(client_id))]).await;
+    assert!(location(&r).is_empty(), "{client_id}: never redirected");
+    crate::helpers::json_of(r).await
+}
+
+#[tokio::test]
+async fn a_client_metadata_document_registers_its_client_end_to_end() {
+    let site = DocSite::start().await;
+    let mut w = world().await;
+    w.client_id = site.url("/good");
+    let path = w.consent_path().await;
+    let mut c = w.signed_in().await;
+    let page = c.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("Doc-described client"), "the document's name");
+    let doc_host = site.base.trim_start_matches("http://");
+    assert!(page.body.contains(doc_host), "the document's host: {}", page.body);
+    assert!(
+        page.body.contains("<code>127.0.0.1</code>"),
+        "the redirect's host: {}",
+        page.body
+    );
+    assert_eq!(page.headers[header::X_FRAME_OPTIONS], "DENY");
+    let request = path.rsplit('=').next().unwrap().to_owned();
+    let mut fields = vec![
+        ("request", request.as_str()),
+        ("decision", "approve"),
+        ("library", &w.lib_a),
+        ("lifetime", "30"),
+    ];
+    fields.extend(mnemosyne::mcp::TOOLS.iter().map(|t| ("tool", *t)));
+    let r = c.post("/admin/oauth/consent", &fields).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let to = r.location().to_owned();
+    assert!(to.starts_with(REDIRECT_OTHER_PORT), "{to}");
+    let code = params(&to)["code"].clone();
+    let (status, t) = w.exchange(&code, VERIFIER).await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let mut mcp = w.app.mcp(t["access_token"].as_str().unwrap()).connect().await;
+    assert_eq!(mcp.library_uids().await, vec![w.lib_a.clone()]);
+    let found = mcp.call_ok("search", json!({"query": "quokkas"})).await;
+    assert!(!found["results"].as_array().unwrap().is_empty(), "{found}");
+    let (status, fresh) = w.refresh(t["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{fresh}");
+
+    // Fetched once: the authorization, the exchange and the refresh used the cache.
+    assert_eq!(site.hits("/good"), 1);
+    let (source, name): (String, String) =
+        sqlx::query_as("SELECT source, client_name FROM oauth_clients WHERE client_id = $1")
+            .bind(&w.client_id)
+            .fetch_one(&w.app.pg)
+            .await
+            .unwrap();
+    assert_eq!((source.as_str(), name.as_str()), ("cimd", "Doc-described client"));
+    let used: Vec<(String, Value)> =
+        sqlx::query_as("SELECT target, detail FROM audit_events WHERE action = 'oauth_client_metadata_used'")
+            .fetch_all(&w.app.pg)
+            .await
+            .unwrap();
+    assert_eq!(used.len(), 1, "{used:?}");
+    assert_eq!(used[0].0, w.client_id);
+    assert_eq!(used[0].1["fetched"], true);
+    assert_eq!(used[0].1["document_host"], doc_host);
+}
+
+#[tokio::test]
+async fn a_document_is_cached_a_second_authorization_does_not_fetch_it() {
+    let site = DocSite::start().await;
+    let mut w = world().await;
+    w.client_id = site.url("/cached");
+    w.consent_path().await;
+    w.consent_path().await;
+    assert_eq!(site.hits("/cached"), 1);
+    let fetched: Vec<Value> = sqlx::query_scalar(
+        "SELECT detail->'fetched' FROM audit_events WHERE action = 'oauth_client_metadata_used' ORDER BY id",
+    )
+    .fetch_all(&w.app.pg)
+    .await
+    .unwrap();
+    assert_eq!(fetched, [json!(true), json!(false)], "every use audited");
+}
+
+#[tokio::test]
+async fn a_document_whose_client_id_is_not_its_url_is_refused() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    let (status, body) = shown_refusal(&w, &site.url("/mismatch")).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("client_id is not its URL"),
+        "{body}"
+    );
+    assert_eq!(site.hits("/mismatch"), 1);
+}
+
+#[tokio::test]
+async fn an_oversized_document_is_refused() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    let (status, body) = shown_refusal(&w, &site.url("/big")).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 64 KiB"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_document_slower_than_the_time_cap_is_refused() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    let started = std::time::Instant::now();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(20), shown_refusal(&w, &site.url("/slow")))
+        .await
+        .expect("the fetch gives up by itself");
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    assert!(
+        body["error_description"].as_str().unwrap().contains("within 5 s"),
+        "{body}"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_document_behind_a_redirect_is_refused_and_the_redirect_not_followed() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    let (status, body) = shown_refusal(&w, &site.url("/redirect")).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("redirects are not followed"),
+        "{body}"
+    );
+    assert_eq!(site.hits("/good"), 0, "the redirect was not followed");
+}
+
+#[tokio::test]
+async fn a_document_not_served_as_json_is_refused_and_the_refusal_cached() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    for _ in 0..2 {
+        let (status, body) = shown_refusal(&w, &site.url("/text")).await;
+        assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+        assert!(
+            body["error_description"]
+                .as_str()
+                .unwrap()
+                .contains("not served as JSON"),
+            "{body}"
+        );
+    }
+    assert_eq!(site.hits("/text"), 1, "a refusal is remembered, not fetched again");
+}
+
+#[tokio::test]
+async fn a_redirect_uri_the_document_does_not_list_is_refused_without_redirecting() {
+    let site = DocSite::start().await;
+    let mut w = world().await;
+    w.client_id = site.url("/good");
+    for bad in ["http://127.0.0.1:4000/elsewhere", "https://evil.example/callback"] {
+        let r = w.authorize(&[("redirect_uri", Some(bad))]).await;
+        assert!(location(&r).is_empty(), "{bad}: never redirected");
+        let (status, body) = crate::helpers::json_of(r).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    // A malformed request of a document client with a loopback redirect
+    // goes back to it, as for any client.
+    refused_by_redirect(&w, &[("code_challenge", None)], "invalid_request").await;
+}
+
+#[tokio::test]
+async fn document_fetches_are_rate_limited_per_address() {
+    let site = DocSite::start().await;
+    // 6 a minute: a burst of one.
+    let app = TestApp::spawn_with(|s| {
+        on_its_own_url(s);
+        s.oauth_metadata_fetches_per_minute = 6;
+    })
+    .await;
+    let mut w = World {
+        app,
+        alice: String::new(),
+        lib_a: String::new(),
+        lib_b: String::new(),
+        client_id: site.url("/distinct/1"),
+    };
+    let r = w.authorize(&[]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // A cached document costs no fetch.
+    let r = w.authorize(&[]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    w.client_id = site.url("/distinct/2");
+    let r = w.authorize(&[]).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key(header::RETRY_AFTER));
+    assert!(location(&r).is_empty());
+    let (_, body) = crate::helpers::json_of(r).await;
+    assert_eq!(body["error"], "temporarily_unavailable", "{body}");
+    assert_eq!(site.hits("/distinct/1"), 1);
+    assert_eq!(site.hits("/distinct/2"), 0);
+}
+
+#[tokio::test]
+async fn in_production_a_non_https_or_loopback_document_is_refused_without_connecting() {
+    let site = DocSite::start().await;
+    let port = site.base.rsplit(':').next().unwrap().to_owned();
+    let app = TestApp::spawn_with(|s| s.public_url = "https://mnemosyne.example".into()).await;
+    let w = World {
+        client_id: String::new(),
+        alice: String::new(),
+        lib_a: String::new(),
+        lib_b: String::new(),
+        app,
+    };
+    for client_id in [
+        site.url("/good"),
+        format!("https://127.0.0.1:{port}/good"),
+        format!("https://localhost:{port}/good"),
+        format!("https://[::1]:{port}/good"),
+    ] {
+        let (status, body) = shown_refusal(&w, &client_id).await;
+        assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    }
+    let (status, body, _) = w
+        .token(&[
+            ("grant_type", "authorization_code"),
+            ("code", "x"),
+            ("code_verifier", VERIFIER),
+            ("client_id", &format!("https://127.0.0.1:{port}/good")),
+        ])
+        .await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "invalid_client");
+    assert_eq!(site.connections(), 0, "no connection was made");
+}
+
+/// What the person sees when their browser lands on a refused request: a
+/// page (not JSON, never a redirect to the client), unframeable.
+#[tokio::test]
+async fn a_refusal_shown_to_a_browser_is_a_page_not_a_redirect() {
+    let site = DocSite::start().await;
+    let w = world().await;
+    for client_id in ["mcl_nobody".to_owned(), site.url("/mismatch")] {
+        let r = http()
+            .get(w.authorize_url(&[("client_id", Some(&client_id))]))
+            .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{client_id}");
+        assert!(location(&r).is_empty(), "{client_id}: never redirected");
+        assert_eq!(r.headers()[header::X_FRAME_OPTIONS], "DENY");
+        assert!(r.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"));
+        let body = r.text().await.unwrap();
+        assert!(body.contains("invalid_client"), "{body}");
+    }
+}
+
+/// A document served from one host sending the person back to another: the
+/// consent page says so.
+#[tokio::test]
+async fn the_consent_page_warns_when_a_documents_redirect_goes_to_another_host() {
+    let site = DocSite::start().await;
+    let mut w = world().await;
+    w.client_id = site.url("/elsewhere");
+    let r = w
+        .authorize(&[("redirect_uri", Some("http://localhost:4000/callback"))])
+        .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let path = location(&r);
+    let mut c = w.signed_in().await;
+    let page = c.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("<code>localhost</code>"), "{}", page.body);
+    assert!(
+        page.body.contains("another host than the one describing it"),
+        "{}",
+        page.body
+    );
+    // The same document's client, sent back to its own host: no warning.
+    w.client_id = site.url("/good");
+    let path = w.consent_path().await;
+    let page = c.get(&path).await;
+    assert!(
+        !page.body.contains("another host than the one describing it"),
+        "{}",
+        page.body
+    );
 }

@@ -74,6 +74,11 @@ class Stack:
     #: The binary and the environment its CLI runs with (this run's database).
     binary: str
     cli_env: dict[str, str]
+    #: A certificate (and its key) for https://127.0.0.1, issued by a test
+    #: authority the server trusts for Client ID Metadata Documents
+    #: (MNEMOSYNE_OAUTH_METADATA_CA_FILE): a test serves a document with it.
+    tls_cert: str
+    tls_key: str
 
     def cli(self, *args: str) -> str:
         """Runs `mnemosyne <args>` against this run's database; its stdout."""
@@ -119,6 +124,63 @@ def _run(cmd: list[str], env: dict[str, str], stdin: str | None = None) -> str:
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])}… exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
     return r.stdout
+
+
+def _test_authority(workdir: Path) -> tuple[Path, Path, Path]:
+    """A throwaway certificate authority and a certificate it issued for
+    127.0.0.1 (an hour long): the CA file, the certificate, its key."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mnemosyne pytest CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_file, cert_file, key_file = workdir / "ca.pem", workdir / "localhost.pem", workdir / "localhost-key.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return ca_file, cert_file, key_file
 
 
 def _free_port() -> int:
@@ -182,6 +244,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
 
     workdir = Path(tempfile.mkdtemp(prefix="mnemosyne-pytest-"))
     log = workdir / "serve.log"
+    ca_file, tls_cert, tls_key = _test_authority(workdir)
     proc: subprocess.Popen[bytes] | None = None
     http: httpx2.Client | None = None
     workspaces: list[str] = []
@@ -196,7 +259,13 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             # binds it. Then serve exits at once, and we try another port.
             port = _free_port()
             base = f"http://127.0.0.1:{port}"
-            serve_env = dict(env, MNEMOSYNE_LISTEN=f"127.0.0.1:{port}", MNEMOSYNE_PUBLIC_URL=base, NO_COLOR="1")
+            serve_env = dict(
+                env,
+                MNEMOSYNE_LISTEN=f"127.0.0.1:{port}",
+                MNEMOSYNE_PUBLIC_URL=base,
+                MNEMOSYNE_OAUTH_METADATA_CA_FILE=str(ca_file),
+                NO_COLOR="1",
+            )
             with log.open("wb") as out:
                 proc = subprocess.Popen([binary, "serve"], cwd=ROOT, env=serve_env, stdout=out, stderr=subprocess.STDOUT)
             try:
@@ -283,6 +352,8 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             reader=reader,
             binary=binary,
             cli_env=env,
+            tls_cert=str(tls_cert),
+            tls_key=str(tls_key),
         )
     finally:
         try:

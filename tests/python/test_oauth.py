@@ -9,13 +9,22 @@ HTTP client that signs in on the console and approves ONE of two libraries on
 the consent page (the WebDriver test does the same with a real browser); the
 SDK then lists and searches exactly that library, refreshes its token, and a
 revoked grant answers 401 on the next request.
+
+The SDK's Client ID Metadata Document support (`client_metadata_url`) is
+exercised too: the test serves the client's document over https on
+127.0.0.1 (a certificate from a test authority the server is told to trust),
+and the SDK uses the URL as its client_id instead of registering.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import ssl
 import subprocess
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urljoin, urlparse
 
 import anyio
@@ -122,6 +131,57 @@ class Person:
         return self.result
 
 
+class MetadataSite:
+    """The client publisher's site: serves its Client ID Metadata Document at
+    https://127.0.0.1:PORT/oauth/client.json and counts the fetches."""
+
+    def __init__(self, stack: Stack) -> None:
+        site = self
+        self.hits = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                if self.path != "/oauth/client.json":
+                    self.send_error(404)
+                    return
+                site.hits += 1
+                body = json.dumps(site.document).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Cache-Control", "max-age=600")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(stack.tls_cert, stack.tls_key)
+        self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"https://{self.host}/oauth/client.json"
+        self.document = {
+            "client_id": self.url,
+            "client_name": "pytest CIMD client",
+            "redirect_uris": [REDIRECT],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+
+    def __enter__(self) -> "MetadataSite":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
 def _person(stack: Stack) -> str:
     """A console user who owns workspace A's library and manages workspace B's."""
     name = f"py-oauth-{uuid.uuid4().hex[:8]}"
@@ -210,3 +270,41 @@ async def test_the_sdk_connects_with_only_the_url_and_reads_exactly_the_library_
         )
     assert r.status_code == 401, r.text
     assert r.json() == {"error": "invalid_token", "error_description": "Invalid MCP token."}
+
+
+async def test_the_sdk_uses_a_client_metadata_document_instead_of_registering(stack: Stack) -> None:
+    person = Person(stack.base_url, _person(stack), stack.library_uid)
+    storage = MemoryStorage()
+    with MetadataSite(stack) as site:
+        provider = OAuthClientProvider(
+            server_url=stack.mcp_url,
+            client_metadata=OAuthClientMetadata(
+                client_name="pytest CIMD client",
+                redirect_uris=[REDIRECT],
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                token_endpoint_auth_method="none",
+            ),
+            storage=storage,
+            redirect_handler=person.approve,
+            callback_handler=person.callback,
+            client_metadata_url=site.url,
+        )
+        with anyio.fail_after(DEADLINE_S):
+            async with httpx2.AsyncClient(auth=provider, trust_env=False, timeout=20.0) as http:
+                async with Client(
+                    streamable_http_client(stack.mcp_url, http_client=http),
+                    mode="legacy",
+                    client_info=types.Implementation(name="mnemosyne-pytest-cimd", version="0"),
+                ) as client:
+                    libs = await client.call_tool("list_libraries", {})
+                    assert [lib["uid"] for lib in libs.structured_content["libraries"]] == [stack.library_uid]
+
+        # No registration: the document's URL is the client_id.
+        assert storage.client_info is not None and storage.client_info.client_id == site.url
+        page = person.consent_pages[0]
+        assert "pytest CIMD client" in page
+        assert site.host in page, "the consent page names the document's host"
+        assert site.hits == 1, "fetched once; the token exchange used the cache"
+    clients = stack.cli("--json", "oauth", "client", "list")
+    assert any(c["client_id"] == site.url and c["source"] == "cimd" for c in json.loads(clients)), clients

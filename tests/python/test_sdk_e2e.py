@@ -348,7 +348,7 @@ async def test_refused_bearer_is_a_401_on_the_wire(stack: Stack, wrong: str, sta
     if wrong == "missing":
         assert r.json() == {"error": "invalid_request", "error_description": "Missing bearer token."}
         # The embedded authorization server (issue 48) says where its metadata is.
-        assert r.headers["www-authenticate"] == f'Bearer resource_metadata="{_metadata_url(stack)}"'
+        assert r.headers["www-authenticate"] == f'Bearer resource_metadata="{_metadata_url(stack)}", scope="mcp"'
     else:
         assert r.json() == INVALID_TOKEN_BODY
-        assert r.headers["www-authenticate"] == f'{INVALID_TOKEN_CHALLENGE}, resource_metadata="{_metadata_url(stack)}"'
+        assert r.headers["www-authenticate"] == f'{INVALID_TOKEN_CHALLENGE}, resource_metadata="{_metadata_url(stack)}", scope="mcp"'

@@ -38,6 +38,33 @@ pub async fn insert_client<'e>(
     .map(|_| ())
 }
 
+/// Keeps (or refreshes) the client a Client ID Metadata Document describes
+/// (its URL is its id). None when that id belongs to a client registered
+/// another way (never overwritten).
+pub async fn upsert_document_client<'e>(
+    ex: impl PgExecutor<'e>,
+    client_id: &str,
+    client_name: &str,
+    redirect_uris: &[String],
+    metadata: &serde_json::Value,
+) -> Result<Option<Client>, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO oauth_clients (client_id, client_name, redirect_uris, source, metadata)
+         VALUES ($1, $2, $3, 'cimd', $4)
+         ON CONFLICT (client_id) DO UPDATE
+            SET client_name = EXCLUDED.client_name, redirect_uris = EXCLUDED.redirect_uris,
+                metadata = EXCLUDED.metadata
+          WHERE oauth_clients.source = 'cimd'
+         RETURNING client_id, client_name, redirect_uris, source, metadata, created_at",
+    )
+    .bind(client_id)
+    .bind(client_name)
+    .bind(redirect_uris)
+    .bind(Json(metadata))
+    .fetch_optional(ex)
+    .await
+}
+
 pub async fn client<'e>(ex: impl PgExecutor<'e>, client_id: &str) -> Result<Option<Client>, sqlx::Error> {
     sqlx::query_as(
         "SELECT client_id, client_name, redirect_uris, source, metadata, created_at
