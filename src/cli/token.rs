@@ -31,24 +31,22 @@ pub(super) async fn run(pool: &sqlx::PgPool, c: TokenCmd, json: bool, max_live: 
                 Some(ToolAllowlist::parse("--tool", &tools, &crate::mcp::TOOLS)?)
             };
             let names = allowlist.as_ref().map(ToolAllowlist::names);
-            let Minted { id, plaintext } = tokens_service::mint_with_tools(
-                pool,
-                CLI_ACTOR,
-                &user,
-                &name,
-                &libraries,
-                allowlist.as_ref(),
+            let token = tokens_service::NewToken {
+                username: &user,
+                name: &name,
+                libraries: &libraries,
+                tools: allowlist.as_ref(),
                 expires_at,
-                max_live,
-            )
-            .await
-            .map_err(|e| match e {
-                TokenError::NotOwnerOrManager { .. } => {
-                    anyhow::anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
-                }
-                TokenError::ExpiryInPast => anyhow::anyhow!("--expires-at is in the past"),
-                e => e.into(),
-            })?;
+            };
+            let Minted { id, plaintext } = tokens_service::mint_with_tools(pool, CLI_ACTOR, &token, max_live)
+                .await
+                .map_err(|e| match e {
+                    TokenError::NotOwnerOrManager { .. } => {
+                        anyhow::anyhow!("{e} (grant a role with `mnemosyne membership grant`)")
+                    }
+                    TokenError::ExpiryInPast => anyhow::anyhow!("--expires-at is in the past"),
+                    e => e.into(),
+                })?;
             emit(
                 json,
                 serde_json::json!({"id": id, "user": user, "name": name, "libraries": libraries,

@@ -1069,13 +1069,15 @@ async fn issue(
     .collect();
     store::insert_access_token(
         tx,
-        g.user_id,
-        &name,
-        &token_hash(&access),
-        &g.allowed_libraries.0,
-        g.allowed_tools.as_deref(),
-        expires_at,
-        grant_id,
+        &store::AccessToken {
+            user_id: g.user_id,
+            name: &name,
+            token_hash: &token_hash(&access),
+            libraries: &g.allowed_libraries.0,
+            tools: g.allowed_tools.as_deref(),
+            expires_at,
+            grant_id,
+        },
     )
     .await?;
     let refresh = format!("mnr_{}", random_b64(32));

@@ -124,21 +124,40 @@ pub async fn mint_by(
     expires_at: Option<DateTime<Utc>>,
     max_live: u32,
 ) -> Result<Minted, TokenError> {
-    mint_with_tools(pg, actor, username, name, libraries, None, expires_at, max_live).await
+    let token = NewToken {
+        username,
+        name,
+        libraries,
+        tools: None,
+        expires_at,
+    };
+    mint_with_tools(pg, actor, &token, max_live).await
+}
+
+/// A token to mint (`mint_with_tools`).
+pub struct NewToken<'a> {
+    pub username: &'a str,
+    pub name: &'a str,
+    pub libraries: &'a [String],
+    /// The tool allowlist (`None` = every tool; issue 24).
+    pub tools: Option<&'a ToolAllowlist>,
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// `mint_by`, with a tool allowlist (`None` = every tool; issue 24).
-#[allow(clippy::too_many_arguments)]
 pub async fn mint_with_tools(
     pg: &PgPool,
     actor: &str,
-    username: &str,
-    name: &str,
-    libraries: &[String],
-    tools: Option<&ToolAllowlist>,
-    expires_at: Option<DateTime<Utc>>,
+    token: &NewToken<'_>,
     max_live: u32,
 ) -> Result<Minted, TokenError> {
+    let NewToken {
+        username,
+        name,
+        libraries,
+        tools,
+        expires_at,
+    } = *token;
     check_len("name", name, 0, 200)?;
     if libraries.len() > MAX_TOKEN_LIBRARIES {
         return Err(super::bad(

@@ -447,3 +447,73 @@ mod vanished_tests {
         assert!(!super::vanished(&here, &["uid", "ordinal"]).unwrap());
     }
 }
+
+#[cfg(test)]
+mod driver_tests {
+    use super::driver::*;
+    use super::*;
+
+    #[test]
+    fn arcadedb_and_neo4j_conflicts_are_transient() {
+        // What ArcadeDB 26.10 answers over Bolt to concurrent writers (provoked here).
+        for (code, msg) in [
+            (
+                "Neo.TransientError.Transaction.DeadlockDetected",
+                "Slot rebase not possible on page PageId(mnemosyne/4/11) slot 0 (concurrent change to the same record). Please retry the operation",
+            ),
+            (
+                "Neo.TransientError.Transaction.DeadlockDetected",
+                "Edge list IN head of vertex #1:12288 changed by a concurrent transaction",
+            ),
+            ("Neo.TransientError.Transaction.DeadlockDetected", "Edge-append rebase not possible"),
+            ("Neo.TransientError.Transaction.LockAcquisitionTimeout", ""),
+            ("Neo.TransientError.General.DatabaseUnavailable", ""),
+            ("Neo.ClientError.Cluster.NotALeader", ""),
+            ("Neo.DatabaseError.General.UnknownError", "com.arcadedb.exception.ConcurrentModificationException: x"),
+            ("Neo.DatabaseError.General.UnknownError", "NeedRetryException"),
+        ] {
+            assert_eq!(classify_code(code, msg), ErrorClass::Transient, "{code} {msg}");
+        }
+        for code in [
+            "Neo.TransientError.Transaction.Terminated",
+            "Neo.TransientError.Transaction.LockClientStopped",
+            "Neo.ClientError.Statement.SyntaxError",
+            "Neo.DatabaseError.General.UnknownError",
+        ] {
+            assert_eq!(classify_code(code, "boom"), ErrorClass::Failed, "{code}");
+        }
+        assert_eq!(
+            classify_code(
+                "Neo.ClientError.Schema.ConstraintValidationFailed",
+                "Duplicated key [x] found on index 'Library[uid]'"
+            ),
+            ErrorClass::Duplicate
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_is_classified_by_its_code() {
+        // neo4rs reports a FAILURE answering COMMIT as an unexpected message.
+        let e = neo4rs::Error::UnexpectedMessage(
+            "unexpected response for COMMIT: Failure(Failure { metadata: BoltMap { value: {BoltString { value: \"code\" }: \
+             String(BoltString { value: \"Neo.ClientError.Schema.ConstraintValidationFailed\" })} } })"
+                .into(),
+        );
+        assert_eq!(classify(&e).0, ErrorClass::Duplicate);
+        let io = neo4rs::Error::IOError {
+            detail: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert_eq!(classify(&io).0, ErrorClass::Unavailable);
+        assert!(matches!(GraphError::from(io), GraphError::Unavailable(_)));
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_is_capped() {
+        let p = RetryPolicy::default();
+        for attempt in 0..40 {
+            let cap = p.initial.saturating_mul(1 << attempt.min(16)).min(p.max_delay);
+            let d = p.delay(attempt);
+            assert!(d <= cap && d >= cap / 2, "attempt {attempt}: {d:?} vs {cap:?}");
+        }
+    }
+}

@@ -168,7 +168,6 @@ const GRANT_COLUMNS: &str = "g.id, g.client_id, c.client_name, g.user_id, u.user
         (SELECT max(t.last_used_at) FROM mcp_tokens t WHERE t.oauth_grant_id = g.id) AS last_used_at
    FROM oauth_grants g JOIN oauth_clients c ON c.client_id = g.client_id JOIN users u ON u.id = g.user_id";
 
-#[allow(clippy::too_many_arguments)]
 pub async fn insert_grant(
     conn: &mut PgConnection,
     client_id: &str,
@@ -394,19 +393,29 @@ pub async fn retire_access_tokens(conn: &mut PgConnection, grant_id: i64) -> Res
         .map(|_| ())
 }
 
+/// An access token to issue under a grant (`insert_access_token`).
+pub struct AccessToken<'a> {
+    pub user_id: i64,
+    pub name: &'a str,
+    pub token_hash: &'a str,
+    pub libraries: &'a [String],
+    pub tools: Option<&'a [String]>,
+    pub expires_at: DateTime<Utc>,
+    pub grant_id: i64,
+}
+
 /// An access token issued under a grant: an `mcp_tokens` row like any other,
 /// with its expiry and the grant.
-#[allow(clippy::too_many_arguments)]
-pub async fn insert_access_token(
-    conn: &mut PgConnection,
-    user_id: i64,
-    name: &str,
-    token_hash: &str,
-    libraries: &[String],
-    tools: Option<&[String]>,
-    expires_at: DateTime<Utc>,
-    grant_id: i64,
-) -> Result<i64, sqlx::Error> {
+pub async fn insert_access_token(conn: &mut PgConnection, t: &AccessToken<'_>) -> Result<i64, sqlx::Error> {
+    let AccessToken {
+        user_id,
+        name,
+        token_hash,
+        libraries,
+        tools,
+        expires_at,
+        grant_id,
+    } = *t;
     sqlx::query_scalar(
         "INSERT INTO mcp_tokens (user_id, name, token_hash, allowed_libraries, allowed_tools, expires_at, oauth_grant_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
