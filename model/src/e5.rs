@@ -168,6 +168,13 @@ impl E5 {
         ids
     }
 
+    /// How many pieces the tokenizer splits `text` into (no role prefix, no
+    /// `<s>`/`</s>`): a word the vocabulary holds is one or two, a random
+    /// string of letters and digits many of a character or two each.
+    pub fn pieces(&self, text: &str) -> usize {
+        self.tokenizer.encode(text).len()
+    }
+
     /// The mean of the last hidden states (not normalized), with the
     /// caller's buffers.
     pub fn mean_pooled(&self, text: &str, role: Role, scratch: &mut Scratch) -> anyhow::Result<Vec<f32>> {

@@ -375,6 +375,22 @@ impl Encoder {
             .ok_or_else(|| anyhow::anyhow!("the model returned no vector"))
     }
 
+    /// How many word pieces the embedding model's tokenizer splits `text`
+    /// into, without the specials and e5's role prefix (cheap: no encoder
+    /// runs). A word of the vocabulary is one piece or two; a string the
+    /// model has never seen (a random identifier) falls apart into many
+    /// pieces of a character or two.
+    pub fn pieces(&self, text: &str) -> anyhow::Result<usize> {
+        match &*self.model {
+            Model::MiniLm { tokenizer, .. } => Ok(tokenizer
+                .encode(text, false)
+                .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?
+                .get_ids()
+                .len()),
+            Model::E5(m) => Ok(m.pieces(text)),
+        }
+    }
+
     /// The paired cross-language model's unit vector of a search's text
     /// (blocking); None without one.
     pub fn embed_cross_query(&self, text: &str) -> Option<anyhow::Result<Vec<f32>>> {

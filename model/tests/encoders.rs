@@ -150,3 +150,36 @@ fn the_use_m3_encoder_matches_the_package_engine_and_meets_translations() {
     // A folder without the model is an error, not a panic.
     assert!(use_m3::Model::load(std::path::Path::new("/nonexistent-use-m3")).is_err());
 }
+
+/// What the server's readability rule (`mnemosyne::embed::reads_any`: at
+/// least 5 pieces averaging under 2 characters each is a word the model
+/// cannot read) rests on, in both embedding models' tokenizers: a random
+/// identifier falls apart into pieces of a character or two, words, names
+/// and short codes do not.
+#[test]
+fn random_identifiers_fall_apart_into_short_pieces_and_words_do_not() {
+    for name in ["multilingual-e5-small", "all-minilm-l6-v2"] {
+        let e = Encoder::load(&installed_model(name)).unwrap();
+        let pieces = |w: &str| e.pieces(w).unwrap();
+        for random in ["old1b50dd5f6a", "7f3a9c", "py_3f2a1b9c4d5e_ws"] {
+            let n = pieces(random);
+            assert!(
+                n >= 5 && random.chars().count() < 2 * n,
+                "{name}: {random} in {n} pieces"
+            );
+        }
+        for word in [
+            "crampons",
+            "Hinterstoisser",
+            "Wanderschuhen",
+            "kubectl",
+            "COVID19",
+            "IPv6",
+            "1938",
+            "passport",
+        ] {
+            let n = pieces(word);
+            assert!(n < 5 || word.chars().count() >= 2 * n, "{name}: {word} in {n} pieces");
+        }
+    }
+}

@@ -176,7 +176,7 @@ pub fn analyzer(language: Language) -> &'static Analyzer {
 }
 
 /// Whether `c` belongs to a script written without spaces between words.
-fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
         0x3040..=0x30FF      // Hiragana, Katakana
         | 0x31F0..=0x31FF    // Katakana phonetic extensions
@@ -286,6 +286,18 @@ impl Analyzer {
     pub fn query_terms(&self, query: &str, max: usize) -> Vec<String> {
         query_terms(&[self], query, max)
     }
+}
+
+/// Whether `query` gives keyword search any term at all: some letter or
+/// digit survives the analysis (the same in every language: analyzers differ
+/// in stems and stop words, never in what they split off). A query of
+/// punctuation, operators, symbols and spaces alone (`*`, `?`, `()`, `--`,
+/// `"`) has none: search answers it with nothing in every mode
+/// (`search::engine::Engine::run`).
+pub fn has_terms(query: &str) -> bool {
+    let mut out = Vec::new();
+    analyzer(Language::English).analyze(query, &mut out);
+    !out.is_empty()
 }
 
 /// The distinct terms of a query analyzed by each of `analyzers` (a word

@@ -68,6 +68,10 @@ impl Provider for InProcess {
         self.blocking(move |e| e.embed_query(&text)).await?
     }
 
+    fn pieces(&self, word: &str) -> Option<usize> {
+        self.encoder.pieces(word).ok()
+    }
+
     async fn embed_cross_query(&self, text: String) -> Option<anyhow::Result<Vec<f32>>> {
         if !self.encoder.is_paired() {
             return None;

@@ -71,6 +71,12 @@ pub trait Provider: Send + Sync {
     async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> anyhow::Result<Embedded>;
     /// The embedding model's unit vector of a search's text.
     async fn embed_query(&self, text: String) -> anyhow::Result<Vec<f32>>;
+    /// How many word pieces the embedding model's tokenizer splits `word`
+    /// into (`Embedder::reads`); None when the provider cannot tell (then
+    /// every query counts as readable).
+    fn pieces(&self, _word: &str) -> Option<usize> {
+        None
+    }
     /// The cross-language model's unit vector of a search's text; None
     /// unpaired.
     async fn embed_cross_query(&self, text: String) -> Option<anyhow::Result<Vec<f32>>>;
@@ -176,6 +182,13 @@ impl Embedder {
         cached_query(&self.queries, scope, text, self.provider.embed_query(text.to_owned())).await
     }
 
+    /// Whether the embedding model can read anything of `query`
+    /// (`reads_any`, on the model's own tokenizer; a provider that cannot
+    /// count pieces reads everything).
+    pub fn reads(&self, query: &str) -> bool {
+        reads_any(query, |w| self.provider.pieces(w))
+    }
+
     /// The paired cross-language model's unit vector of a query, cached
     /// alike; None without one.
     pub async fn cross_query_vector(&self, scope: &str, text: &str) -> Option<anyhow::Result<Arc<Vec<f32>>>> {
@@ -190,6 +203,37 @@ impl Embedder {
         };
         Some(cached_query(&self.cross_queries, scope, text, embed).await)
     }
+}
+
+/// Fewest pieces of a word the model cannot read (`reads_any`).
+const UNREAD_PIECES: usize = 5;
+
+/// Whether a model whose tokenizer splits a word into `pieces(word)` pieces
+/// can read some word of `query` (words: its runs between spaces that hold
+/// a letter or digit). A word is unreadable when it falls apart into at
+/// least `UNREAD_PIECES` pieces averaging under two characters each and
+/// holds no CJK character (a CJK character is a word or a syllable of its
+/// own, one piece each): what a random identifier does (`old1b50dd5f6a`: 9
+/// pieces for 13 characters in e5 and in MiniLM; `7f3a9c`: 6 for 6), where
+/// a word of the vocabulary, a name or a compound keeps one to four pieces
+/// of two characters or more (`crampons` 4, `Hinterstoisser` 4,
+/// `Wanderschuhen` 3, `COVID19` 3, `IPv6` 3; measured on both models'
+/// tokenizers). Such a word's vector is the pieces' surface, not a meaning:
+/// e5 puts `old1b50dd5f6a` nearest a chunk holding `new1b50dd5f6a`.
+/// `pieces` None (a provider that cannot tell) reads the word.
+pub fn reads_any(query: &str, pieces: impl Fn(&str) -> Option<usize>) -> bool {
+    query
+        .split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .any(|w| {
+            if w.chars().any(crate::analysis::is_cjk) {
+                return true;
+            }
+            match pieces(w) {
+                Some(n) => n < UNREAD_PIECES || w.chars().count() >= 2 * n,
+                None => true,
+            }
+        })
 }
 
 /// The text a chunk is embedded from: its item's title, then its text.
@@ -224,6 +268,33 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_is_unreadable_only_when_every_word_falls_apart_into_short_pieces() {
+        // Piece counts as e5's tokenizer gives them.
+        let pieces = |w: &str| -> Option<usize> {
+            Some(match w {
+                "old1b50dd5f6a" => 9,
+                "7f3a9c" => 6,
+                "crampons" => 4,
+                "version" => 1,
+                "IPv6" => 3,
+                "ab" => 2,
+                "abcdefghij" => 5,
+                _ => 1,
+            })
+        };
+        assert!(!reads_any("old1b50dd5f6a", pieces));
+        assert!(!reads_any("  old1b50dd5f6a 7f3a9c -- ", pieces));
+        assert!(reads_any("old1b50dd5f6a version", pieces), "one word read is enough");
+        assert!(reads_any("crampons", pieces) && reads_any("IPv6", pieces));
+        // Five pieces of two characters each: a word, read.
+        assert!(reads_any("abcdefghij", pieces));
+        // CJK characters are one piece each and each carries meaning.
+        assert!(reads_any("東京の地下鉄は便利です", |_| Some(7)));
+        // A provider that cannot count reads everything.
+        assert!(reads_any("old1b50dd5f6a", |_| None));
+    }
 
     #[test]
     fn dot_is_the_plain_sum_of_products() {

@@ -155,11 +155,32 @@ impl Engine {
     /// never moves a result. `q.floor` leaves hits out by relevance. Without
     /// a model, `Hybrid` is keyword search and `Semantic` finds nothing (the
     /// search tool refuses it first).
+    ///
+    /// A query that carries no content for either signal is answered with
+    /// nothing in every mode, whatever `q.floor` says (docs/search.md,
+    /// "Queries with nothing in them"):
+    /// - one whose analysis yields no term (`analysis::has_terms`: only
+    ///   punctuation, operators, symbols or spaces — `*`, `?`, `()`, `--`),
+    ///   decided before any store is read: the model's vector of such a text
+    ///   is near everything alike;
+    /// - one the model cannot read (`embed::reads_any`: every word falls
+    ///   apart into short pieces, a random identifier) none of whose terms
+    ///   occurs in the searched libraries: the meaning's evidence is the
+    ///   pieces' surface, and nothing else vouches for a hit. Hybrid search
+    ///   knows it from its own keyword candidates (none); semantic search
+    ///   asks for one keyword candidate, for such a query only. When a term
+    ///   does occur (an identifier the library holds), the search runs as
+    ///   any other.
     pub async fn run(&self, graph: &ScopedGraph, q: &Search<'_>) -> Result<Vec<SearchHit>, GraphError> {
+        if !crate::analysis::has_terms(q.text) {
+            return Ok(Vec::new());
+        }
         let mode = match (q.mode, &self.semantic) {
             (Mode::Hybrid, None) => Mode::Keyword,
             (m, _) => m,
         };
+        // Whether the meaning may answer only beside a keyword candidate.
+        let unread = mode != Mode::Keyword && self.semantic.as_ref().is_some_and(|s| !s.reads(q.text));
         // Libraries whose index is fresh answer from it; the others (not
         // built yet on this replica, or no index) from the graph.
         let ready = match &self.index {
@@ -176,6 +197,17 @@ impl Engine {
             Mode::Keyword | Mode::Hybrid => keyword_ranked(graph, q.text, q.collection_uid, &ready, k, floor).await?,
             Mode::Semantic => Vec::new(),
         };
+        if unread {
+            let held = match mode {
+                Mode::Semantic => !keyword_ranked(graph, q.text, q.collection_uid, &ready, 1, 0.0)
+                    .await?
+                    .is_empty(),
+                _ => !keyword.is_empty(),
+            };
+            if !held {
+                return Ok(Vec::new());
+            }
+        }
         let vector = match (mode, &self.semantic) {
             (Mode::Semantic | Mode::Hybrid, Some(s)) => {
                 let near = Nearest {

@@ -697,3 +697,66 @@ async fn turning_the_cross_language_model_on_or_off_keeps_the_half_already_store
         );
     }
 }
+
+/// Issue 51: a query that carries nothing for either signal gets nothing in
+/// every mode, even with `min_relevance` 0 — punctuation or operators alone,
+/// or a random token the model cannot read that no chunk of the library
+/// holds (e5 put `old1b50dd5f6a` nearest the chunk holding `new1b50dd5f6a`).
+/// A real question still answers in every mode, and the random token the
+/// library does hold is found by keyword and hybrid search.
+#[tokio::test]
+async fn content_free_queries_are_empty_in_every_mode() {
+    let app = TestApp::spawn_with(|s| {
+        s.embed_model = Some(model_dir());
+    })
+    .await;
+    let lib = app.library("sea").await;
+    let mut docs = DOCS.to_vec();
+    docs.push(("Release notes", "new1b50dd5f6a version two"));
+    ingest_docs(&app, &lib, &docs).await;
+    let token = app.opaque_token(&[lib.clone()]).await;
+    let mut c = app.mcp(&token).connect().await;
+    embedded(&app).await;
+    let modes = ["keyword", "semantic", "hybrid"];
+    for q in ["*", "?", "()", "--", "\"", " ( * ) ", "old1b50dd5f6a", "7f3a9c0e1d"] {
+        for mode in modes {
+            for min in [None, Some(0.0)] {
+                let mut args = json!({"query": q, "limit": 10, "mode": mode});
+                if let Some(m) = min {
+                    args["min_relevance"] = json!(m);
+                }
+                let out = c.call_ok("search", args).await;
+                assert_eq!(
+                    out["results"],
+                    json!([]),
+                    "{q:?} in {mode} (min_relevance {min:?}): {out}"
+                );
+            }
+        }
+    }
+    // A real question answers in every mode.
+    for mode in modes {
+        let hits = search(&mut c, "how do volcanic islands form", mode).await;
+        assert_eq!(
+            titles(&hits).first().copied(),
+            Some("Volcanic islands"),
+            "{mode}: {hits:?}"
+        );
+    }
+    // The rare token the library holds: its chunk, first.
+    for mode in ["keyword", "hybrid"] {
+        let hits = search(&mut c, "new1b50dd5f6a", mode).await;
+        assert_eq!(
+            titles(&hits).first().copied(),
+            Some("Release notes"),
+            "{mode}: {hits:?}"
+        );
+        assert!(
+            hits[0]["found_by"].as_array().unwrap().contains(&json!("keyword")),
+            "{hits:?}"
+        );
+    }
+    // One word the model reads is enough to search by meaning.
+    let hits = search(&mut c, "old1b50dd5f6a volcanic islands", "semantic").await;
+    assert_eq!(titles(&hits).first().copied(), Some("Volcanic islands"), "{hits:?}");
+}
