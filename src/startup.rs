@@ -153,7 +153,14 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             lock,
             s.clone(),
             crate::service::embedding::WorkerConfig {
-                batch: state.settings.embed_batch,
+                // A remote provider's batches are its requests in flight.
+                batch: match state.settings.embed_url {
+                    Some(_) => state
+                        .settings
+                        .embed_batch
+                        .max(state.settings.embed_request_batch * state.settings.embed_in_flight),
+                    None => state.settings.embed_batch,
+                },
                 prefix: state.settings.embed_scope_prefix.clone(),
             },
         ));

@@ -109,8 +109,17 @@ impl Probes {
         let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(caller));
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
-        if let Some(m) = health.message() {
-            report["message"] = m.into();
+        let mut message: Vec<String> = health.message().into_iter().collect();
+        // A remote embedding provider that does not answer: the server
+        // still serves (keyword search, ingest), so `degraded`, naming it.
+        if let Some(trouble) = caller.embedding_trouble() {
+            if health.verdict() == Verdict::Ok {
+                report["status"] = Verdict::Degraded.as_str().into();
+            }
+            message.push(trouble);
+        }
+        if !message.is_empty() {
+            report["message"] = message.join("; ").into();
         }
         // Information, never a reason for `degraded`: the search modes, and
         // the chunks still waiting for a vector (keyword-searchable already).

@@ -16,6 +16,7 @@ use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::KnowledgeServer;
 use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::{Floor, Mode, ScopedGraph, Search, SearchHit, MAX_QUERY_CHARS};
+use crate::store::graph::GraphError;
 use crate::text::inline;
 
 const QUERY: Len = Len {
@@ -102,7 +103,16 @@ impl ToolArgs for SearchArgs {
 #[derive(Serialize, JsonSchema)]
 pub struct SearchOut {
     pub results: Vec<SearchHit>,
+    /// Set when the search is not the one asked for: a hybrid search whose
+    /// query the embedding provider could not embed in time answers from
+    /// keyword search alone, and says so here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
+
+/// What a hybrid search answers when its query has no vector.
+const KEYWORDS_ONLY: &str =
+    "semantic search is unavailable right now (the embedding provider did not answer in time): these results are from keyword search alone";
 
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
@@ -145,19 +155,39 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
         Some(only) => graph.narrow(only),
         None => graph,
     };
-    let hits = graph
-        .search(&Search {
-            text: &a.query,
-            limit: limit as usize,
-            collection_uid: a.collection_uid.as_deref(),
-            floor: match (a.min_relevance, mode) {
-                (Some(min), _) => Floor::Hit(min),
-                (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(graph.is_paired())),
-                (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
-            },
-            mode,
-        })
-        .await?;
+    let floor = match (a.min_relevance, mode) {
+        (Some(min), _) => Floor::Hit(min),
+        (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(graph.is_paired())),
+        (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
+    };
+    let search = Search {
+        text: &a.query,
+        limit: limit as usize,
+        collection_uid: a.collection_uid.as_deref(),
+        floor,
+        mode,
+    };
+    // Keyword search alone, as the caller would have asked for it.
+    let keywords = Search {
+        mode: Mode::Keyword,
+        floor: Floor::Hit(a.min_relevance.unwrap_or(0.0)),
+        ..search
+    };
+    // A hybrid search whose query cannot be embedded (the provider's
+    // circuit open: at once; else after the query timeout) answers from
+    // keywords and says so; a semantic one is an error.
+    let (hits, note, mode) = match mode {
+        Mode::Hybrid if !graph.embedding_available() => {
+            (graph.search(&keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
+        }
+        _ => match graph.search(&search).await {
+            Ok(hits) => (hits, None, mode),
+            Err(GraphError::Embedding(_)) if mode == Mode::Hybrid => {
+                (graph.search(&keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
     let mut text = format!(
         "{} result(s) for \"{}\" ({} search)",
         hits.len(),
@@ -198,8 +228,17 @@ async fn call(graph: ScopedGraph, args: JsonObject) -> Result<Reply, ToolError> 
             snippet(&h.text, 400)
         ));
     }
+    if let Some(n) = note {
+        text.push_str(&format!("\n\nNote: {n}."));
+    }
     let reads = tally(hits.iter().map(|h| h.library_uid.as_str()));
-    let reply = Reply::structured(&SearchOut { results: hits }, text)?;
+    let reply = Reply::structured(
+        &SearchOut {
+            results: hits,
+            note: note.map(str::to_owned),
+        },
+        text,
+    )?;
     Ok(reply.reading(reads).for_query(&a.query))
 }
 

@@ -13,6 +13,18 @@ impl ScopedGraph {
         self.store().semantic().map(|s| s.id())
     }
 
+    /// What is wrong with the embedding provider now (`get_health`), None
+    /// when it answers or there is none.
+    pub fn embedding_trouble(&self) -> Option<String> {
+        self.store().semantic().and_then(|s| s.trouble())
+    }
+
+    /// Whether a query may be embedded now (a remote provider's circuit is
+    /// not open): hybrid search goes straight to keywords otherwise.
+    pub fn embedding_available(&self) -> bool {
+        self.store().semantic().is_some_and(|s| s.available())
+    }
+
     /// Chunks of this view's libraries waiting for a vector: one indexed
     /// lookup per library (`chunk_pending`), nothing outside the scope.
     pub async fn embedding_backlog(&self) -> Result<i64, GraphError> {

@@ -488,7 +488,7 @@ impl ScopedGraph {
         }
         let calibration = Calibration::of(semantic.kind());
         let model = semantic.id().to_owned();
-        let dim = semantic.dim();
+        let (dim, model_dim) = (semantic.dim(), semantic.model_dim());
         // The two query vectors, embedded at once (each on a blocking
         // thread). If the cross-language model's cannot be made (a damaged
         // model), the search goes on with the embedding model's alone.
@@ -507,7 +507,7 @@ impl ScopedGraph {
             }
         };
         let (v, u) = tokio::join!(semantic.query_vector(&key, text), cross_query);
-        let v = v.map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
+        let v = v.map_err(|e| GraphError::Embedding(e.to_string()))?;
         // Both halves of each stored vector, weighed; or the embedding
         // model's half alone (a prefix of a pair's vectors: scanned alone).
         let q: Vec<f32> = match &u {
@@ -521,7 +521,7 @@ impl ScopedGraph {
         let near = {
             let (v, u) = (v.clone(), u.clone());
             move |uid: String, library: String, vector: &[f32]| {
-                let (e, c) = vector.split_at(crate::embed::DIM.min(vector.len()));
+                let (e, c) = vector.split_at(model_dim.min(vector.len()));
                 let similarity = crate::embed::dot(&v, e);
                 match &u {
                     Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),
