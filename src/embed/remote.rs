@@ -76,7 +76,7 @@ pub struct RemoteConfig {
 impl std::fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &without_userinfo(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "****"))
             .field("roles", &self.roles)
@@ -104,6 +104,8 @@ const MAX_DIMENSIONS: usize = 16_384;
 /// The endpoint, its answers checked.
 pub struct Remote {
     url: String,
+    /// The base URL as logged (without any user:password@).
+    shown: String,
     config: RemoteConfig,
     id: String,
     dim: usize,
@@ -220,11 +222,12 @@ impl Remote {
             "batch and requests in flight must be at least 1"
         );
         let base = config.base_url.trim_end_matches('/').to_owned();
+        let shown = without_userinfo(&base);
         // The HTTP client is built without TLS (reqwest's default features
         // off): an https:// provider is refused here, not at every request.
         anyhow::ensure!(
             base.starts_with("http://"),
-            "the embedding provider's URL must be http:// (got {base}): this build's client has no TLS; reach an https endpoint through a local TLS-originating proxy"
+            "the embedding provider's URL must be http:// (got {shown}): this build's client has no TLS; reach an https endpoint through a local TLS-originating proxy"
         );
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -232,6 +235,7 @@ impl Remote {
             .build()?;
         let mut remote = Remote {
             url: format!("{base}/embeddings"),
+            shown: shown.clone(),
             id: String::new(),
             // Any length until the probe's answer says.
             dim: 0,
@@ -255,7 +259,7 @@ impl Remote {
                 remote.dim = found;
             }
             Err(e @ EmbedError::Unavailable(_)) if remote.config.dimensions.is_some() => {
-                tracing::warn!(provider = %base, error = %e, "embedding provider: not answering at start; chunks stay queued until it does");
+                tracing::warn!(provider = %shown, error = %e, "embedding provider: not answering at start; chunks stay queued until it does");
                 remote.dim = remote.config.dimensions.unwrap_or(0);
             }
             Err(e) => anyhow::bail!("{e} (set MNEMOSYNE_EMBED_DIMENSIONS to start while it does not answer)"),
@@ -307,7 +311,7 @@ impl Remote {
             req = req.bearer_auth(key);
         }
         self.metrics.requests.inc();
-        let mut resp = req.send().await.map_err(|e| transport(&e))?;
+        let mut resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let code = Some(status.as_u16());
         if status.is_redirection() {
@@ -352,7 +356,7 @@ impl Remote {
                     bytes.extend_from_slice(&chunk);
                 }
                 Ok(None) => break,
-                Err(e) => return Err(transport(&e)),
+                Err(e) => return Err(transport(e)),
             }
         }
         self.vectors(&bytes, texts.len(), code)
@@ -426,7 +430,7 @@ impl Remote {
             if let Err(last) = self.breaker.admit(&self.metrics.state) {
                 return Err(EmbedError::Unavailable(format!(
                     "{}: circuit open (last: {last})",
-                    self.config.base_url
+                    self.shown
                 )));
             }
             let f = match self.post(texts, role, timeout).await {
@@ -440,19 +444,15 @@ impl Remote {
             if !f.unavailable {
                 // The provider answered: it is up.
                 self.breaker.success(&self.metrics.state);
-                tracing::warn!(provider = %self.config.base_url, status = ?f.status, reason = f.reason, texts = texts.len(), error = %f.detail, "embedding provider: answer refused");
+                tracing::warn!(provider = %self.shown, status = ?f.status, reason = f.reason, texts = texts.len(), error = %f.detail, "embedding provider: answer refused");
                 return Err(EmbedError::Refused(f.describe()));
             }
             let open = self.breaker.failure(&f.describe(), &self.metrics.state);
             if attempt >= attempts || open {
-                tracing::warn!(provider = %self.config.base_url, status = ?f.status, reason = f.reason, attempts = attempt, error = %f.detail, "embedding provider: unavailable");
-                return Err(EmbedError::Unavailable(format!(
-                    "{}: {}",
-                    self.config.base_url,
-                    f.describe()
-                )));
+                tracing::warn!(provider = %self.shown, status = ?f.status, reason = f.reason, attempts = attempt, error = %f.detail, "embedding provider: unavailable");
+                return Err(EmbedError::Unavailable(format!("{}: {}", self.shown, f.describe())));
             }
-            tracing::debug!(provider = %self.config.base_url, status = ?f.status, attempt, error = %f.detail, "embedding provider: retrying");
+            tracing::debug!(provider = %self.shown, status = ?f.status, attempt, error = %f.detail, "embedding provider: retrying");
             let jitter = Duration::from_millis(rand::Rng::gen_range(
                 &mut rand::thread_rng(),
                 0..=(wait.as_millis() as u64 / 2),
@@ -463,8 +463,24 @@ impl Remote {
     }
 }
 
+/// `url` without the `user:password@` of its authority.
+fn without_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find('/').unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://****@{}", &rest[at + 1..]),
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// A failure to reach or hear the provider: unavailable.
-fn transport(e: &reqwest::Error) -> Failure {
+fn transport(e: reqwest::Error) -> Failure {
+    // Without the URL (it may hold credentials).
+    let e = e.without_url();
     let reason = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
@@ -474,7 +490,7 @@ fn transport(e: &reqwest::Error) -> Failure {
     };
     // The error's own chain (no URL query or key is in it).
     let mut detail = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         detail.push_str(&format!(": {s}"));
         source = s.source();
@@ -562,12 +578,12 @@ impl Provider for Remote {
         None
     }
 
+    /// Said to every caller of `get_health`: names the provider by its
+    /// role, not its address or its last error (both in the log and
+    /// `/metrics`), which are the operator's, not a tenant's.
     fn trouble(&self) -> Option<String> {
-        self.breaker.trouble().map(|last| {
-            format!(
-                "embedding provider {} unavailable (circuit open; last error: {last}); hybrid search answers from keywords, new chunks wait for vectors",
-                self.config.base_url
-            )
+        self.breaker.trouble().map(|_| {
+            "the embedding provider is unavailable (its circuit is open): hybrid search answers from keywords alone, new chunks wait for their vectors".to_owned()
         })
     }
 
@@ -678,6 +694,15 @@ mod tests {
         assert_eq!(b.admit(&g), Ok(()));
         b.success(&g);
         assert_eq!((b.admit(&g), b.trouble(), g.get()), (Ok(()), None, 0));
+    }
+
+    #[test]
+    fn the_logged_url_has_no_credentials() {
+        assert_eq!(
+            without_userinfo("http://u:secret@tei:8080/v1"),
+            "http://****@tei:8080/v1"
+        );
+        assert_eq!(without_userinfo("http://tei:8080/v1/a@b"), "http://tei:8080/v1/a@b");
     }
 
     #[test]
