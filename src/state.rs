@@ -89,14 +89,8 @@ impl AppState {
         let mut model = String::new();
         let mut dim = crate::embed::DIM;
         let mut semantic = None;
-        match &settings.embed_model {
-            Some(dir) => {
-                let provider = crate::embed::in_process(dir, settings.cross_model.as_deref()).map_err(|e| {
-                    let cross = settings.cross_model.as_ref().map_or(String::new(), |c| {
-                        format!(" (MNEMOSYNE_CROSS_MODEL={})", c.display())
-                    });
-                    anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}{cross}: {e:#}", dir.display())
-                })?;
+        match embedding_provider(&settings, &metrics).await? {
+            Some(provider) => {
                 let embedder = Arc::new(crate::embed::Embedder::new(provider, crate::embed::Status::new(&metrics)));
                 tracing::info!(
                     model = embedder.id(),
@@ -113,7 +107,7 @@ impl AppState {
                 "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset; MNEMOSYNE_CROSS_MODEL only pairs with one); search is keyword-only"
             ),
             None => tracing::warn!(
-                "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL unset); search is keyword-only"
+                "semantic search off: no embedding model (MNEMOSYNE_EMBED_MODEL and MNEMOSYNE_EMBED_URL unset); search is keyword-only"
             ),
         }
         let mut index = None;
@@ -229,5 +223,62 @@ impl axum::extract::FromRef<AppState> for BasicContext {
             guard: state.basic.clone(),
             metrics: state.metrics.clone(),
         }
+    }
+}
+
+/// The embedding provider the settings name: the in-process models
+/// (MNEMOSYNE_EMBED_MODEL, paired with MNEMOSYNE_CROSS_MODEL), a remote
+/// endpoint (MNEMOSYNE_EMBED_URL), or none.
+async fn embedding_provider(
+    settings: &Settings,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Arc<dyn crate::embed::Provider>>> {
+    match (&settings.embed_model, &settings.embed_url) {
+        (Some(_), Some(_)) => anyhow::bail!("MNEMOSYNE_EMBED_MODEL and MNEMOSYNE_EMBED_URL are both set: choose one"),
+        (Some(dir), None) => {
+            let provider = crate::embed::in_process(dir, settings.cross_model.as_deref()).map_err(|e| {
+                let cross = settings
+                    .cross_model
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" (MNEMOSYNE_CROSS_MODEL={})", c.display()));
+                anyhow::anyhow!("MNEMOSYNE_EMBED_MODEL={}{cross}: {e:#}", dir.display())
+            })?;
+            Ok(Some(provider))
+        }
+        (None, Some(url)) => {
+            anyhow::ensure!(
+                settings.cross_model.is_none(),
+                "MNEMOSYNE_CROSS_MODEL pairs only with an in-process model (MNEMOSYNE_EMBED_MODEL), not MNEMOSYNE_EMBED_URL"
+            );
+            let model = settings.embed_url_model.clone().ok_or_else(|| {
+                anyhow::anyhow!("MNEMOSYNE_EMBED_URL needs MNEMOSYNE_EMBED_URL_MODEL (the model name)")
+            })?;
+            let api_key = match &settings.embed_api_key_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(f)
+                        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_API_KEY_FILE={}: {e}", f.display()))?
+                        .trim()
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let config = crate::embed::remote::RemoteConfig {
+                base_url: url.clone(),
+                model,
+                api_key,
+                roles: settings.embed_roles,
+                batch: settings.embed_request_batch,
+                in_flight: settings.embed_in_flight,
+                timeout: std::time::Duration::from_millis(settings.embed_timeout_ms),
+                query_timeout: std::time::Duration::from_millis(settings.embed_query_timeout_ms),
+                kind: settings.embed_calibration,
+                dimensions: settings.embed_dimensions,
+            };
+            let remote = crate::embed::remote::Remote::connect(config, metrics)
+                .await
+                .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_URL={}: {e:#}", crate::config::redact_url(url)))?;
+            Ok(Some(Arc::new(remote)))
+        }
+        (None, None) => Ok(None),
     }
 }

