@@ -111,7 +111,10 @@ impl Probes {
     /// down), with a message when not ok, and a timestamp. `caller` is the
     /// caller's view: the backlog shown is its libraries' only.
     pub async fn report(&self, caller: &ScopedGraph) -> Value {
-        let (health, search) = tokio::join!(probe(&self.pg, &self.graph), search_info(self.embedder.as_deref().map(|e| e.id()), caller));
+        let (health, search) = tokio::join!(
+            probe(&self.pg, &self.graph),
+            search_info(self.embedder.as_deref().map(|e| e.id()), caller)
+        );
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
         let mut message: Vec<String> = health.message().into_iter().collect();
