@@ -710,6 +710,16 @@ async fn searches_whose_callers_left_hold_their_slots_until_they_stop() {
             .get()
     };
     assert_eq!(running(), 0);
+    // Calls that ran (whatever ended them), as the server counts them: the
+    // gauge is sampled every 10 ms, and a call whose caller left at once can
+    // start and stop between two samples (seen on a loaded machine).
+    let ran = || {
+        ["ok", "tool_error"]
+            .iter()
+            .map(|o| app.state.metrics.tool_calls.with_label_values(&["search", o]).get())
+            .sum::<u64>()
+    };
+    let ran_before = ran();
     signal(graph.pid(), "-STOP");
     let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     // 12 clients at once, each dropping its connection after the first event.
@@ -763,7 +773,10 @@ async fn searches_whose_callers_left_hold_their_slots_until_they_stop() {
     let left = running();
     signal(graph.pid(), "-CONT");
     println!("searches running at most {most} (slots {SLOTS}); {left} left after their callers went");
-    assert!(most >= 1, "the searches did run (hung on the paused Postgres)");
+    assert!(
+        most >= 1 || ran() > ran_before,
+        "the searches did run (hung on the paused graph, or stopped as their callers left)"
+    );
     assert!(most <= SLOTS as i64, "{most} searches ran at once on {SLOTS} slots");
     assert_eq!(left, 0, "searches kept running after their callers left");
     // And the credential searches again once the graph is back.
