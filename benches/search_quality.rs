@@ -131,6 +131,10 @@ struct Hit {
     item_uid: String,
     score: f64,
     relevance: Option<f64>,
+    /// The embedding model's similarity and which searches found it (for
+    /// `QUALITY_DUMP`).
+    similarity: Option<f64>,
+    found_by: Value,
 }
 
 struct Client {
@@ -274,6 +278,8 @@ impl Client {
                 item_uid: h["item_uid"].as_str().unwrap().to_owned(),
                 score: h["score"].as_f64().unwrap(),
                 relevance: h["relevance"].as_f64(),
+                similarity: h["similarity"].as_f64(),
+                found_by: h["found_by"].clone(),
             })
             .collect();
         (hits, took)
@@ -466,6 +472,9 @@ async fn run() {
                 .map(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).unwrap());
             let mut latencies = Vec::with_capacity(queries.len());
             let mut top10: TopTens = BTreeMap::new();
+            // Every query's hits (document, relevance) in the server's order,
+            // for the split report (`report_split`).
+            let mut answers: Vec<Vec<(String, Option<f64>)>> = Vec::with_capacity(queries.len());
             let (mut neg, mut neg_empty, mut neg_below) = (0, 0, 0);
             // Calibration at `floor`: (questions, kept no hit ≥ floor, kept no
             // relevant hit ≥ floor) for the answerable ones.
@@ -512,7 +521,7 @@ async fn run() {
                     use std::io::Write;
                     let rows: Vec<Value> = hits
                         .iter()
-                        .map(|h| json!([doc_of.get(&h.item_uid), h.score, h.relevance]))
+                        .map(|h| json!([doc_of.get(&h.item_uid), h.score, h.relevance, h.similarity, h.found_by]))
                         .collect();
                     writeln!(
                         f,
@@ -521,6 +530,11 @@ async fn run() {
                     )
                     .unwrap();
                 }
+                answers.push(
+                    hits.iter()
+                        .map(|h| (doc_of.get(&h.item_uid).cloned().unwrap_or_default(), h.relevance))
+                        .collect(),
+                );
                 let kept = |h: &&Hit| h.relevance.is_none_or(|r| r >= floor);
                 if q.relevant.is_empty() {
                     neg += 1;
@@ -594,6 +608,7 @@ async fn run() {
                 100.0 * pos_dropped as f64 / pos.max(1) as f64,
                 100.0 * pos_lost_relevant as f64 / pos.max(1) as f64,
             );
+            report_split(&queries, &answers, floor, client.min_relevance == Some(0.0));
             let (p50, p95) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.95));
             println!(
                 "latency (MCP search, c=1, {} queries): p50 {p50:.2} ms, p95 {p95:.2} ms",
@@ -681,4 +696,125 @@ fn print_row(bucket: &str, ms: &[Measures]) {
         avg(|m| m.mrr10),
         ms.iter().filter(|m| m.nothing10).count()
     );
+}
+
+/// Which part of the set a query belongs to, fixed by its id before any
+/// threshold was read (issue 51): FNV-1a of the id, even → the tuning part
+/// (the threshold is chosen on it), odd → held out.
+fn held_out(id: &str) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h & 1 == 1
+}
+
+/// One query's answer under hybrid's default rule at `threshold`
+/// (`fusion::Floor::Answer`), from a search that returned every candidate
+/// (`min_relevance` 0): empty when no hit reaches it, else the hits of
+/// relevance above 0, those reaching it first. The documents in rank order.
+fn answer_at(hits: &[(String, Option<f64>)], threshold: f64) -> Vec<String> {
+    let rel = |h: &(String, Option<f64>)| h.1.unwrap_or(1.0);
+    if !hits.iter().any(|h| rel(h) >= threshold) {
+        return Vec::new();
+    }
+    let mut kept: Vec<&(String, Option<f64>)> = hits.iter().filter(|h| rel(h) > 0.0).collect();
+    kept.sort_by_key(|h| rel(h) < threshold);
+    let mut docs: Vec<String> = Vec::new();
+    for (d, _) in kept {
+        if !docs.contains(d) {
+            docs.push(d.clone());
+        }
+    }
+    docs
+}
+
+/// nDCG@10 per bucket and the calibration at `floor` for the tuning part and
+/// the held-out part apart (`held_out`): off-topic questions emptied
+/// (unrelated, near misses), answerable ones emptied. With every candidate
+/// returned (`all`: `QUALITY_MIN_RELEVANCE=0`), the answers are re-read
+/// under the default rule at `floor` (`answer_at`), and the tuning part's
+/// calibration is printed at every threshold from 0.05 to 0.6 in steps of
+/// 0.025, with the one the rule picks: the highest at which at most 3 % of
+/// the tuning part's answerable questions come back empty.
+fn report_split(queries: &[QueryCase], answers: &[Vec<(String, Option<f64>)>], floor: f64, all: bool) {
+    let empty_at = |hits: &[(String, Option<f64>)], t: f64| !hits.iter().any(|h| h.1.unwrap_or(1.0) >= t);
+    for (part, name) in [(false, "tuning"), (true, "held out")] {
+        let mut per_bucket: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        let (mut unrelated, mut unrelated_empty, mut near, mut near_empty, mut pos, mut pos_empty) = (0, 0, 0, 0, 0, 0);
+        for (q, hits) in queries.iter().zip(answers) {
+            if held_out(&q.id) != part {
+                continue;
+            }
+            let ranked: Vec<String> = match all {
+                true => answer_at(hits, floor),
+                false => {
+                    let mut docs: Vec<String> = Vec::new();
+                    for (d, _) in hits {
+                        if !docs.contains(d) {
+                            docs.push(d.clone());
+                        }
+                    }
+                    docs
+                }
+            };
+            let empty = ranked.is_empty() || (!all && empty_at(hits, floor));
+            if q.relevant.is_empty() {
+                match q.near_miss {
+                    true => (near, near_empty) = (near + 1, near_empty + usize::from(empty)),
+                    false => (unrelated, unrelated_empty) = (unrelated + 1, unrelated_empty + usize::from(empty)),
+                }
+                continue;
+            }
+            pos += 1;
+            pos_empty += usize::from(empty);
+            per_bucket
+                .entry(BUCKETS.iter().find(|b| **b == q.bucket).copied().unwrap_or("other"))
+                .or_default()
+                .push(measure(&ranked, &q.relevant).ndcg10);
+        }
+        let all_ndcg: Vec<f64> = per_bucket.values().flatten().copied().collect();
+        let cells: Vec<String> = per_bucket
+            .iter()
+            .map(|(b, v)| format!("{b} ({}) {:.3}", v.len(), v.iter().sum::<f64>() / v.len().max(1) as f64))
+            .collect();
+        println!(
+            "{name} part at {floor}{}: nDCG@10 {}; overall ({}) {:.3}; emptied: unrelated {unrelated_empty} of {unrelated}, \
+             near misses {near_empty} of {near}, answerable {pos_empty} of {pos}",
+            if all { " (default rule, re-read)" } else { "" },
+            cells.join(", "),
+            all_ndcg.len(),
+            all_ndcg.iter().sum::<f64>() / all_ndcg.len().max(1) as f64,
+        );
+    }
+    if !all {
+        return;
+    }
+    let mut chosen = None;
+    for step in 2..=24 {
+        let t = f64::from(step) * 0.025;
+        let (mut pos, mut pos_empty, mut off, mut off_empty, mut near_empty) = (0, 0, 0, 0, 0);
+        for (q, hits) in queries.iter().zip(answers) {
+            if held_out(&q.id) {
+                continue;
+            }
+            let empty = empty_at(hits, t);
+            if q.relevant.is_empty() {
+                off += 1;
+                off_empty += usize::from(empty);
+                near_empty += usize::from(empty && q.near_miss);
+            } else {
+                pos += 1;
+                pos_empty += usize::from(empty);
+            }
+        }
+        if pos_empty * 100 <= 3 * pos {
+            chosen = Some(t);
+        }
+        println!(
+            "  tuning part at {t:.3}: off-topic emptied {off_empty} of {off} ({near_empty} near misses), \
+             answerable emptied {pos_empty} of {pos}"
+        );
+    }
+    println!("rule (highest with at most 3 % of the tuning part's answerable emptied): {chosen:?}");
 }

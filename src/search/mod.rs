@@ -17,3 +17,4 @@
 pub mod engine;
 pub mod fusion;
 pub mod index;
+pub(crate) mod null;
