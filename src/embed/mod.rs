@@ -245,18 +245,6 @@ impl Embedder {
         cached_query(&self.queries, scope, text, self.provider.embed_query(text.to_owned())).await
     }
 
-    /// Both models' query vectors of `text` (the cross-language model's
-    /// when paired), not cached: for the server's own probe texts
-    /// (`search::null`), never a caller's query.
-    pub async fn query_vectors_uncached(&self, text: &str) -> Result<(Vec<f32>, Option<Vec<f32>>), EmbedError> {
-        let v = self.provider.embed_query(text.to_owned()).await?;
-        let u = match self.provider.embed_cross_query(text.to_owned()).await {
-            Some(u) => Some(u?),
-            None => None,
-        };
-        Ok((v, u))
-    }
-
     /// Whether the embedding model can read anything of `query`
     /// (`reads_any`, on the model's own tokenizer; a provider that cannot
     /// count pieces reads everything).

@@ -13,11 +13,10 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::fusion::{fuse, Calibration, Near, Ranked, CANDIDATES};
+use super::fusion::{fuse, Calibration, Near, Ranked, CANDIDATES, CROSS};
 pub use super::fusion::{Floor, Mode, Signal};
 use super::index::replica::{blocking, OpenLibrary, SearchIndex};
 use super::index::{rank, IndexedChunk};
-use super::null::{Nulls, QueryVectors};
 use crate::analysis::{scoped, Language};
 use crate::store::graph::knowledge::{KeywordRow, ScopedGraph};
 use crate::store::graph::{GraphError, IndexSource};
@@ -106,8 +105,6 @@ impl<'a> Search<'a> {
 pub struct Engine {
     semantic: Option<Arc<crate::embed::Embedder>>,
     index: Option<(Arc<SearchIndex>, IndexSource)>,
-    /// Hybrid search's nulls: the probes and each library's (`search::null`).
-    nulls: Arc<Nulls>,
 }
 
 /// The fresh library indexes of a search's scope, by library uid.
@@ -115,11 +112,7 @@ type Ready = HashMap<String, Arc<OpenLibrary>>;
 
 impl Engine {
     pub fn new(semantic: Option<Arc<crate::embed::Embedder>>, index: Option<(Arc<SearchIndex>, IndexSource)>) -> Self {
-        Engine {
-            semantic,
-            index,
-            nulls: Arc::default(),
-        }
+        Engine { semantic, index }
     }
 
     /// The embedding model and its worker's counters, if semantic search is on.
@@ -307,35 +300,22 @@ impl Engine {
         let v = v.map_err(|e| GraphError::Embedding(e.to_string()))?;
         // Both halves of each stored vector, weighed; or the embedding
         // model's half alone (a prefix of a pair's vectors: scanned alone).
-        let query = QueryVectors {
-            model: &v,
-            cross: u.as_deref().map(Vec::as_slice),
-        };
-        let (q, view) = (query.scan(calibration), query.view());
-        // Hybrid search reads each hit's semantic evidence from its
-        // library's null up (`search::null`): the query's own level here,
-        // each library's null where its vectors are.
-        let null = match n.cross {
-            true => {
-                let probes = self
-                    .nulls
-                    .probes(semantic)
-                    .await
-                    .map_err(|e| GraphError::Embedding(e.to_string()))?;
-                let level = probes.level(calibration, model_dim, &query);
-                Some((probes, level))
+        let q: Vec<f32> = match &u {
+            Some(u) => {
+                let (a, b) = (calibration.weight() as f32, CROSS.weight() as f32);
+                v.iter().map(|x| x * a).chain(u.iter().map(|x| x * b)).collect()
             }
-            false => None,
+            None => (*v).clone(),
         };
         // A hit's evidence, from its stored vector's halves.
         let near = {
             let (v, u) = (v.clone(), u.clone());
-            move |uid: String, library: String, vector: &[f32], null: f64| {
+            move |uid: String, library: String, vector: &[f32]| {
                 let (e, c) = vector.split_at(model_dim.min(vector.len()));
                 let similarity = crate::embed::dot(&v, e);
                 match &u {
-                    Some(u) => Near::of_both(calibration, null, similarity, crate::embed::dot(u, c), uid, library),
-                    None => Near::of(calibration, null, similarity, uid, library),
+                    Some(u) => Near::of_both(calibration, similarity, crate::embed::dot(u, c), uid, library),
+                    None => Near::of(calibration, similarity, uid, library),
                 }
             }
         };
@@ -343,25 +323,11 @@ impl Engine {
         let indexed: Vec<Arc<OpenLibrary>> = scope.uids().iter().filter_map(|u| ready.get(u).cloned()).collect();
         if !indexed.is_empty() {
             let (q, near, collection) = (q.clone(), near.clone(), n.collection_uid.map(str::to_owned));
-            let (nulls, null) = (self.nulls.clone(), null.clone());
             let found = blocking(move || {
                 let mut out = Vec::new();
                 for lib in indexed {
-                    let shift = match &null {
-                        Some((probes, level)) => {
-                            let count = lib.index.counts()?.1;
-                            let at = nulls.library(lib.uid(), view, count, || {
-                                probes.library_null(view, calibration, model_dim, |s| {
-                                    let top = lib.index.nearest(s, dim, 1, None)?;
-                                    Ok::<_, super::index::IndexError>(top.into_iter().next().map(|t| t.2))
-                                })
-                            })?;
-                            (level + at).max(0.0)
-                        }
-                        None => 0.0,
-                    };
                     for (_, uid, vector) in lib.index.nearest(&q, dim, k, collection.as_deref())? {
-                        out.push(near(uid, lib.uid().to_owned(), &vector, shift));
+                        out.push(near(uid, lib.uid().to_owned(), &vector));
                     }
                 }
                 Ok(out)
@@ -383,20 +349,8 @@ impl Engine {
                 .collect(),
         };
         for (lib, vectors) in graph.library_vectors(&model, dim, &rest).await? {
-            let shift = match &null {
-                Some((probes, level)) => {
-                    let count = vectors.len() as u64;
-                    let at = self.nulls.library(&lib, view, count, || {
-                        probes.library_null(view, calibration, model_dim, |s| {
-                            Ok::<_, std::convert::Infallible>(vectors.top(s, 1, None).into_iter().next().map(|t| t.2))
-                        })
-                    });
-                    (level + at.unwrap_or_else(|e| match e {})).max(0.0)
-                }
-                None => 0.0,
-            };
             for (_, uid, vector) in vectors.top(&q, k, n.collection_uid) {
-                out.push(near(uid, lib.clone(), &vector, shift));
+                out.push(near(uid, lib.clone(), &vector));
             }
         }
         out.sort_by(|a, b| {

@@ -189,42 +189,31 @@ pub(crate) struct Near {
 }
 
 impl Near {
-    /// A candidate of the embedding model alone, its evidence read from
-    /// `null` up (`search::null`: 0 reads it on the calibration alone).
-    pub(crate) fn of(
-        calibration: Calibration,
-        null: f64,
-        similarity: f32,
-        chunk_uid: String,
-        library_uid: String,
-    ) -> Near {
-        let e = calibration.unclamped(f64::from(similarity)) - null;
+    /// A candidate of the embedding model alone.
+    pub(crate) fn of(calibration: Calibration, similarity: f32, chunk_uid: String, library_uid: String) -> Near {
         Near {
             similarity,
-            relevance: e.clamp(0.0, 1.0),
-            order: e,
+            relevance: calibration.evidence(f64::from(similarity)),
+            order: calibration.unclamped(f64::from(similarity)),
             chunk_uid,
             library_uid,
         }
     }
 
     /// A candidate of both models: `cross` is the cross-language model's
-    /// similarity; each model's evidence is read from `null` up before the
-    /// two are clamped and averaged.
+    /// similarity.
     pub(crate) fn of_both(
         calibration: Calibration,
-        null: f64,
         similarity: f32,
         cross: f32,
         chunk_uid: String,
         library_uid: String,
     ) -> Near {
         let (s, c) = (f64::from(similarity), f64::from(cross));
-        let (es, ec) = (calibration.unclamped(s) - null, CROSS.unclamped(c) - null);
         Near {
             similarity,
-            relevance: (es.clamp(0.0, 1.0) + ec.clamp(0.0, 1.0)) / 2.0,
-            order: (es + ec) / 2.0,
+            relevance: (calibration.evidence(s) + CROSS.evidence(c)) / 2.0,
+            order: (calibration.unclamped(s) + CROSS.unclamped(c)) / 2.0,
             chunk_uid,
             library_uid,
         }
@@ -369,7 +358,7 @@ mod tests {
     };
 
     fn sem(uid: &str, similarity: f32) -> Near {
-        Near::of(E5, 0.0, similarity, uid.to_owned(), "lib".to_owned())
+        Near::of(E5, similarity, uid.to_owned(), "lib".to_owned())
     }
 
     #[test]
@@ -576,32 +565,32 @@ mod tests {
     #[test]
     fn both_models_evidence_is_their_mean_and_the_scaled_dot_product_orders_it() {
         // e5 at 0.85 (evidence 0.5), USE at 0.31 (evidence 0.5): 0.5.
-        let n = Near::of_both(E5, 0.0, 0.85, 0.31, "a".into(), "lib".into());
+        let n = Near::of_both(E5, 0.85, 0.31, "a".into(), "lib".into());
         assert!((n.relevance - 0.5).abs() < 1e-6, "{n:?}");
         assert_eq!(n.similarity, 0.85, "the similarity shown is the embedding model's");
         // One model sure, the other not at all: half the evidence.
-        let n = Near::of_both(E5, 0.0, 0.95, 0.05, "b".into(), "lib".into());
+        let n = Near::of_both(E5, 0.95, 0.05, "b".into(), "lib".into());
         assert!((n.relevance - 0.5).abs() < 1e-9, "{n:?}");
         // The order is the unclamped mean: past 1 for a chunk both vouch for
         // beyond `answers`, below 0 for one neither does.
-        assert!(Near::of_both(E5, 0.0, 0.97, 0.7, "c".into(), "lib".into()).order > 1.0);
-        assert!(Near::of_both(E5, 0.0, 0.7, 0.0, "d".into(), "lib".into()).order < 0.0);
+        assert!(Near::of_both(E5, 0.97, 0.7, "c".into(), "lib".into()).order > 1.0);
+        assert!(Near::of_both(E5, 0.7, 0.0, "d".into(), "lib".into()).order < 0.0);
         // What the index's dot product of the scaled query computes (up to
         // a constant): the sum of the two unclamped evidences.
         let (s, c) = (0.83f64, 0.42f64);
         let dot = s * E5.weight() + c * CROSS.weight();
-        let order = Near::of_both(E5, 0.0, s as f32, c as f32, "e".into(), "lib".into()).order;
+        let order = Near::of_both(E5, s as f32, c as f32, "e".into(), "lib".into()).order;
         let constant = (E5.unrelated * E5.weight() + CROSS.unrelated * CROSS.weight()) / 2.0;
         assert!((dot / 2.0 - constant - order).abs() < 1e-6);
         // The embedding model alone: its evidence, ordered as its similarity.
-        let one = Near::of(E5, 0.0, 0.85, "f".into(), "lib".into());
+        let one = Near::of(E5, 0.85, "f".into(), "lib".into());
         assert!((one.relevance - 0.5).abs() < 1e-6);
-        assert!(Near::of(E5, 0.0, 0.86, "g".into(), "lib".into()).order > one.order);
+        assert!(Near::of(E5, 0.86, "g".into(), "lib".into()).order > one.order);
         // Hybrid reads the relevance given; semantic mode scores by similarity.
         let r = fuse(
             Mode::Hybrid,
             vec![],
-            vec![Near::of_both(E5, 0.0, 0.85, 0.31, "a".into(), "lib".into())],
+            vec![Near::of_both(E5, 0.85, 0.31, "a".into(), "lib".into())],
             10,
         );
         assert!((r[0].relevance - 0.5).abs() < 1e-6);

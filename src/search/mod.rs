@@ -17,4 +17,3 @@
 pub mod engine;
 pub mod fusion;
 pub mod index;
-pub(crate) mod null;
