@@ -31,7 +31,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Earlier, EmbedError, Embedded, ModelKind, Provider};
+use super::{Circuit as CircuitState, Earlier, EmbedError, Embedded, ModelKind, Provider, ProviderState};
 
 /// How a provider tells a search's text from a stored passage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -116,6 +116,8 @@ pub struct Remote {
     client: reqwest::Client,
     breaker: Breaker,
     metrics: RemoteMetrics,
+    /// The last failure or refusal, and when (the console's).
+    last_error: Mutex<Option<(String, chrono::DateTime<chrono::Utc>)>>,
 }
 
 /// The provider's counters (`/metrics`).
@@ -250,6 +252,7 @@ impl Remote {
             client,
             breaker: Breaker::default(),
             metrics: RemoteMetrics::new(metrics),
+            last_error: Mutex::new(None),
             config,
         };
         match remote
@@ -450,6 +453,8 @@ impl Remote {
                 Err(f) => f,
             };
             self.metrics.errors.with_label_values(&[f.reason]).inc();
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((format!("{} ({})", f.describe(), f.reason), chrono::Utc::now()));
             if !f.unavailable {
                 // The provider answered: it is up.
                 self.breaker.success(&self.metrics.state);
@@ -645,6 +650,14 @@ impl Provider for Remote {
             .await
             .map(|_| ())
     }
+
+    fn state(&self) -> Option<ProviderState> {
+        Some(ProviderState {
+            address: self.shown.clone(),
+            circuit: self.breaker.state(),
+            last_error: self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        })
+    }
 }
 
 /// The circuit: closed (requests go), open (none go, until the cool-down
@@ -723,6 +736,16 @@ impl Breaker {
         }
         c.logged = what.to_owned();
         true
+    }
+
+    /// Closed, open, or half-open (a trial request out).
+    fn state(&self) -> CircuitState {
+        let c = self.lock();
+        match (c.open_until, c.trial) {
+            (None, _) => CircuitState::Closed,
+            (Some(_), true) => CircuitState::HalfOpen,
+            (Some(_), false) => CircuitState::Open,
+        }
     }
 
     /// The last error while the circuit is not closed.
