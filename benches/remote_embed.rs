@@ -105,6 +105,7 @@ fn main() {
             base_url: base.clone(),
             model: "multilingual-e5-small".into(),
             api_key: None,
+            roots: Vec::new(),
             roles: Roles::InputType,
             batch,
             in_flight,

@@ -25,7 +25,9 @@
 //! older build, to measure a baseline); `QUALITY_EXPECT_ISOLATION=0` then
 //! reports a moved ranking without failing. `QUALITY_MIN_RELEVANCE` is sent
 //! as `min_relevance` when set; `QUALITY_CROSS=0` leaves the cross-language
-//! model (`MNEMOSYNE_CROSS_MODEL`) out; `QUALITY_VERBOSE=1` prints every query whose
+//! model (`MNEMOSYNE_CROSS_MODEL`) out; `MNEMOSYNE_EMBED_URL` (with `MNEMOSYNE_EMBED_URL_MODEL`,
+//! `MNEMOSYNE_EMBED_ROLES`) embeds through that remote provider instead of the in-process
+//! models `.dev/env` names; `QUALITY_VERBOSE=1` prints every query whose
 //! nDCG@10 is below 1 with where its best document ranked.
 //!
 //! Every run also reports the set in two parts fixed by the query id (FNV-1a,
@@ -368,6 +370,12 @@ async fn run() {
     settings.tool_rate_limit_per_minute = 0;
     // QUALITY_CROSS=0: without the cross-language model (the baseline).
     if std::env::var("QUALITY_CROSS").is_ok_and(|v| v == "0") {
+        settings.cross_model = None;
+    }
+    // MNEMOSYNE_EMBED_URL set: that provider instead of the in-process models
+    // `.dev/env` names (MNEMOSYNE_EMBED_URL_MODEL, MNEMOSYNE_EMBED_ROLES).
+    if settings.embed_url.is_some() {
+        settings.embed_model = None;
         settings.cross_model = None;
     }
     // The server's default threshold for its models, unless QUALITY_FLOOR.

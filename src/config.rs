@@ -431,6 +431,12 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_EMBED_API_KEY_FILE", global = true)]
     pub embed_api_key_file: Option<std::path::PathBuf>,
 
+    /// A PEM file of extra certificate authorities trusted (besides the
+    /// webpki roots) by an https:// MNEMOSYNE_EMBED_URL: a private CA's
+    /// model server. A certificate none of them issued is refused.
+    #[arg(long, env = "MNEMOSYNE_EMBED_CA_FILE", global = true)]
+    pub embed_ca_file: Option<std::path::PathBuf>,
+
     /// How MNEMOSYNE_EMBED_URL tells a search from a passage: none, prefix
     /// (e5's `query: ` / `passage: ` text prefixes, for an e5 model behind
     /// TEI, vLLM, Infinity or Ollama) or input-type (an `input_type` field:
@@ -556,6 +562,17 @@ pub fn parse_origin(raw: &str) -> Result<String, String> {
     Ok(o)
 }
 
+/// The certificate authorities of the PEM file `path`, which the setting
+/// `var` names (MNEMOSYNE_OAUTH_METADATA_CA_FILE, MNEMOSYNE_EMBED_CA_FILE):
+/// trusted besides the webpki roots. A file with none is an error.
+pub fn ca_roots(var: &str, path: &std::path::Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("{var} {}: {e}", path.display()))?;
+    let roots =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| anyhow::anyhow!("{var} {}: {e}", path.display()))?;
+    anyhow::ensure!(!roots.is_empty(), "{var} {}: no certificate in it", path.display());
+    Ok(roots)
+}
+
 /// `scheme://user:****@host/db`: a URL with its password hidden.
 pub fn redact_url(url: &str) -> String {
     match url.split_once("://") {
@@ -638,6 +655,7 @@ impl fmt::Debug for Settings {
             embed_url,
             embed_url_model,
             embed_api_key_file,
+            embed_ca_file,
             embed_roles,
             embed_request_batch,
             embed_in_flight,
@@ -708,6 +726,7 @@ impl fmt::Debug for Settings {
             .field("embed_url", &embed_url.as_deref().map(redact_url))
             .field("embed_url_model", embed_url_model)
             .field("embed_api_key_file", embed_api_key_file)
+            .field("embed_ca_file", embed_ca_file)
             .field("embed_roles", embed_roles)
             .field("embed_request_batch", embed_request_batch)
             .field("embed_in_flight", embed_in_flight)

@@ -174,19 +174,7 @@ impl AppState {
             caches.live_replicas(),
         ));
         let metadata_roots = match &settings.oauth_metadata_ca_file {
-            Some(path) => {
-                let pem = std::fs::read(path)
-                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: {e}", path.display()))?;
-                let roots = reqwest::Certificate::from_pem_bundle(&pem)
-                    .map_err(|e| anyhow::anyhow!("MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: {e}", path.display()))?;
-                if roots.is_empty() {
-                    anyhow::bail!(
-                        "MNEMOSYNE_OAUTH_METADATA_CA_FILE {}: no certificate in it",
-                        path.display()
-                    );
-                }
-                roots
-            }
+            Some(path) => crate::config::ca_roots("MNEMOSYNE_OAUTH_METADATA_CA_FILE", path)?,
             None => Vec::new(),
         };
         let oauth_documents = Arc::new(crate::service::oauth::cimd::Documents::new(
@@ -262,7 +250,12 @@ async fn embedding_provider(
                 ),
                 None => None,
             };
+            let roots = match &settings.embed_ca_file {
+                Some(path) => crate::config::ca_roots("MNEMOSYNE_EMBED_CA_FILE", path)?,
+                None => Vec::new(),
+            };
             let config = crate::embed::remote::RemoteConfig {
+                roots,
                 base_url: url.clone(),
                 model,
                 api_key,

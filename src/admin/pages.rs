@@ -31,6 +31,7 @@ pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<
             p { "PostgreSQL: " @match pg { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
             p { "Graph (" (state.settings.graph_flavor) "): " @match graph { Ok(()) => { "ok" } Err(e) => { span.error { (e) } } } }
         }
+        (embedding(&state))
         div.grid {
             a.stat href="/admin/libraries" { b { (libraries.map(|n| n.to_string()).unwrap_or_else(|| "?".into())) } "libraries" }
             a.stat href="/admin/teams" { b { (counts.active_teams) } "active teams (" (counts.teams) " in all)" }
@@ -41,6 +42,52 @@ pub async fn overview(State(state): State<AppState>, Staff(s): Staff) -> Result<
         p.muted { "MCP endpoint: " code { (state.settings.public_url.trim_end_matches('/')) "/mcp/" } }
     };
     Ok(view::page(&s, "/admin/", "Overview", None, body))
+}
+
+/// The overview's embedding card: the model, this replica's backlog and
+/// rate (the leader's: a follower embeds nothing), and a remote provider's
+/// circuit and last error — the operator's view (`get_health` names the
+/// provider by its role only).
+fn embedding(state: &AppState) -> maud::Markup {
+    let Some(e) = state.search.semantic() else {
+        return html! {
+            section.card {
+                h2 { "Embedding: " (view::badge(false, "on", "off")) }
+                p.muted { "No embedding model (MNEMOSYNE_EMBED_MODEL, MNEMOSYNE_EMBED_URL): search is keyword-only." }
+            }
+        };
+    };
+    let status = e.status();
+    let leading = status.leader.get() == 1;
+    let recent = status.recent();
+    let window = crate::embed::RATE_WINDOW.as_secs();
+    let provider = e.provider_state();
+    let up = provider
+        .as_ref()
+        .is_none_or(|p| p.circuit == crate::embed::Circuit::Closed);
+    html! {
+        section.card {
+            h2 { "Embedding: " (view::badge(up, "ok", "degraded")) }
+            p { "Model: " code { (e.id()) } }
+            @match &provider {
+                None => p { "Provider: in-process" }
+                Some(p) => {
+                    p { "Provider: " code { (p.address) } ", circuit " b { (p.circuit.as_str()) } }
+                    p { "Last error: " @match &p.last_error {
+                        None => { "none" }
+                        Some((what, at)) => { span.error { (what) } " (" (view::when(Some(*at), "")) ")" }
+                    } }
+                }
+            }
+            @if leading {
+                p { b { (status.backlog.get()) } " chunks waiting for a vector; "
+                    b { (recent) } " embedded in the last " (window) " s ("
+                    (format!("{:.1}", recent as f64 / window as f64)) " chunks/s)" }
+            } @else {
+                p.muted { "Another replica runs the embedding worker: its console shows the backlog and rate." }
+            }
+        }
+    }
 }
 
 /// GET /admin/keys: never a secret.

@@ -26,7 +26,7 @@ mod status;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use status::Status;
+pub use status::{Status, RATE_WINDOW};
 
 /// Dimensions of the in-process embedding models' vectors (MiniLM's, e5's):
 /// a stored vector's first `DIM` values are the embedding model's, the rest
@@ -70,6 +70,39 @@ pub enum EmbedError {
     /// them may be one it never embeds (the worker splits the batch).
     #[error("embedding refused: {0}")]
     Refused(String),
+}
+
+/// A remote provider's circuit breaker (`remote::Breaker`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Circuit {
+    /// Requests go.
+    Closed,
+    /// None go until the cool-down ends.
+    Open,
+    /// One trial request is out; its outcome closes or reopens it.
+    HalfOpen,
+}
+
+impl Circuit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Circuit::Closed => "closed",
+            Circuit::Open => "open",
+            Circuit::HalfOpen => "half-open",
+        }
+    }
+}
+
+/// How a remote provider is doing, for its operator (the console's
+/// overview; `get_health` tells tenants less: `Provider::trouble`).
+#[derive(Clone, Debug)]
+pub struct ProviderState {
+    /// Its base URL, without any user:password@.
+    pub address: String,
+    pub circuit: Circuit,
+    /// Its last failure or refused answer, and when (kept after it
+    /// recovers).
+    pub last_error: Option<(String, chrono::DateTime<chrono::Utc>)>,
 }
 
 /// Who makes the vectors.
@@ -117,6 +150,10 @@ pub trait Provider: Send + Sync {
     /// asks before it marks a text it refused as failed).
     async fn probe(&self) -> Result<(), EmbedError> {
         Ok(())
+    }
+    /// A remote provider's address, circuit and last error; None in-process.
+    fn state(&self) -> Option<ProviderState> {
+        None
     }
 }
 
@@ -231,6 +268,12 @@ impl Embedder {
     /// Whether a query may be embedded now (`Provider::available`).
     pub fn available(&self) -> bool {
         self.provider.available()
+    }
+
+    /// A remote provider's address, circuit and last error
+    /// (`Provider::state`).
+    pub fn provider_state(&self) -> Option<ProviderState> {
+        self.provider.state()
     }
 
     /// Whether the provider answers at all (`Provider::probe`).

@@ -31,7 +31,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Earlier, EmbedError, Embedded, ModelKind, Provider};
+use super::{Circuit as CircuitState, Earlier, EmbedError, Embedded, ModelKind, Provider, ProviderState};
 
 /// How a provider tells a search's text from a stored passage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -55,6 +55,9 @@ pub struct RemoteConfig {
     pub model: String,
     /// Sent as `Authorization: Bearer …`; never logged.
     pub api_key: Option<String>,
+    /// Certificate authorities an https:// provider's certificate may come
+    /// from besides the webpki roots (`MNEMOSYNE_EMBED_CA_FILE`).
+    pub roots: Vec<reqwest::Certificate>,
     pub roles: Roles,
     /// Texts per request.
     pub batch: usize,
@@ -79,6 +82,7 @@ impl std::fmt::Debug for RemoteConfig {
             .field("base_url", &without_userinfo(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "****"))
+            .field("roots", &self.roots.len())
             .field("roles", &self.roles)
             .field("batch", &self.batch)
             .field("in_flight", &self.in_flight)
@@ -112,6 +116,8 @@ pub struct Remote {
     client: reqwest::Client,
     breaker: Breaker,
     metrics: RemoteMetrics,
+    /// The last failure or refusal, and when (the console's).
+    last_error: Mutex<Option<(String, chrono::DateTime<chrono::Utc>)>>,
 }
 
 /// The provider's counters (`/metrics`).
@@ -223,16 +229,20 @@ impl Remote {
         );
         let base = config.base_url.trim_end_matches('/').to_owned();
         let shown = without_userinfo(&base);
-        // The HTTP client is built without TLS (reqwest's default features
-        // off): an https:// provider is refused here, not at every request.
         anyhow::ensure!(
-            base.starts_with("http://"),
-            "the embedding provider's URL must be http:// (got {shown}): this build's client has no TLS; reach an https endpoint through a local TLS-originating proxy"
+            base.starts_with("http://") || base.starts_with("https://"),
+            "the embedding provider's URL must be http:// or https:// (got {shown})"
         );
-        let client = reqwest::Client::builder()
+        // https: rustls with the webpki roots and the operator's
+        // (MNEMOSYNE_EMBED_CA_FILE); a certificate none of them issued is
+        // refused (reqwest verifies by default; nothing here turns it off).
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(config.timeout.min(Duration::from_secs(5)))
-            .build()?;
+            .connect_timeout(config.timeout.min(Duration::from_secs(5)));
+        for root in &config.roots {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        let client = builder.build()?;
         let mut remote = Remote {
             url: format!("{base}/embeddings"),
             shown: shown.clone(),
@@ -242,6 +252,7 @@ impl Remote {
             client,
             breaker: Breaker::default(),
             metrics: RemoteMetrics::new(metrics),
+            last_error: Mutex::new(None),
             config,
         };
         match remote
@@ -258,8 +269,9 @@ impl Remote {
                 }
                 remote.dim = found;
             }
-            Err(e @ EmbedError::Unavailable(_)) if remote.config.dimensions.is_some() => {
-                tracing::warn!(provider = %shown, error = %e, "embedding provider: not answering at start; chunks stay queued until it does");
+            Err(EmbedError::Unavailable(_)) if remote.config.dimensions.is_some() => {
+                // Its error was logged by `request`.
+                tracing::warn!(provider = %shown, "embedding provider: not answering at start; chunks stay queued until it does");
                 remote.dim = remote.config.dimensions.unwrap_or(0);
             }
             Err(e) => anyhow::bail!("{e} (set MNEMOSYNE_EMBED_DIMENSIONS to start while it does not answer)"),
@@ -441,6 +453,8 @@ impl Remote {
                 Err(f) => f,
             };
             self.metrics.errors.with_label_values(&[f.reason]).inc();
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((format!("{} ({})", f.describe(), f.reason), chrono::Utc::now()));
             if !f.unavailable {
                 // The provider answered: it is up.
                 self.breaker.success(&self.metrics.state);
@@ -449,7 +463,13 @@ impl Remote {
             }
             let open = self.breaker.failure(&f.describe(), &self.metrics.state);
             if attempt >= attempts || open {
-                tracing::warn!(provider = %self.shown, status = ?f.status, reason = f.reason, attempts = attempt, error = %f.detail, "embedding provider: unavailable");
+                // Once per failure (a circuit's trials failing alike while
+                // it stays open are not logged again).
+                if self.breaker.first_report(&f.describe()) {
+                    tracing::warn!(provider = %self.shown, status = ?f.status, reason = f.reason, attempts = attempt, error = %f.detail, "embedding provider: unavailable");
+                } else {
+                    tracing::debug!(provider = %self.shown, status = ?f.status, reason = f.reason, attempts = attempt, error = %f.detail, "embedding provider: still unavailable");
+                }
                 return Err(EmbedError::Unavailable(format!("{}: {}", self.shown, f.describe())));
             }
             tracing::debug!(provider = %self.shown, status = ?f.status, attempt, error = %f.detail, "embedding provider: retrying");
@@ -477,10 +497,21 @@ fn without_userinfo(url: &str) -> String {
     }
 }
 
-/// A failure to reach or hear the provider: unavailable.
+/// A failure to reach or hear the provider: unavailable (a TLS failure too:
+/// a certificate that cannot be verified is the operator's to fix, and the
+/// chunks wait for it).
 fn transport(e: reqwest::Error) -> Failure {
     // Without the URL (it may hold credentials).
     let e = e.without_url();
+    if let Some(tls) = tls_error(&e) {
+        let detail = match tls {
+            rustls::Error::InvalidCertificate(c) => format!(
+                "TLS: the provider's certificate could not be verified ({c:?}); if a private authority issued it, name that authority's certificate in MNEMOSYNE_EMBED_CA_FILE"
+            ),
+            other => format!("TLS: the handshake with the provider failed ({other})"),
+        };
+        return Failure::unavailable("tls", None, detail);
+    }
     let reason = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {
@@ -496,6 +527,29 @@ fn transport(e: reqwest::Error) -> Failure {
         source = s.source();
     }
     Failure::unavailable(reason, None, detail)
+}
+
+/// The rustls error in `e`'s chain. An `io::Error` holds it (hyper-rustls
+/// wraps tokio-rustls's `io::Error` in another), and an `io::Error`'s
+/// `source` skips what it holds: read through `get_ref`.
+fn tls_error(e: &reqwest::Error) -> Option<&rustls::Error> {
+    fn held<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+        for _ in 0..8 {
+            if let Some(t) = e.downcast_ref::<rustls::Error>() {
+                return Some(t);
+            }
+            e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+        }
+        None
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(t) = held(s) {
+            return Some(t);
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// The first 300 bytes of an error answer (the provider's message).
@@ -596,6 +650,14 @@ impl Provider for Remote {
             .await
             .map(|_| ())
     }
+
+    fn state(&self) -> Option<ProviderState> {
+        Some(ProviderState {
+            address: self.shown.clone(),
+            circuit: self.breaker.state(),
+            last_error: self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        })
+    }
 }
 
 /// The circuit: closed (requests go), open (none go, until the cool-down
@@ -612,6 +674,8 @@ struct Circuit {
     /// A trial request is out.
     trial: bool,
     last: String,
+    /// The failure last logged (since the provider last answered).
+    logged: String,
 }
 
 impl Breaker {
@@ -661,6 +725,27 @@ impl Breaker {
             gauge.set(2);
         }
         c.open_until.is_some()
+    }
+
+    /// Whether `what` is a failure not logged since the provider last
+    /// answered (then it is now).
+    fn first_report(&self, what: &str) -> bool {
+        let mut c = self.lock();
+        if c.logged == what {
+            return false;
+        }
+        c.logged = what.to_owned();
+        true
+    }
+
+    /// Closed, open, or half-open (a trial request out).
+    fn state(&self) -> CircuitState {
+        let c = self.lock();
+        match (c.open_until, c.trial) {
+            (None, _) => CircuitState::Closed,
+            (Some(_), true) => CircuitState::HalfOpen,
+            (Some(_), false) => CircuitState::Open,
+        }
     }
 
     /// The last error while the circuit is not closed.

@@ -13,6 +13,10 @@ use prometheus::{IntCounter, IntGauge};
 const QUIET: Duration = Duration::from_millis(250);
 const YIELD_MAX: Duration = Duration::from_secs(2);
 const YIELD_POLL: Duration = Duration::from_millis(50);
+/// The console's embedding rate is over this long.
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Batches the rate keeps at most (a fast provider stores many a second).
+const RATE_SAMPLES: usize = 4096;
 
 /// Whether the worker keeps holding its batch: ingest was seen `since` ago
 /// and it has held for `held`.
@@ -34,6 +38,9 @@ pub struct Status {
     pub failed: IntCounter,
     /// 1 while this replica is the one embedding.
     pub leader: IntGauge,
+    /// When this replica stored how many vectors, over the last `RATE_WINDOW`
+    /// (the console's rate).
+    recent: std::sync::Mutex<std::collections::VecDeque<(std::time::Instant, u64)>>,
     /// When this replica last wrote an item (ms since `epoch`; 0: never).
     ingest_seen: std::sync::atomic::AtomicU64,
     epoch: std::time::Instant,
@@ -67,6 +74,7 @@ impl Status {
                 "1 while this replica runs the embedding worker",
             )
             .expect("valid metric"),
+            recent: std::sync::Mutex::new(std::collections::VecDeque::new()),
             ingest_seen: std::sync::atomic::AtomicU64::new(0),
             epoch: std::time::Instant::now(),
         };
@@ -80,6 +88,30 @@ impl Status {
             metrics.register(c);
         }
         Arc::new(s)
+    }
+
+    /// `n` chunks were given their vector (counted, and in the rate).
+    pub(crate) fn note_embedded(&self, n: u64) {
+        self.embedded.inc_by(n);
+        let now = std::time::Instant::now();
+        let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        while r
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RATE_WINDOW || r.len() >= RATE_SAMPLES)
+        {
+            r.pop_front();
+        }
+        r.push_back((now, n));
+    }
+
+    /// Chunks embedded by this replica over the last `RATE_WINDOW`.
+    pub fn recent(&self) -> u64 {
+        let now = std::time::Instant::now();
+        let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        r.iter()
+            .filter(|(at, _)| now.duration_since(*at) <= RATE_WINDOW)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// An item is being written on this replica (the worker yields to it).

@@ -282,7 +282,7 @@ async fn one_batch(
         graph.embedding_failed(embedder.id(), failed).await?;
     }
     let (stored, items) = graph.store_vectors(embedder.id(), lib, rows).await?;
-    status.embedded.inc_by(stored.max(0) as u64);
+    status.note_embedded(stored.max(0) as u64);
     // At most what was stored (a chunk replaced meanwhile is not).
     status.reused.inc_by((kept as u64).min(stored.max(0) as u64));
     record_vectors(pg, lib, &items).await;

