@@ -31,6 +31,7 @@ use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 mod keyword;
+mod maxscore;
 pub mod rank;
 pub mod replica;
 pub mod vectors;
@@ -108,11 +109,13 @@ pub struct Hit {
     pub relevance: f64,
 }
 
-/// The live statistics of one searcher generation.
-#[derive(Clone, Copy)]
+/// The live statistics of one searcher generation, and its deleted
+/// documents (each segment's, in order, by the searcher's segment order).
+#[derive(Clone)]
 struct Stats {
     generation: u64,
     stats: rank::LibraryStats,
+    dead: Arc<Vec<Vec<DocId>>>,
 }
 
 /// One library's index, open.
@@ -319,29 +322,43 @@ impl LibraryIndex {
     /// The library's live chunk count and total length, for this searcher
     /// generation (summed once per generation over the live documents).
     fn stats(&self, searcher: &tantivy::Searcher) -> Result<rank::LibraryStats, IndexError> {
+        Ok(self.live(searcher)?.stats)
+    }
+
+    /// `stats`, with each segment's deleted documents (listed in the same
+    /// pass, once per generation).
+    fn live(&self, searcher: &tantivy::Searcher) -> Result<Stats, IndexError> {
         let generation = searcher.generation().generation_id();
         let mut cached = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = *cached {
+        if let Some(s) = &*cached {
             if s.generation == generation {
-                return Ok(s.stats);
+                return Ok(s.clone());
             }
         }
         let mut n = 0i64;
         let mut tokens = 0i64;
+        let mut dead = Vec::new();
         for seg in searcher.segment_readers() {
             let dl = seg.fast_fields().u64("dl")?;
             let alive = seg.alive_bitset();
+            let mut gone = Vec::new();
             for doc in 0..seg.max_doc() {
                 if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    gone.push(doc);
                     continue;
                 }
                 n += 1;
                 tokens += dl.first(doc).unwrap_or(0) as i64;
             }
+            dead.push(gone);
         }
-        let stats = rank::LibraryStats { n, tokens };
-        *cached = Some(Stats { generation, stats });
-        Ok(stats)
+        let live = Stats {
+            generation,
+            stats: rank::LibraryStats { n, tokens },
+            dead: Arc::new(dead),
+        };
+        *cached = Some(live.clone());
+        Ok(live)
     }
 
     /// The documents of one segment in `collection` (None: no filter).
