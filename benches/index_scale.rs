@@ -506,7 +506,10 @@ fn curve(docs: &[(String, String)], sizes: &str) {
     }
     for (class, qs) in [("broad", &broad), ("mixed", &mixed), ("selective", &selective)] {
         let shown: Vec<String> = qs.iter().map(|(q, share)| format!("{q:?} ({share})")).collect();
-        println!("curve: {class} queries (share of chunks holding each word): {}", shown.join(", "));
+        println!(
+            "curve: {class} queries (share of chunks holding each word): {}",
+            shown.join(", ")
+        );
     }
     let root = std::env::temp_dir().join(format!("mnemosyne-bench-curve-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -570,8 +573,10 @@ fn curve(docs: &[(String, String)], sizes: &str) {
             .unwrap_or(0);
         eprintln!("curve: grown to {size} chunks in {:.1} s", t.elapsed().as_secs_f64());
         for (class, qs) in [("broad", &broad), ("mixed", &mixed), ("selective", &selective)] {
-            let analyzed: Vec<(Vec<String>, Vec<usize>)> =
-                qs.iter().map(|(q, _)| scoped::query_words_grouped(Language::English, q)).collect();
+            let analyzed: Vec<(Vec<String>, Vec<usize>)> = qs
+                .iter()
+                .map(|(q, _)| scoped::query_words_grouped(Language::English, q))
+                .collect();
             let (mut pruned, mut oracle) = (Vec::new(), Vec::new());
             let mut hits = 0;
             for (words, groups) in &analyzed {
@@ -585,7 +590,11 @@ fn curve(docs: &[(String, String)], sizes: &str) {
                         .map(|h| (h.chunk_uid.clone(), h.score.to_bits(), h.relevance.to_bits()))
                         .collect::<Vec<_>>()
                 };
-                assert_eq!(bits(&got), bits(&want), "{words:?}: the pruned answer is the exhaustive one");
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{words:?}: the pruned answer is the exhaustive one"
+                );
                 hits += got.len();
             }
             for _ in 0..runs {

@@ -1,6 +1,11 @@
-//! Keyword scoring on one library's index: every posting of the query's
-//! terms (skipping deleted documents and, with a collection, the others) is
-//! counted, and each candidate scored with `rank::Weights`.
+//! Keyword scoring on one library's index by scoring every posting of the
+//! query's terms (skipping deleted documents and, with a collection, the
+//! others), each candidate with `rank::Weights`: the oracle of the pruned
+//! scorer the server runs (`maxscore.rs`), which must give its answer to the
+//! bit, and the baseline the benchmarks print beside it
+//! (`LibraryIndex::score_grouped_exhaustive`). It is the path issue 54 made
+//! (memory-bounded, and leaving the most common word out when `prunable`),
+//! kept as it was.
 //!
 //! **Memory.** A candidate's row (its frequencies of every query term in
 //! both fields, its length, its score) takes `Scratch::row_bytes(terms)`:
@@ -27,7 +32,7 @@ use super::{rank, Hit, IndexError, LibraryIndex};
 /// The most bytes the candidate rows of one library's keyword search hold
 /// (see **Memory**): a two-word query over ~460,000 candidates, a 64-word
 /// one over ~32,000, fits in one pass.
-pub const CANDIDATE_BYTES: usize = 32 << 20;
+pub(super) const CANDIDATE_BYTES: usize = 32 << 20;
 
 /// A keyword query against one library's index.
 #[derive(Clone, Copy)]
@@ -617,7 +622,11 @@ mod tests {
                 let rows = idx.candidates_at_most(&searcher, &q).unwrap() * row;
                 for budget in [rows, rows.saturating_sub(1), 17 * row, row] {
                     let tight = Keyword { budget, ..q };
-                    assert_eq!(key(&idx.exhaustive(tight).unwrap()), exhaustive, "{what} budget={budget}");
+                    assert_eq!(
+                        key(&idx.exhaustive(tight).unwrap()),
+                        exhaustive,
+                        "{what} budget={budget}"
+                    );
                     assert_eq!(
                         key(&idx.ranked(&searcher, &tight).unwrap().unwrap()),
                         exhaustive,

@@ -442,7 +442,13 @@ mod tests {
                 idx.apply(&deleted, &chunks, &applied(batch + 1)).unwrap();
             }
             let searcher = idx.reader.searcher();
-            let vocab: Vec<&str> = common.iter().chain(&middling).chain(&rare).copied().chain(["absent"]).collect();
+            let vocab: Vec<&str> = common
+                .iter()
+                .chain(&middling)
+                .chain(&rare)
+                .copied()
+                .chain(["absent"])
+                .collect();
             for _ in 0..60 {
                 let n = rng.gen_range(1..6);
                 let mut words = Vec::new();

@@ -10,13 +10,15 @@
 //! (split on spaces), so a query's words — analyzed the same way — meet the
 //! same terms the graph path counts.
 //!
-//! Ranking is not tantivy's: `score` (`keyword`) walks every posting of the
-//! query's terms (skipping deleted documents), within a memory bound, and
-//! ranks with `rank::score`, BM25 from
+//! Ranking is not tantivy's: `score` (`maxscore`) finds the exact best k of
+//! the query's postings (skipping deleted documents) without scoring the
+//! chunks that cannot make them, and ranks with `rank::score`, BM25 from
 //! this library's own statistics (its live chunk count and total length,
 //! exact, and document frequencies counted over its live postings), the title
 //! field and the coordination factor — the same function the graph path uses,
-//! so a tenant's ranking is a function of its own library only.
+//! so a tenant's ranking is a function of its own library only. `keyword`
+//! scores every posting instead: the oracle the pruned answer is tested (and
+//! benchmarked) against, to the bit.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,7 +39,6 @@ pub mod replica;
 pub mod vectors;
 
 pub use crate::store::graph::indexing::IndexedChunk;
-pub use keyword::CANDIDATE_BYTES;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
 const TERMS: &str = "terms";
