@@ -42,6 +42,10 @@ use super::{rank, Hit, IndexError, LibraryIndex};
 /// rounded (far less than this over at most 128 parts).
 const MARGIN: f64 = 1e-9;
 
+/// How many chunks of the list with the largest bound are scored first, for
+/// a k-th score to prune with from the start (see `seed`).
+const SEED_CHUNKS: usize = 1024;
+
 /// One posting list of the query: term `term` in the text or the title.
 struct List {
     term: usize,
@@ -135,6 +139,16 @@ struct Row {
 }
 
 impl Row {
+    fn new(terms: usize, words: usize) -> Self {
+        Row {
+            tf: vec![0; terms],
+            tt: vec![0; terms],
+            hit: vec![false; words],
+            known: 0.0,
+            norm: 0.0,
+        }
+    }
+
     fn clear(&mut self, norm: f64) {
         self.tf.fill(0);
         self.tt.fill(0);
@@ -206,31 +220,17 @@ impl LibraryIndex {
             let p = &prefix[m];
             p.relevance < floor || p.sum * p.relevance * (1.0 + MARGIN) < kth
         };
+        let seeded = self.seed(&segments, &lists, &weights, q, SEED_CHUNKS.max(4 * q.k))?;
+        let kth = |best: &Best| best.threshold().max(seeded);
         let mut best = Best::new(q.k);
         let mut essential_from = 0;
-        let mut row = Row {
-            tf: vec![0; terms],
-            tt: vec![0; terms],
-            hit: vec![false; weights.words()],
-            known: 0.0,
-            norm: 0.0,
-        };
+        let mut row = Row::new(terms, weights.words());
         let mut row_hit = vec![false; weights.words()];
-        let f = self.fields;
         'segments: for seg in &segments {
             let dls = seg.reader.fast_fields().u64("dl")?;
-            let mut cursors: Vec<Option<SegmentPostings>> = Vec::with_capacity(lists.len());
-            for l in &lists {
-                let field = if l.title { f.title_terms } else { f.text_terms };
-                let term = Term::from_field_text(field, &q.words[l.term]);
-                cursors.push(
-                    seg.reader
-                        .inverted_index(field)?
-                        .read_postings(&term, IndexRecordOption::WithFreqs)?,
-                );
-            }
+            let mut cursors = self.cursors(seg, &lists, q.words)?;
             loop {
-                while essential_from < lists.len() && hopeless(essential_from + 1, best.threshold()) {
+                while essential_from < lists.len() && hopeless(essential_from + 1, kth(&best)) {
                     essential_from += 1;
                 }
                 if essential_from == lists.len() {
@@ -265,7 +265,7 @@ impl LibraryIndex {
                 }
                 // The non-essential lists, largest bound first, while the
                 // chunk can still make it.
-                let kth = best.threshold();
+                let kth = kth(&best);
                 let mut m = essential_from;
                 let mut out = false;
                 while m > 0 {
@@ -288,7 +288,7 @@ impl LibraryIndex {
                     continue;
                 }
                 let (score, relevance) = weights.score_row(dl, &row.tf, &row.tt, &mut row_hit);
-                if relevance >= floor {
+                if relevance >= floor && score >= seeded {
                     best.offer(score, relevance, seg.ord, doc);
                 }
             }
@@ -308,6 +308,92 @@ impl LibraryIndex {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.chunk_uid.cmp(&b.chunk_uid)));
         hits.truncate(q.k);
         Ok(hits)
+    }
+
+    /// A score the final k-th best is at least: the k-th best exact score of
+    /// the first `chunks` live chunks of the list with the largest bound
+    /// (the rarest word's, usually), each scored in full (below every score
+    /// when fewer than k pass the floor). Those chunks are candidates like
+    /// any other, so pruning with it from the start leaves out only chunks
+    /// below the final k-th; they are scored again, and offered, in the
+    /// pruned pass.
+    fn seed(
+        &self,
+        segments: &[Segment<'_>],
+        lists: &[List],
+        weights: &rank::Weights,
+        q: &Keyword<'_>,
+        chunks: usize,
+    ) -> Result<f64, IndexError> {
+        let Some(lead) = lists.len().checked_sub(1) else {
+            return Ok(f64::NEG_INFINITY);
+        };
+        let mut top: BinaryHeap<Reverse<Ordered>> = BinaryHeap::with_capacity(q.k + 1);
+        let mut row = Row::new(q.words.len(), weights.words());
+        let mut row_hit = vec![false; weights.words()];
+        let mut scored = 0;
+        for seg in segments {
+            if scored >= chunks {
+                break;
+            }
+            let dls = seg.reader.fast_fields().u64("dl")?;
+            let mut cursors = self.cursors(seg, lists, q.words)?;
+            while scored < chunks {
+                let Some(doc) = cursors[lead].as_ref().map(|c| c.doc()).filter(|d| *d != TERMINATED) else {
+                    break;
+                };
+                if seg.live(doc) {
+                    let dl = dls.first(doc).unwrap_or(0) as i64;
+                    row.clear(weights.norm(dl));
+                    for (l, c) in lists.iter().zip(cursors.iter_mut()) {
+                        if let Some(c) = c.as_mut() {
+                            if c.doc() < doc {
+                                c.seek(doc);
+                            }
+                            if c.doc() == doc {
+                                row.record(weights, l, c.term_freq());
+                            }
+                        }
+                    }
+                    let (score, relevance) = weights.score_row(dl, &row.tf, &row.tt, &mut row_hit);
+                    if relevance >= q.min_relevance {
+                        top.push(Reverse(Ordered(score)));
+                        if top.len() > q.k {
+                            top.pop();
+                        }
+                    }
+                    scored += 1;
+                }
+                if let Some(c) = cursors[lead].as_mut() {
+                    c.advance();
+                }
+            }
+        }
+        Ok(match top.peek() {
+            Some(Reverse(Ordered(s))) if top.len() >= q.k => *s,
+            _ => f64::NEG_INFINITY,
+        })
+    }
+
+    /// The postings of each of `lists` in `seg`.
+    fn cursors(
+        &self,
+        seg: &Segment<'_>,
+        lists: &[List],
+        words: &[String],
+    ) -> Result<Vec<Option<SegmentPostings>>, IndexError> {
+        let f = self.fields;
+        lists
+            .iter()
+            .map(|l| {
+                let field = if l.title { f.title_terms } else { f.text_terms };
+                let term = Term::from_field_text(field, &words[l.term]);
+                Ok(seg
+                    .reader
+                    .inverted_index(field)?
+                    .read_postings(&term, IndexRecordOption::WithFreqs)?)
+            })
+            .collect()
     }
 
     /// Each term's document frequency in the text and in the title over the
