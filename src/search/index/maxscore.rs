@@ -42,7 +42,7 @@ use super::{rank, Hit, IndexError, LibraryIndex};
 /// rounded (far less than this over at most 128 parts).
 const MARGIN: f64 = 1e-9;
 
-/// How many chunks of the list with the largest bound are scored first, for
+/// How many chunks of the lists with the largest bounds are scored first, for
 /// a k-th score to prune with from the start (see `seed`).
 const SEED_CHUNKS: usize = 1024;
 
@@ -54,6 +54,8 @@ struct List {
     word: usize,
     /// What its part of any chunk's score stays below.
     bound: f64,
+    /// The live chunks it holds.
+    df: f64,
 }
 
 /// The first `m` lists (in order of bound): their bounds summed, their words,
@@ -195,6 +197,7 @@ impl LibraryIndex {
                 title,
                 word: weights.word_of(term),
                 bound: weights.part_bound(term, title),
+                df: if title { df_title[term] } else { df[term] },
             })
             .collect();
         lists.sort_by(|a, b| a.bound.total_cmp(&b.bound));
@@ -311,12 +314,13 @@ impl LibraryIndex {
     }
 
     /// A score the final k-th best is at least: the k-th best exact score of
-    /// the first `chunks` live chunks of the list with the largest bound
-    /// (the rarest word's, usually), each scored in full (below every score
-    /// when fewer than k pass the floor). Those chunks are candidates like
-    /// any other, so pruning with it from the start leaves out only chunks
-    /// below the final k-th; they are scored again, and offered, in the
-    /// pruned pass.
+    /// the first `chunks` live chunks of the lists with the largest bounds
+    /// (the rarest words', usually; as few as hold k chunks between them, so
+    /// that a common word's many low scores do not set it), each chunk
+    /// scored in full once (below every score when fewer
+    /// than k pass the floor). Those chunks are candidates like any other,
+    /// so pruning with it from the start leaves out only chunks below the
+    /// final k-th; they are scored again, and offered, in the pruned pass.
     fn seed(
         &self,
         segments: &[Segment<'_>],
@@ -325,9 +329,12 @@ impl LibraryIndex {
         q: &Keyword<'_>,
         chunks: usize,
     ) -> Result<f64, IndexError> {
-        let Some(lead) = lists.len().checked_sub(1) else {
-            return Ok(f64::NEG_INFINITY);
-        };
+        let mut lead = lists.len();
+        let mut held = 0.0;
+        while lead > 0 && held < q.k as f64 {
+            lead -= 1;
+            held += lists[lead].df;
+        }
         let mut top: BinaryHeap<Reverse<Ordered>> = BinaryHeap::with_capacity(q.k + 1);
         let mut row = Row::new(q.words.len(), weights.words());
         let mut row_hit = vec![false; weights.words()];
@@ -339,9 +346,15 @@ impl LibraryIndex {
             let dls = seg.reader.fast_fields().u64("dl")?;
             let mut cursors = self.cursors(seg, lists, q.words)?;
             while scored < chunks {
-                let Some(doc) = cursors[lead].as_ref().map(|c| c.doc()).filter(|d| *d != TERMINATED) else {
+                let doc = cursors[lead..]
+                    .iter()
+                    .flatten()
+                    .map(|c| c.doc())
+                    .min()
+                    .unwrap_or(TERMINATED);
+                if doc == TERMINATED {
                     break;
-                };
+                }
                 if seg.live(doc) {
                     let dl = dls.first(doc).unwrap_or(0) as i64;
                     row.clear(weights.norm(dl));
@@ -364,8 +377,10 @@ impl LibraryIndex {
                     }
                     scored += 1;
                 }
-                if let Some(c) = cursors[lead].as_mut() {
-                    c.advance();
+                for c in cursors[lead..].iter_mut().flatten() {
+                    if c.doc() == doc {
+                        c.advance();
+                    }
                 }
             }
         }
