@@ -335,6 +335,12 @@ impl LibraryIndex {
             lead -= 1;
             held += lists[lead].df;
         }
+        // When those lists hold most of the postings (a selective query),
+        // the pruned pass visits their chunks anyway, and a seed would only
+        // score them twice.
+        if held * 2.0 >= lists.iter().map(|l| l.df).sum::<f64>() {
+            return Ok(f64::NEG_INFINITY);
+        }
         let mut top: BinaryHeap<Reverse<Ordered>> = BinaryHeap::with_capacity(q.k + 1);
         let mut row = Row::new(q.words.len(), weights.words());
         let mut row_hit = vec![false; weights.words()];
