@@ -25,7 +25,13 @@
 //! 4. Reports disk (by file kind too) and the memory of /proc/self/status
 //!    at each stage; the directory is removed at the end.
 //!
+//! With `SCALE_CURVE` set, it does only issue 52's curve instead: one
+//! library grown to 10,000, 100,000 and 1,000,000 chunks, broad, mixed and
+//! selective keyword queries timed pruned beside the exhaustive oracle at
+//! each size (see `curve`).
+//!
 //!   cargo bench --bench index_scale
+//!   SCALE_CURVE=1 cargo bench --bench index_scale   (CURVE_POOL, CURVE_RUNS, CURVE_ORACLE_RUNS)
 //!   (SCALE_LIBRARIES=100, SCALE_CHUNKS=10000; quick: SCALE_LIBRARIES=3 SCALE_CHUNKS=2000;
 //!    MNEMOSYNE_VECTOR_CACHE_CHUNKS and MNEMOSYNE_INDEX_OPEN_LIBRARIES as the server reads them)
 
@@ -96,11 +102,11 @@ fn cut(docs: &[(String, String)], start: usize, skip: usize) -> String {
     text.chars().take(CHUNK_CHARS).collect()
 }
 
-/// The query: the corpus's two content words found in the most documents
-/// (a broad query, as `search_load`'s `quasar tidal` is).
-fn broad_query(docs: &[(String, String)]) -> (String, String) {
+/// The corpus's content words (a word is one when "the <word>" drops "the"
+/// and keeps it), most documents first: (documents holding it, its stem, the
+/// form written most often).
+fn content_words(docs: &[(String, String)]) -> Vec<(usize, String, String)> {
     let en = analyzer(Language::English);
-    // A word is a content word when "the <word>" drops "the" and keeps it.
     let mut content: HashMap<String, Option<String>> = HashMap::new();
     let mut df: HashMap<String, usize> = HashMap::new();
     let mut forms: HashMap<String, HashMap<String, usize>> = HashMap::new();
@@ -125,20 +131,33 @@ fn broad_query(docs: &[(String, String)]) -> (String, String) {
             }
         }
     }
-    let mut top: Vec<(usize, String)> = df.into_iter().map(|(stem, n)| (n, stem)).collect();
-    top.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    // Each as the word written most often; the first pair the server's
-    // query analysis keeps as two terms (a pair it guesses is in another
-    // language gets that language's stems too).
     let form = |stem: &str| {
         let mut f: Vec<(&String, &usize)> = forms[stem].iter().collect();
         f.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
         f[0].0.clone()
     };
+    let mut top: Vec<(usize, String, String)> = df
+        .into_iter()
+        .map(|(stem, n)| {
+            let f = form(&stem);
+            (n, stem, f)
+        })
+        .collect();
+    top.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    top
+}
+
+/// The query: the corpus's two content words found in the most documents
+/// (a broad query, as `search_load`'s `quasar tidal` is).
+fn broad_query(docs: &[(String, String)]) -> (String, String) {
+    let top = content_words(docs);
+    // Each as the word written most often; the first pair the server's
+    // query analysis keeps as two terms (a pair it guesses is in another
+    // language gets that language's stems too).
     let pct = |n: usize| 100.0 * n as f64 / docs.len() as f64;
     for j in 1..top.len().min(20) {
         for i in 0..j {
-            let q = format!("{} {}", form(&top[i].1), form(&top[j].1));
+            let q = format!("{} {}", top[i].2, top[j].2);
             if scoped::query_words_grouped(Language::English, &q).0.len() == 2 {
                 let note = format!(
                     "in {:.0} % and {:.0} % of the corpus's documents",
@@ -150,7 +169,7 @@ fn broad_query(docs: &[(String, String)]) -> (String, String) {
         }
     }
     (
-        form(&top[0].1),
+        top[0].2.clone(),
         format!("in {:.0} % of the corpus's documents", pct(top[0].0)),
     )
 }
@@ -407,6 +426,226 @@ fn serve(root: &Path, libraries: usize, per_library: usize, query: (&str, &str),
     served
 }
 
+/// Issue 52's curve (`SCALE_CURVE`): one library grown to each size of
+/// `SCALE_CURVE` ("1": 10,000, 100,000 and 1,000,000 chunks; or a list such
+/// as "10000,100000"), and at each size broad, mixed and selective keyword
+/// queries timed through `score_grouped` (pruned, as the server runs) beside
+/// `score_grouped_exhaustive` (every posting scored: the oracle, today's
+/// path), their answers compared to the bit. The chunks are recombined from
+/// `CURVE_POOL` analyzed ones (the first half of one's terms, the second half
+/// of another's, the title of the item's first), so that a million of them
+/// take a minute to make; they store no text and no vector (the keyword path
+/// reads neither). The library is built once, grown in place (pages of
+/// 5,000 added, one commit and the writer closed per size, as a build does).
+fn curve(docs: &[(String, String)], sizes: &str) {
+    // This thread's CPU time, in ms: on a shared machine the wall clock
+    // also counts the time others held the cores.
+    fn cpu_ms() -> f64 {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+    }
+    let sizes: Vec<usize> = if sizes == "1" {
+        vec![10_000, 100_000, 1_000_000]
+    } else {
+        sizes.split(',').filter_map(|v| v.trim().parse().ok()).collect()
+    };
+    let pool_size = common::setting::<usize>("CURVE_POOL", 20_000);
+    let runs = common::setting::<usize>("CURVE_RUNS", 25);
+    let oracle_runs = common::setting::<usize>("CURVE_ORACLE_RUNS", 5);
+    let started = Instant::now();
+    let uid = library_uid(0);
+    let collection = derived_uid("col", &[&uid, "docs"]);
+    let mut analyzing = 0.0;
+    let pool: Vec<(Vec<String>, String)> = page(docs, 0, &uid, &collection, (0, pool_size), &mut analyzing)
+        .into_iter()
+        .map(|c| (c.text_terms.split(' ').map(str::to_owned).collect(), c.title_terms))
+        .collect();
+    println!(
+        "curve: a pool of {pool_size} analyzed chunks in {:.1} s; sizes {sizes:?}; {runs} pruned and {oracle_runs} \
+         exhaustive runs of each query",
+        started.elapsed().as_secs_f64()
+    );
+    // The queries, from the content words' share of the pool's chunks.
+    let mut pool_df: HashMap<&str, usize> = HashMap::new();
+    for (terms, _) in &pool {
+        let mut seen = HashSet::new();
+        for t in terms {
+            if seen.insert(t.as_str()) {
+                *pool_df.entry(t.as_str()).or_default() += 1;
+            }
+        }
+    }
+    let mut words: Vec<(f64, String)> = content_words(docs)
+        .into_iter()
+        .filter_map(|(_, stem, form)| Some((*pool_df.get(stem.as_str())? as f64 / pool_size as f64, form)))
+        .collect();
+    words.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let two = |q: &str| scoped::query_words_grouped(Language::English, q).0.len() == 2;
+    let mut broad = Vec::new();
+    'broad: for j in 1..words.len().min(12) {
+        for i in 0..j {
+            let q = format!("{} {}", words[i].1, words[j].1);
+            if two(&q) {
+                broad.push((q, format!("{:.0} % + {:.0} %", 100.0 * words[i].0, 100.0 * words[j].0)));
+                if broad.len() == 4 {
+                    break 'broad;
+                }
+            }
+        }
+    }
+    let rare: Vec<&(f64, String)> = words.iter().filter(|w| (0.002..=0.01).contains(&w.0)).collect();
+    let step = (rare.len() / 16).max(1);
+    let rare: Vec<&(f64, String)> = rare.into_iter().step_by(step).collect();
+    let mut selective = Vec::new();
+    let mut mixed = Vec::new();
+    for pair in rare.chunks(2) {
+        if let [a, b] = pair {
+            let q = format!("{} {}", a.1, b.1);
+            if two(&q) && selective.len() < 4 {
+                selective.push((q, format!("{:.1} % + {:.1} %", 100.0 * a.0, 100.0 * b.0)));
+            }
+            let q = format!("{} {}", a.1, words[0].1);
+            if two(&q) && mixed.len() < 4 {
+                mixed.push((q, format!("{:.1} % + {:.0} %", 100.0 * a.0, 100.0 * words[0].0)));
+            }
+        }
+    }
+    for (class, qs) in [("broad", &broad), ("mixed", &mixed), ("selective", &selective)] {
+        let shown: Vec<String> = qs.iter().map(|(q, share)| format!("{q:?} ({share})")).collect();
+        println!(
+            "curve: {class} queries (share of chunks holding each word): {}",
+            shown.join(", ")
+        );
+    }
+    let root = std::env::temp_dir().join(format!("mnemosyne-bench-curve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let index = LibraryIndex::open_or_create(&root, CodeCache::new(0)).expect("index");
+    let mut built = 0usize;
+    println!(
+        "| chunks | segments | query | pruned p50 / p99 ms (CPU p50) | exhaustive (today) p50 / p99 ms (CPU p50) | p50 speed-up (CPU) | hits |"
+    );
+    println!("|--:|--:|---|--:|--:|--:|--:|");
+    for &size in &sizes {
+        let t = Instant::now();
+        while built < size {
+            let to = (built + PAGE).min(size);
+            let chunks: Vec<IndexedChunk> = (built..to)
+                .map(|j| {
+                    let item = j / ITEM_CHUNKS;
+                    let (a, _) = &pool[(mix(j as u64) % pool_size as u64) as usize];
+                    let (b, _) = &pool[(mix(!(j as u64)) % pool_size as u64) as usize];
+                    let (_, title) = &pool[(mix((item * ITEM_CHUNKS) as u64) % pool_size as u64) as usize];
+                    let terms: Vec<&str> = a[..a.len() / 2]
+                        .iter()
+                        .chain(&b[b.len() / 2..])
+                        .map(String::as_str)
+                        .collect();
+                    IndexedChunk {
+                        chunk_uid: format!("chk_{:016x}", mix(j as u64 ^ 0xc4c4)),
+                        item_uid: format!("item_{item:07}"),
+                        item_title: String::new(),
+                        collection_uid: collection.clone(),
+                        ordinal: (j % ITEM_CHUNKS) as i64,
+                        text: String::new(),
+                        text_terms: terms.join(" "),
+                        title_terms: title.clone(),
+                        dl: terms.len() as i64,
+                        source_uri: None,
+                        mime_type: None,
+                        updated_at: None,
+                        vector: None,
+                    }
+                })
+                .collect();
+            index.add(&chunks).expect("add");
+            built = to;
+        }
+        let applied = Applied {
+            seq: (size / ITEM_CHUNKS) as i64,
+            library_uid: uid.clone(),
+            analysis: scoped::ANALYSIS_VERSION,
+            epoch: "bench-curve".into(),
+            model: String::new(),
+        };
+        index.commit(&applied).expect("commit");
+        index.close_writer().expect("close writer");
+        assert_eq!(index.num_chunks(), size as u64);
+        let segments = std::fs::read_dir(&root)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "idx"))
+                    .count()
+            })
+            .unwrap_or(0);
+        eprintln!("curve: grown to {size} chunks in {:.1} s", t.elapsed().as_secs_f64());
+        for (class, qs) in [("broad", &broad), ("mixed", &mixed), ("selective", &selective)] {
+            let analyzed: Vec<(Vec<String>, Vec<usize>)> = qs
+                .iter()
+                .map(|(q, _)| scoped::query_words_grouped(Language::English, q))
+                .collect();
+            let (mut pruned, mut oracle) = (Vec::new(), Vec::new());
+            let (mut pruned_cpu, mut oracle_cpu) = (Vec::new(), Vec::new());
+            let mut hits = 0;
+            for (words, groups) in &analyzed {
+                // Untimed first: the generation's statistics are read once.
+                let want = index
+                    .score_grouped_exhaustive(words, groups, None, 0.0, K)
+                    .expect("exhaustive");
+                let got = index.score_grouped(words, groups, None, 0.0, K).expect("pruned");
+                let bits = |h: &[mnemosyne::search::index::Hit]| {
+                    h.iter()
+                        .map(|h| (h.chunk_uid.clone(), h.score.to_bits(), h.relevance.to_bits()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{words:?}: the pruned answer is the exhaustive one"
+                );
+                hits += got.len();
+            }
+            for _ in 0..runs {
+                for (words, groups) in &analyzed {
+                    let (t, c) = (Instant::now(), cpu_ms());
+                    std::hint::black_box(index.score_grouped(words, groups, None, 0.0, K).expect("pruned"));
+                    pruned.push(t.elapsed().as_secs_f64() * 1e3);
+                    pruned_cpu.push(cpu_ms() - c);
+                }
+            }
+            for _ in 0..oracle_runs {
+                for (words, groups) in &analyzed {
+                    let (t, c) = (Instant::now(), cpu_ms());
+                    std::hint::black_box(
+                        index
+                            .score_grouped_exhaustive(words, groups, None, 0.0, K)
+                            .expect("exhaustive"),
+                    );
+                    oracle.push(t.elapsed().as_secs_f64() * 1e3);
+                    oracle_cpu.push(cpu_ms() - c);
+                }
+            }
+            for v in [&mut pruned, &mut oracle, &mut pruned_cpu, &mut oracle_cpu] {
+                v.sort_by(f64::total_cmp);
+            }
+            let (p50, o50) = (percentile(&pruned, 0.5), percentile(&oracle, 0.5));
+            let (c50, oc50) = (percentile(&pruned_cpu, 0.5), percentile(&oracle_cpu, 0.5));
+            println!(
+                "| {size} | {segments} | {class} | {p50:.2} / {:.2} ({c50:.2}) | {o50:.2} / {:.2} ({oc50:.2}) | {:.1}× ({:.1}×) | {} |",
+                percentile(&pruned, 0.99),
+                percentile(&oracle, 0.99),
+                o50 / p50,
+                oc50 / c50,
+                hits / analyzed.len().max(1)
+            );
+        }
+    }
+    drop(index);
+    let _ = std::fs::remove_dir_all(&root);
+    println!("curve: run {:.0} s", started.elapsed().as_secs_f64());
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("index_scale: bench");
@@ -416,6 +655,10 @@ fn main() {
     let per_library = common::setting::<usize>("SCALE_CHUNKS", 10_000);
     let total = libraries * per_library;
     let docs = corpus();
+    if let Ok(sizes) = std::env::var("SCALE_CURVE") {
+        curve(&docs, &sizes);
+        return;
+    }
     let (query, query_note) = broad_query(&docs);
     // The second serving pass: this program again, in a fresh process (a
     // replica started on indexes already on disk), prints its memory lines.

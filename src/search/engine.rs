@@ -64,8 +64,8 @@ pub const MAX_QUERY_CHARS: usize = 1000;
 
 /// Most candidate chunks one search reads from the graph (over all its
 /// batches of libraries): past it, document frequencies are counted over
-/// this many. (Libraries served by their index are bounded in memory
-/// instead: `index::CANDIDATE_BYTES`.)
+/// this many. (Libraries served by their index hold only their best k and
+/// the chunks tied with the k-th: `index::maxscore`.)
 const MAX_CANDIDATES: i64 = 20_000;
 
 /// A search request.

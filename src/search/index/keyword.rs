@@ -1,6 +1,11 @@
-//! Keyword scoring on one library's index: every posting of the query's
-//! terms (skipping deleted documents and, with a collection, the others) is
-//! counted, and each candidate scored with `rank::Weights`.
+//! Keyword scoring on one library's index by scoring every posting of the
+//! query's terms (skipping deleted documents and, with a collection, the
+//! others), each candidate with `rank::Weights`: the oracle of the pruned
+//! scorer the server runs (`maxscore.rs`), which must give its answer to the
+//! bit, and the baseline the benchmarks print beside it
+//! (`LibraryIndex::score_grouped_exhaustive`). It is the path issue 54 made
+//! (memory-bounded, and leaving the most common word out when `prunable`),
+//! kept as it was.
 //!
 //! **Memory.** A candidate's row (its frequencies of every query term in
 //! both fields, its length, its score) takes `Scratch::row_bytes(terms)`:
@@ -27,7 +32,7 @@ use super::{rank, Hit, IndexError, LibraryIndex};
 /// The most bytes the candidate rows of one library's keyword search hold
 /// (see **Memory**): a two-word query over ~460,000 candidates, a 64-word
 /// one over ~32,000, fits in one pass.
-pub const CANDIDATE_BYTES: usize = 32 << 20;
+pub(super) const CANDIDATE_BYTES: usize = 32 << 20;
 
 /// A keyword query against one library's index.
 #[derive(Clone, Copy)]
@@ -155,18 +160,29 @@ impl Counts {
 }
 
 /// One segment as a search reads it: which of its documents count.
-struct Segment<'s> {
-    ord: u32,
-    reader: &'s SegmentReader,
+pub(super) struct Segment<'s> {
+    pub(super) ord: u32,
+    pub(super) reader: &'s SegmentReader,
     alive: Option<&'s AliveBitSet>,
     /// Its documents in the search's collection (None: no filter).
-    in_collection: Option<Vec<bool>>,
+    pub(super) in_collection: Option<Vec<bool>>,
     uids: Option<StrColumn>,
 }
 
 impl Segment<'_> {
-    fn live(&self, doc: DocId) -> bool {
+    /// Whether `doc` counts: not deleted, and in the search's collection.
+    pub(super) fn live(&self, doc: DocId) -> bool {
         self.alive.is_none_or(|a| a.is_alive(doc)) && self.in_collection.as_ref().is_none_or(|k| k[doc as usize])
+    }
+
+    /// The chunk uid of `doc` (None: it has none), read through `buf`.
+    pub(super) fn uid(&self, doc: DocId, buf: &mut String) -> Result<Option<String>, IndexError> {
+        let Some(col) = &self.uids else { return Ok(None) };
+        let Some(term_ord) = col.term_ords(doc).next() else {
+            return Ok(None);
+        };
+        col.ord_to_str(term_ord, buf)?;
+        Ok(Some(buf.clone()))
     }
 }
 
@@ -197,7 +213,7 @@ impl LibraryIndex {
         min_relevance: f64,
         k: usize,
     ) -> Result<Vec<Hit>, IndexError> {
-        self.keyword(Keyword {
+        self.pruned(&Keyword {
             words,
             groups,
             collection,
@@ -208,8 +224,32 @@ impl LibraryIndex {
         })
     }
 
-    /// `score_grouped` of `q` (its `skip` unused).
-    fn keyword(&self, q: Keyword<'_>) -> Result<Vec<Hit>, IndexError> {
+    /// The test oracle of `score_grouped`, and the baseline benchmarks print
+    /// beside it: the same answer, to the bit, from scoring every posting
+    /// (see the module's doc). Not used by the server.
+    #[doc(hidden)]
+    pub fn score_grouped_exhaustive(
+        &self,
+        words: &[String],
+        groups: &[usize],
+        collection: Option<&str>,
+        min_relevance: f64,
+        k: usize,
+    ) -> Result<Vec<Hit>, IndexError> {
+        self.exhaustive(Keyword {
+            words,
+            groups,
+            collection,
+            min_relevance,
+            k,
+            skip: None,
+            budget: CANDIDATE_BYTES,
+        })
+    }
+
+    /// `score_grouped` of `q` by scoring every posting (its `skip` unused):
+    /// the oracle.
+    fn exhaustive(&self, q: Keyword<'_>) -> Result<Vec<Hit>, IndexError> {
         if q.words.is_empty() || q.k == 0 || q.groups.len() != q.words.len() {
             return Ok(Vec::new());
         }
@@ -258,22 +298,9 @@ impl LibraryIndex {
     /// that word are not candidates, and the answer is None unless they
     /// cannot be among the best `k` anyway. In one pass, or in windows that
     /// keep the rows within `q.budget` (see **Memory**).
-    fn ranked(&self, searcher: &Searcher, q: &Keyword<'_>) -> Result<Option<Vec<Hit>>, IndexError> {
+    pub(super) fn ranked(&self, searcher: &Searcher, q: &Keyword<'_>) -> Result<Option<Vec<Hit>>, IndexError> {
         let stats = self.stats(searcher)?;
-        let segments = searcher
-            .segment_readers()
-            .iter()
-            .enumerate()
-            .map(|(ord, reader)| {
-                Ok(Segment {
-                    ord: ord as u32,
-                    reader,
-                    alive: reader.alive_bitset(),
-                    in_collection: self.in_collection(reader, q.collection)?,
-                    uids: reader.fast_fields().str("chunk_uid")?,
-                })
-            })
-            .collect::<Result<Vec<_>, IndexError>>()?;
+        let segments = self.segments(searcher, q.collection)?;
         let terms = q.words.len();
         let row = Scratch::row_bytes(terms);
         let mut counts = Counts::new(terms);
@@ -321,6 +348,28 @@ impl LibraryIndex {
             }
         }
         Ok(Some(best))
+    }
+
+    /// The searcher's segments as a search in `collection` reads them.
+    pub(super) fn segments<'s>(
+        &self,
+        searcher: &'s Searcher,
+        collection: Option<&str>,
+    ) -> Result<Vec<Segment<'s>>, IndexError> {
+        searcher
+            .segment_readers()
+            .iter()
+            .enumerate()
+            .map(|(ord, reader)| {
+                Ok(Segment {
+                    ord: ord as u32,
+                    reader,
+                    alive: reader.alive_bitset(),
+                    in_collection: self.in_collection(reader, collection)?,
+                    uids: reader.fast_fields().str("chunk_uid")?,
+                })
+            })
+            .collect()
     }
 
     /// At least as many as the candidates of `q`: the document frequencies
@@ -459,15 +508,11 @@ fn keep_best(
     let mut buf = String::new();
     for &i in order.iter() {
         let (seg, doc) = at[i];
-        let Some(col) = &segments[seg as usize].uids else {
+        let Some(chunk_uid) = segments[seg as usize].uid(doc, &mut buf)? else {
             continue;
         };
-        let Some(term_ord) = col.term_ords(doc).next() else {
-            continue;
-        };
-        col.ord_to_str(term_ord, &mut buf)?;
         best.push(Hit {
-            chunk_uid: buf.clone(),
+            chunk_uid,
             score: scored[i].0,
             relevance: scored[i].1,
         });
@@ -570,14 +615,18 @@ mod tests {
                     "{words:?} {groups:?} k={} floor={} {:?}",
                     q.k, q.min_relevance, q.collection
                 );
-                assert_eq!(key(&idx.keyword(q).unwrap()), exhaustive, "{what}");
+                assert_eq!(key(&idx.exhaustive(q).unwrap()), exhaustive, "{what}");
                 // The budget's edge: exactly the one-pass rows, then a byte
                 // less (windows of one document fewer), then small windows.
                 let row = Scratch::row_bytes(words.len());
                 let rows = idx.candidates_at_most(&searcher, &q).unwrap() * row;
                 for budget in [rows, rows.saturating_sub(1), 17 * row, row] {
                     let tight = Keyword { budget, ..q };
-                    assert_eq!(key(&idx.keyword(tight).unwrap()), exhaustive, "{what} budget={budget}");
+                    assert_eq!(
+                        key(&idx.exhaustive(tight).unwrap()),
+                        exhaustive,
+                        "{what} budget={budget}"
+                    );
                     assert_eq!(
                         key(&idx.ranked(&searcher, &tight).unwrap().unwrap()),
                         exhaustive,

@@ -10,13 +10,15 @@
 //! (split on spaces), so a query's words — analyzed the same way — meet the
 //! same terms the graph path counts.
 //!
-//! Ranking is not tantivy's: `score` (`keyword`) walks every posting of the
-//! query's terms (skipping deleted documents), within a memory bound, and
-//! ranks with `rank::score`, BM25 from
+//! Ranking is not tantivy's: `score` (`maxscore`) finds the exact best k of
+//! the query's postings (skipping deleted documents) without scoring the
+//! chunks that cannot make them, and ranks with `rank::score`, BM25 from
 //! this library's own statistics (its live chunk count and total length,
 //! exact, and document frequencies counted over its live postings), the title
 //! field and the coordination factor — the same function the graph path uses,
-//! so a tenant's ranking is a function of its own library only.
+//! so a tenant's ranking is a function of its own library only. `keyword`
+//! scores every posting instead: the oracle the pruned answer is tested (and
+//! benchmarked) against, to the bit.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -31,12 +33,12 @@ use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 mod keyword;
+mod maxscore;
 pub mod rank;
 pub mod replica;
 pub mod vectors;
 
 pub use crate::store::graph::indexing::IndexedChunk;
-pub use keyword::CANDIDATE_BYTES;
 
 /// The tokenizer of the term fields: the terms are already analyzed.
 const TERMS: &str = "terms";
@@ -108,11 +110,13 @@ pub struct Hit {
     pub relevance: f64,
 }
 
-/// The live statistics of one searcher generation.
-#[derive(Clone, Copy)]
+/// The live statistics of one searcher generation, and its deleted
+/// documents (each segment's, in order, by the searcher's segment order).
+#[derive(Clone)]
 struct Stats {
     generation: u64,
     stats: rank::LibraryStats,
+    dead: Arc<Vec<Vec<DocId>>>,
 }
 
 /// One library's index, open.
@@ -319,29 +323,43 @@ impl LibraryIndex {
     /// The library's live chunk count and total length, for this searcher
     /// generation (summed once per generation over the live documents).
     fn stats(&self, searcher: &tantivy::Searcher) -> Result<rank::LibraryStats, IndexError> {
+        Ok(self.live(searcher)?.stats)
+    }
+
+    /// `stats`, with each segment's deleted documents (listed in the same
+    /// pass, once per generation).
+    fn live(&self, searcher: &tantivy::Searcher) -> Result<Stats, IndexError> {
         let generation = searcher.generation().generation_id();
         let mut cached = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = *cached {
+        if let Some(s) = &*cached {
             if s.generation == generation {
-                return Ok(s.stats);
+                return Ok(s.clone());
             }
         }
         let mut n = 0i64;
         let mut tokens = 0i64;
+        let mut dead = Vec::new();
         for seg in searcher.segment_readers() {
             let dl = seg.fast_fields().u64("dl")?;
             let alive = seg.alive_bitset();
+            let mut gone = Vec::new();
             for doc in 0..seg.max_doc() {
                 if alive.is_some_and(|a| !a.is_alive(doc)) {
+                    gone.push(doc);
                     continue;
                 }
                 n += 1;
                 tokens += dl.first(doc).unwrap_or(0) as i64;
             }
+            dead.push(gone);
         }
-        let stats = rank::LibraryStats { n, tokens };
-        *cached = Some(Stats { generation, stats });
-        Ok(stats)
+        let live = Stats {
+            generation,
+            stats: rank::LibraryStats { n, tokens },
+            dead: Arc::new(dead),
+        };
+        *cached = Some(live.clone());
+        Ok(live)
     }
 
     /// The documents of one segment in `collection` (None: no filter).

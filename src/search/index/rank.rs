@@ -213,36 +213,90 @@ impl Weights {
         let mut hit = vec![false; self.word_weight.len()];
         out.reserve(dl.len());
         for (j, len) in dl.iter().enumerate() {
-            let norm = K1 * (1.0 - B + B * (*len).max(0) as f64 / self.avgdl);
-            let mut score = 0.0;
-            hit.fill(false);
-            let row = j * terms;
-            for i in 0..terms {
-                let tf = tf[row + i].max(0) as f64;
-                let tt = tf_title[row + i].max(0) as f64;
-                if tf > 0.0 {
-                    score += self.idf_text[i] * tf * (K1 + 1.0) / (tf + norm);
-                }
-                if tt > 0.0 {
-                    score += TITLE_WEIGHT * self.idf_title[i] * tt * (K1 + 1.0) / (tt + K1);
-                }
-                if tf > 0.0 || tt > 0.0 {
-                    hit[self.word_of[i]] = true;
-                }
-            }
-            let relevance = self.relevance(&hit);
-            // Coordination: a chunk matching more of the query's weight
-            // ranks above one repeating a single rare word.
-            out.push((score * relevance, relevance));
+            let row = j * terms..(j + 1) * terms;
+            out.push(self.score_row(*len, &tf[row.clone()], &tf_title[row], &mut hit));
         }
     }
 
+    /// (score, relevance) of one candidate of length `dl` with frequencies
+    /// `tf[i]` (text) and `tf_title[i]` (title) of term `i`; `hit` is a
+    /// buffer of one flag per query word. Every path scores a chunk here, so
+    /// the same frequencies give the same bits.
+    pub fn score_row(&self, dl: i64, tf: &[i64], tf_title: &[i64], hit: &mut [bool]) -> (f64, f64) {
+        let norm = self.norm(dl);
+        let mut score = 0.0;
+        hit.fill(false);
+        for i in 0..self.word_of.len() {
+            let tf = tf[i].max(0) as f64;
+            let tt = tf_title[i].max(0) as f64;
+            if tf > 0.0 {
+                score += self.text_part(i, tf, norm);
+            }
+            if tt > 0.0 {
+                score += self.title_part(i, tt);
+            }
+            if tf > 0.0 || tt > 0.0 {
+                hit[self.word_of[i]] = true;
+            }
+        }
+        let relevance = self.relevance(hit);
+        // Coordination: a chunk matching more of the query's weight
+        // ranks above one repeating a single rare word.
+        (score * relevance, relevance)
+    }
+
+    /// The length normalization of a chunk of `dl` terms.
+    pub fn norm(&self, dl: i64) -> f64 {
+        K1 * (1.0 - B + B * dl.max(0) as f64 / self.avgdl)
+    }
+
+    /// Term `i`'s BM25 in the text of a chunk holding it `tf` (> 0) times,
+    /// its length normalization `norm`.
+    pub fn text_part(&self, i: usize, tf: f64, norm: f64) -> f64 {
+        self.idf_text[i] * tf * (K1 + 1.0) / (tf + norm)
+    }
+
+    /// Term `i`'s BM25 in a title holding it `tt` (> 0) times.
+    pub fn title_part(&self, i: usize, tt: f64) -> f64 {
+        TITLE_WEIGHT * self.idf_title[i] * tt * (K1 + 1.0) / (tt + K1)
+    }
+
+    /// What term `i`'s BM25 in the text (or, `title`, in the title) stays
+    /// strictly below whatever the chunk: it saturates at `idf · (K1 + 1)`.
+    pub fn part_bound(&self, i: usize, title: bool) -> f64 {
+        if title {
+            TITLE_WEIGHT * self.idf_title[i] * (K1 + 1.0)
+        } else {
+            self.idf_text[i] * (K1 + 1.0)
+        }
+    }
+
+    /// The query words (of `groups`, in order of first appearance).
+    pub fn words(&self) -> usize {
+        self.word_weight.len()
+    }
+
+    /// Term `i`'s query word (an index below `words`).
+    pub fn word_of(&self, i: usize) -> usize {
+        self.word_of[i]
+    }
+
     /// The share of the query's weight of the words marked in `hit`.
-    fn relevance(&self, hit: &[bool]) -> f64 {
+    pub fn relevance(&self, hit: &[bool]) -> f64 {
+        self.relevance_of(|w| hit[w])
+    }
+
+    /// `relevance` of the words marked in `a` or in `b`, summed in the same
+    /// order: never below that of either (the weights are not negative).
+    pub fn relevance_either(&self, a: &[bool], b: &[bool]) -> f64 {
+        self.relevance_of(|w| a[w] || b[w])
+    }
+
+    fn relevance_of(&self, hit: impl Fn(usize) -> bool) -> f64 {
         let mut matched = 0.0;
-        for (w, h) in hit.iter().enumerate() {
-            if *h {
-                matched += self.word_weight[w];
+        for (w, weight) in self.word_weight.iter().enumerate() {
+            if hit(w) {
+                matched += weight;
             }
         }
         if self.total_weight > 0.0 {
