@@ -219,3 +219,42 @@ pub const WORDS: &[&str] = &[
     "permafrost",
     "mangrove",
 ];
+
+/// The committed quality corpus's documents, (title, text) each.
+pub fn corpus() -> Vec<(String, String)> {
+    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
+        .expect("benches/quality/corpus.jsonl");
+    corpus
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            (
+                v["title"].as_str().unwrap_or("").to_owned(),
+                v["text"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Chunks a second of a plain client of an OpenAI-compatible `url`: `texts` in requests of `batch`,
+/// `in_flight` at once.
+pub async fn plain_embeddings(url: &str, texts: &[String], batch: usize, in_flight: usize) -> f64 {
+    use futures::StreamExt;
+    use serde_json::{json, Value};
+    let client = reqwest::Client::new();
+    let t = std::time::Instant::now();
+    let answered: Vec<usize> = futures::stream::iter(texts.chunks(batch).map(<[String]>::to_vec))
+        .map(|part| {
+            let client = client.clone();
+            async move {
+                let body = json!({"model": "multilingual-e5-small", "input": part, "encoding_format": "float", "input_type": "passage"});
+                let v: Value = client.post(url).json(&body).send().await.unwrap().json().await.unwrap();
+                v["data"].as_array().map_or(0, Vec::len)
+            }
+        })
+        .buffered(in_flight)
+        .collect()
+        .await;
+    assert_eq!(answered.iter().sum::<usize>(), texts.len());
+    texts.len() as f64 / t.elapsed().as_secs_f64()
+}

