@@ -258,3 +258,24 @@ pub async fn plain_embeddings(url: &str, texts: &[String], batch: usize, in_flig
     assert_eq!(answered.iter().sum::<usize>(), texts.len());
     texts.len() as f64 / t.elapsed().as_secs_f64()
 }
+
+/// A stateless (2026-07-28) MCP `search` call with `arguments`, to `mcp_url`
+/// (`…/mcp/`), as a bearer of `token`: the request, to send.
+pub fn stateless_search(
+    http: &reqwest::Client,
+    mcp_url: &str,
+    token: &str,
+    arguments: serde_json::Value,
+) -> reqwest::RequestBuilder {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "search", "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    http.post(mcp_url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "search")
+        .json(&body)
+}

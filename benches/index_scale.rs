@@ -71,21 +71,6 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn corpus() -> Vec<(String, String)> {
-    let corpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/quality/corpus.jsonl"))
-        .expect("benches/quality/corpus.jsonl");
-    corpus
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            (
-                v["title"].as_str().unwrap_or("").to_string(),
-                v["text"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
-}
-
 /// 1,200 characters of the corpus from document `start`, after `skip` of
 /// its words, the next documents joined on (as `embed_throughput` cuts it).
 fn cut(docs: &[(String, String)], start: usize, skip: usize) -> String {
@@ -654,7 +639,7 @@ fn main() {
     let libraries = common::setting::<usize>("SCALE_LIBRARIES", 100);
     let per_library = common::setting::<usize>("SCALE_CHUNKS", 10_000);
     let total = libraries * per_library;
-    let docs = corpus();
+    let docs = common::corpus();
     if let Ok(sizes) = std::env::var("SCALE_CURVE") {
         curve(&docs, &sizes);
         return;

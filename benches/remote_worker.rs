@@ -137,20 +137,9 @@ impl Bench {
 
     /// One stateless MCP `search`; its took and note.
     async fn search(&self, query: &str, mode: &str) -> (Duration, Option<String>) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "search", "arguments": {"query": query, "mode": mode, "limit": 10},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let args = json!({"query": query, "mode": mode, "limit": 10});
         let t = Instant::now();
-        let r = self
-            .http
-            .post(format!("{}/mcp/", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "search")
-            .json(&body)
+        let r = common::stateless_search(&self.http, &format!("{}/mcp/", self.base), &self.token, args)
             .send()
             .await
             .unwrap();

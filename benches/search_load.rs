@@ -295,19 +295,8 @@ impl Target {
 
     /// One stateless `search`, its answer not checked (waiting for the index).
     async fn mcp_search_quiet(&self) {
-        let params = json!({"name": "search", "arguments": {"query": self.query, "limit": 10},
-                            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                                      "io.modelcontextprotocol/clientCapabilities": {}}});
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-        let _ = self
-            .http
-            .post(&self.url)
-            .header("Authorization", format!("Bearer {}", self.token))
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "search")
-            .json(&body)
+        let args = json!({"query": self.query, "limit": 10});
+        let _ = common::stateless_search(&self.http, &self.url, &self.token, args)
             .send()
             .await;
     }

@@ -247,20 +247,8 @@ impl Client {
         if let Some(r) = self.min_relevance {
             args["min_relevance"] = json!(r);
         }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "search", "arguments": args,
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}}}});
         let t = Instant::now();
-        let r = self
-            .http
-            .post(format!("{}/mcp/", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .header("Accept", "application/json, text/event-stream")
-            .header("MCP-Protocol-Version", "2026-07-28")
-            .header("Mcp-Method", "tools/call")
-            .header("Mcp-Name", "search")
-            .json(&body)
+        let r = common::stateless_search(&self.http, &format!("{}/mcp/", self.base), &self.token, args)
             .send()
             .await
             .unwrap();
