@@ -239,24 +239,38 @@ pub fn corpus() -> Vec<(String, String)> {
 /// Chunks a second of a plain client of an OpenAI-compatible `url`: `texts` in requests of `batch`,
 /// `in_flight` at once.
 pub async fn plain_embeddings(url: &str, texts: &[String], batch: usize, in_flight: usize) -> f64 {
+    plain_embeddings_timed(url, texts, batch, in_flight).await.0
+}
+
+/// `plain_embeddings`, and its rate from its first answer to its last (the
+/// texts after the first answer over that time: the steady rate, as a worker's
+/// drain is read from its first stored batch).
+pub async fn plain_embeddings_timed(url: &str, texts: &[String], batch: usize, in_flight: usize) -> (f64, f64) {
     use futures::StreamExt;
     use serde_json::{json, Value};
     let client = reqwest::Client::new();
     let t = std::time::Instant::now();
-    let answered: Vec<usize> = futures::stream::iter(texts.chunks(batch).map(<[String]>::to_vec))
+    let answered: Vec<(usize, std::time::Duration)> = futures::stream::iter(texts.chunks(batch).map(<[String]>::to_vec))
         .map(|part| {
             let client = client.clone();
             async move {
                 let body = json!({"model": "multilingual-e5-small", "input": part, "encoding_format": "float", "input_type": "passage"});
                 let v: Value = client.post(url).json(&body).send().await.unwrap().json().await.unwrap();
-                v["data"].as_array().map_or(0, Vec::len)
+                (v["data"].as_array().map_or(0, Vec::len), t.elapsed())
             }
         })
-        .buffered(in_flight)
+        .buffer_unordered(in_flight)
         .collect()
         .await;
-    assert_eq!(answered.iter().sum::<usize>(), texts.len());
-    texts.len() as f64 / t.elapsed().as_secs_f64()
+    assert_eq!(answered.iter().map(|a| a.0).sum::<usize>(), texts.len());
+    let overall = texts.len() as f64 / t.elapsed().as_secs_f64();
+    // In the order they were answered.
+    let (first, last) = (answered[0], answered[answered.len() - 1]);
+    let steady = match last.1.checked_sub(first.1) {
+        Some(d) if answered.len() > 1 && !d.is_zero() => (texts.len() - first.0) as f64 / d.as_secs_f64(),
+        _ => overall,
+    };
+    (overall, steady)
 }
 
 /// A stateless (2026-07-28) MCP `search` call with `arguments`, to `mcp_url`

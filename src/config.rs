@@ -410,7 +410,8 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_CROSS_MODEL", global = true)]
     pub cross_model: Option<std::path::PathBuf>,
 
-    /// Chunks the embedding worker embeds in one batch.
+    /// Chunks the embedding worker embeds in one batch (the in-process
+    /// model; a remote provider's batch is MNEMOSYNE_EMBED_REQUEST_BATCH).
     #[arg(long, env = "MNEMOSYNE_EMBED_BATCH", default_value_t = 16, global = true)]
     pub embed_batch: usize,
 
@@ -454,8 +455,9 @@ pub struct Settings {
     #[arg(long, env = "MNEMOSYNE_EMBED_REQUEST_BATCH", default_value_t = 32, global = true)]
     pub embed_request_batch: usize,
 
-    /// Requests to MNEMOSYNE_EMBED_URL in flight at once (the worker's
-    /// batches are this many requests' worth).
+    /// Requests to MNEMOSYNE_EMBED_URL in flight at once (the worker keeps
+    /// this many batches out, each a request, and reads and stores while
+    /// they are).
     #[arg(long, env = "MNEMOSYNE_EMBED_IN_FLIGHT", default_value_t = 4, global = true)]
     pub embed_in_flight: usize,
 

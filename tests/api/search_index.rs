@@ -532,3 +532,61 @@ async fn a_second_process_given_the_same_index_directory_refuses_to_start() {
         1
     );
 }
+
+/// Searches share freshness reads (issue 52) and still read their own
+/// writes: 8 writers each record a change and then ask, 40 times, while 16
+/// readers ask over several libraries; every writer's answer holds at least
+/// the sequence its write returned, and fewer reads than searches were made.
+#[tokio::test]
+async fn searches_share_freshness_reads_and_each_sees_the_writes_acknowledged_before_it() {
+    use mnemosyne::search::index::freshness::FreshnessReads;
+    use mnemosyne::store::pg::index_changes;
+    let app = TestApp::spawn().await;
+    let reads = FreshnessReads::new(app.pg.clone());
+    let libs: Vec<String> = (0..4).map(|i| format!("{}_fresh{i}", app.ns)).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let (reads, pg, lib) = (reads.clone(), app.pg.clone(), libs[w % libs.len()].clone());
+        tasks.spawn(async move {
+            for n in 0..40 {
+                let item = format!("item{w}-{n}");
+                let written = index_changes::record_items(&pg, &lib, &[item]).await.unwrap().unwrap();
+                let seen = reads.sequences(std::slice::from_ref(&lib)).await.unwrap();
+                let seen = seen.get(&lib).copied().unwrap_or(0);
+                assert!(seen >= written, "{lib}: wrote {written}, then read {seen}");
+            }
+        });
+    }
+    for _ in 0..16 {
+        let (reads, libs) = (reads.clone(), libs.clone());
+        tasks.spawn(async move {
+            for _ in 0..40 {
+                let seen = reads.sequences(&libs).await.unwrap();
+                assert!(seen.keys().all(|l| libs.contains(l)), "{seen:?}");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let registry = prometheus::Registry::new();
+    for c in reads.collectors() {
+        registry.register(c).unwrap();
+    }
+    let mut text = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&registry.gather(), &mut text)
+        .unwrap();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap()
+    };
+    let (made, asked) = (
+        value("mnemosyne_search_freshness_reads_total"),
+        value("mnemosyne_search_freshness_asked_total"),
+    );
+    assert_eq!(asked, (8 * 40 + 16 * 40) as f64);
+    assert!(made < asked, "{made} reads for {asked} searches");
+    eprintln!("freshness: {made} reads for {asked} searches");
+}

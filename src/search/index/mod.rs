@@ -32,6 +32,7 @@ use tantivy::schema::{
 use tantivy::tokenizer::{TextAnalyzer, WhitespaceTokenizer};
 use tantivy::{DocAddress, DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+pub mod freshness;
 mod keyword;
 mod maxscore;
 pub mod rank;

@@ -191,6 +191,8 @@ pub struct SearchIndex {
     residency: std::time::Duration,
     /// The Postgres database's identity, read once.
     epoch: tokio::sync::OnceCell<String>,
+    /// Searches' freshness reads, shared while one is out.
+    freshness: Arc<super::freshness::FreshnessReads>,
     /// The embedding model whose vectors the indexes hold ("": none; with
     /// the cross-language model, the pair's id: `embed::Embedder::is_paired`).
     model: String,
@@ -262,6 +264,7 @@ impl SearchIndex {
         std::fs::remove_file(&probe).map_err(fail)?;
         Ok(SearchIndex {
             root: root.to_owned(),
+            freshness: super::freshness::FreshnessReads::new(pg.clone()),
             pg,
             max_open: max_open.max(1),
             open: Mutex::new(HashMap::new()),
@@ -332,6 +335,7 @@ impl SearchIndex {
     /// The index's metrics, to register.
     pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         let mut all = self.metrics.collectors();
+        all.extend(self.freshness.collectors());
         all.push(Box::new(CodeCacheBytes::new(self.codes.clone())));
         all
     }
@@ -455,11 +459,11 @@ impl SearchIndex {
             return out;
         }
         let read = async {
-            let epoch = self.epoch().await?.to_owned();
-            Ok::<_, sqlx::Error>((epoch, index_changes::sequences(&self.pg, libs).await?))
+            let epoch = self.epoch().await.map_err(|e| e.to_string())?.to_owned();
+            Ok::<_, String>((epoch, self.freshness.sequences(libs).await?))
         };
-        let (epoch, seqs): (String, HashMap<String, i64>) = match read.await {
-            Ok((epoch, s)) => (epoch, s.into_iter().collect()),
+        let (epoch, seqs) = match read.await {
+            Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "search index: cannot check freshness; searching the graph");
                 self.metrics.stale_fallbacks.inc_by(libs.len() as u64);

@@ -452,11 +452,13 @@ impl AdminGraph {
         Ok(out)
     }
 
-    /// Up to `n` pending chunks of a library.
-    pub async fn pending_chunks(&self, lib: &str, n: i64) -> Result<Vec<Pending>, GraphError> {
+    /// Up to `n` pending chunks of a library, none of `skip` (chunks in a
+    /// batch being embedded).
+    pub async fn pending_chunks(&self, lib: &str, n: i64, skip: &[String]) -> Result<Vec<Pending>, GraphError> {
         let q = query(include_str!("../../../cypher/embed_pending.cypher"))
             .param("library_uid", lib)
-            .param("n", n);
+            .param("n", n)
+            .param("skip", skip.to_vec());
         let mut out = Vec::new();
         for r in self.0.rows("embed_pending.cypher", q).await? {
             let model: Option<String> = r.get("model")?;

@@ -1,0 +1,143 @@
+//! The freshness read every indexed search makes (`index_sequences`: how far
+//! each of its libraries was written), shared between concurrent searches.
+//!
+//! A search's read must start after the search arrived, so that every write
+//! acknowledged before it is seen (read-your-writes, on every replica). So a
+//! search never joins a read already out: it joins the next one, which
+//! starts once the read out has ended, for the libraries of every search
+//! that joined it meanwhile. With nothing out, a search's read starts at
+//! once (one search alone waits for nothing more than before); under load,
+//! searches arriving within one read's round trip share one query instead
+//! of queueing one each on the pool.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use prometheus::IntCounter;
+use sqlx::PgPool;
+use tokio::sync::{watch, Notify};
+
+use crate::store::pg::index_changes;
+
+/// Each library's sequence (absent: never written), or why it could not be
+/// read.
+pub type Sequences = Result<Arc<HashMap<String, i64>>, String>;
+
+pub struct FreshnessReads {
+    pg: PgPool,
+    state: Mutex<State>,
+    /// Signalled when a read ends (the next one may start).
+    idle: Notify,
+    /// Queries made, and the searches they answered.
+    reads: IntCounter,
+    asked: IntCounter,
+}
+
+#[derive(Default)]
+struct State {
+    /// A read is out.
+    reading: bool,
+    /// The read that starts when the one out ends: the libraries asked of
+    /// it, and where its answer goes.
+    next: Option<Next>,
+}
+
+struct Next {
+    libs: HashSet<String>,
+    answer: watch::Sender<Option<Sequences>>,
+}
+
+impl FreshnessReads {
+    pub fn new(pg: PgPool) -> Arc<FreshnessReads> {
+        let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
+        Arc::new(FreshnessReads {
+            pg,
+            state: Mutex::new(State::default()),
+            idle: Notify::new(),
+            reads: counter(
+                "mnemosyne_search_freshness_reads_total",
+                "Reads of the libraries' index sequences made for searches (shared by the searches that arrived while the one before was out)",
+            ),
+            asked: counter(
+                "mnemosyne_search_freshness_asked_total",
+                "Searches that needed their libraries' index sequences",
+            ),
+        })
+    }
+
+    /// Its metrics, to register.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![Box::new(self.reads.clone()), Box::new(self.asked.clone())]
+    }
+
+    /// The sequences of `libs`, read after this call began.
+    pub async fn sequences(self: &Arc<Self>, libs: &[String]) -> Sequences {
+        self.asked.inc();
+        let mut answer = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            match &mut st.next {
+                Some(next) => {
+                    next.libs.extend(libs.iter().cloned());
+                    next.answer.subscribe()
+                }
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    st.next = Some(Next {
+                        libs: libs.iter().cloned().collect(),
+                        answer: tx,
+                    });
+                    // Its own task: a search that goes away (its client
+                    // hung up) takes no one else's answer with it.
+                    let me = self.clone();
+                    tokio::spawn(async move { me.read_next().await });
+                    rx
+                }
+            }
+        };
+        let got = match answer.wait_for(Option::is_some).await {
+            Ok(a) => a.clone().unwrap_or_else(|| Err("no answer".into())),
+            Err(_) => Err("the freshness read ended without an answer".into()),
+        };
+        got
+    }
+
+    /// Waits for the read out to end, then makes the next one.
+    async fn read_next(&self) {
+        let next = loop {
+            let ended = self.idle.notified();
+            {
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if !st.reading {
+                    // Whoever joins from now on joins a later read.
+                    match st.next.take() {
+                        Some(next) => {
+                            st.reading = true;
+                            break next;
+                        }
+                        None => return,
+                    }
+                }
+            }
+            ended.await;
+        };
+        // `reading` ends even if this task is cancelled mid-read.
+        let _out = Reading(self);
+        self.reads.inc();
+        let libs: Vec<String> = next.libs.into_iter().collect();
+        let read = index_changes::sequences(&self.pg, &libs)
+            .await
+            .map(|rows| Arc::new(rows.into_iter().collect()))
+            .map_err(|e| e.to_string());
+        next.answer.send_replace(Some(read));
+    }
+}
+
+/// A read out: when it ends, the next may start.
+struct Reading<'a>(&'a FreshnessReads);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner()).reading = false;
+        self.0.idle.notify_one();
+    }
+}
