@@ -354,3 +354,84 @@ fn small_initialize_parameters_are_kept_as_they_are() {
                        "clientInfo": {"name": "c", "version": "1", "icons": []}, "_meta": {"k": "v"}});
     assert_eq!(mnemosyne::mcp::sessions::kept_init(small.clone()), small);
 }
+
+/// Issue 54's standard, "a conflict is retried, not reported as an
+/// outage", for the one place where a write and the sweep meet: a write
+/// slower than the sweep's grace has its intent taken by the sweep while
+/// the write records its change. Produced for real, in order: the write's
+/// record is held (a trigger sleeps in it, the library's sequence row
+/// locked), the sweep's transaction takes the write's intent and records
+/// the library's change (waiting for that row), then the write's record
+/// goes on to remove its intent. Before, that removal waited for the
+/// sweep's lock while the sweep waited for the write's: Postgres broke the
+/// deadlock by aborting the write, and an ingest the graph had committed
+/// answered 503 (seen in CI under load, `ingest::concurrency` on Neo4j).
+#[tokio::test]
+async fn a_write_whose_intent_the_sweep_holds_is_acknowledged_not_a_deadlock() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("swept").await;
+    let item = app.uid("slow");
+    assert!(item.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    sqlx::query(
+        "CREATE OR REPLACE FUNCTION test_slow_record() RETURNS trigger AS $$
+         BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$ LANGUAGE plpgsql",
+    )
+    .execute(&app.pg)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "CREATE TRIGGER test_slow_record BEFORE INSERT ON index_changes FOR EACH ROW
+         WHEN (NEW.item_uid = '{item}') EXECUTE FUNCTION test_slow_record()"
+    ))
+    .execute(&app.pg)
+    .await
+    .unwrap();
+    let write = tokio::spawn(send(app.service(Method::POST, "/library/api/ingest/").json(
+        &json!({"library_uid": lib, "item": {"uid": item, "title": "Slow"}, "content": "quokka burrows"}),
+    )));
+    // The write's record is held in the trigger (its sequence row locked).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sleeping: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'",
+        )
+        .fetch_one(&app.pg)
+        .await
+        .unwrap();
+        if sleeping > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the write's record never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The sweep, as `index_changes::sweep_intents` runs it: the intents
+    // taken, then the change recorded, in one transaction. Its own deadlock
+    // check waits longer than the server's, so that a cycle is broken on
+    // the write's side, where it was before.
+    let mut sweep = app.pg.begin().await.unwrap();
+    sqlx::query("SET LOCAL deadlock_timeout = '20s'")
+        .execute(&mut *sweep)
+        .await
+        .unwrap();
+    let taken = sqlx::query("UPDATE index_intents SET swept = now() WHERE library_uid = $1 AND item_uid = $2")
+        .bind(&lib)
+        .bind(&item)
+        .execute(&mut *sweep)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(taken, 1, "the write's intent is there to take");
+    mnemosyne::store::pg::index_changes::record(&mut *sweep, &lib, Some(&item))
+        .await
+        .expect("the sweep records the change");
+    sweep.commit().await.unwrap();
+    let (status, body) = write.await.unwrap();
+    assert!(
+        status.is_success(),
+        "the write the graph committed is acknowledged: {status} {body}"
+    );
+    // And it is found.
+    let token = app.opaque_token(&[lib]).await;
+    let mut c = app.mcp(&token).connect().await;
+    assert!(served(&mut c, "quokka").await);
+}

@@ -72,7 +72,12 @@ pub async fn intend(
 }
 
 /// `record`, and the removal of the write's intent, in one statement (both
-/// or neither); returns the library's new sequence number.
+/// or neither); returns the library's new sequence number. An intent a
+/// sweep holds is left to it (`SKIP LOCKED`): the statement holds the
+/// library's sequence row by then, and the sweep, having taken the intent,
+/// waits for that row to record the same change — waiting for the intent
+/// was a deadlock, and Postgres aborted the write (a 503 for a committed
+/// write). The intent left is recorded once more and expires, harmlessly.
 pub async fn record_intended(
     pool: &PgPool,
     intent: i64,
@@ -80,7 +85,8 @@ pub async fn record_intended(
     item_uid: Option<&str>,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(concat!(
-        "WITH done AS (DELETE FROM index_intents WHERE id = $3), ",
+        "WITH done AS (DELETE FROM index_intents
+                        WHERE id IN (SELECT id FROM index_intents WHERE id = $3 FOR UPDATE SKIP LOCKED)), ",
         bump_sql!()
     ))
     .bind(library_uid)
