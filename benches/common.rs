@@ -293,3 +293,72 @@ pub fn stateless_search(
         .header("Mcp-Name", "search")
         .json(&body)
 }
+
+/// The service user benches ingest as (Basic auth).
+pub const SERVICE_USER: &str = "bench-service";
+pub const SERVICE_PASSWORD: &str = "bench password, not a secret";
+
+/// Creates `SERVICE_USER` in `pool`.
+pub async fn service_user(pool: &sqlx::PgPool) {
+    let hash = mnemosyne::auth::basic::hash_password(SERVICE_PASSWORD).unwrap();
+    mnemosyne::store::pg::users::create(pool, SERVICE_USER, Some(&hash), true)
+        .await
+        .unwrap();
+}
+
+/// Creates library `lib` through the service API of `base`, and a user
+/// `reader` owning it: that user's token for it.
+pub async fn reader_library(http: &reqwest::Client, base: &str, pool: &sqlx::PgPool, lib: &str) -> String {
+    let r = http
+        .post(format!("{base}/library/api/libraries/"))
+        .basic_auth(SERVICE_USER, Some(SERVICE_PASSWORD))
+        .json(&serde_json::json!({"uid": lib, "name": lib}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "library create: {}", r.status());
+    mnemosyne::store::pg::users::create(pool, "reader", None, false)
+        .await
+        .unwrap();
+    mnemosyne::store::pg::users::grant(pool, "reader", lib, mnemosyne::store::pg::users::Role::Owner)
+        .await
+        .unwrap();
+    mnemosyne::service::tokens::mint(pool, "reader", "reader", &[lib.to_owned()], None)
+        .await
+        .unwrap()
+        .plaintext
+}
+
+/// One stateless MCP `search` of `base` (`stateless_search`) with
+/// `arguments`: how long it took and its note. A failed search panics.
+pub async fn timed_search(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    arguments: serde_json::Value,
+) -> (std::time::Duration, Option<String>) {
+    let t = std::time::Instant::now();
+    let r = stateless_search(http, &format!("{base}/mcp/"), token, arguments)
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let took = t.elapsed();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+            .find(|v| v.get("result").is_some())
+            .unwrap_or_else(|| panic!("no answer in {text}"))
+    });
+    let result = &json["result"];
+    assert!(result["isError"] != serde_json::json!(true), "search failed: {json}");
+    let note = result["structuredContent"]["note"].as_str().map(str::to_owned);
+    (took, note)
+}
+
+/// The median of `v`, in ms (sorts it).
+pub fn p50_ms(v: &mut [std::time::Duration]) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1000.0
+}

@@ -29,10 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::json;
 
-const USER: &str = "bench-service";
-const PASSWORD: &str = "bench password, not a secret";
+use common::{SERVICE_PASSWORD as PASSWORD, SERVICE_USER as USER};
 const MODEL: &str = "remote:multilingual-e5-small@384+input_type";
 
 /// A free loopback port below 32768.
@@ -140,30 +139,8 @@ impl Bench {
     /// One stateless MCP `search`; its took and note.
     async fn search(&self, query: &str, mode: &str) -> (Duration, Option<String>) {
         let args = json!({"query": query, "mode": mode, "limit": 10});
-        let t = Instant::now();
-        let r = common::stateless_search(&self.http, &format!("{}/mcp/", self.base), &self.token, args)
-            .send()
-            .await
-            .unwrap();
-        let text = r.text().await.unwrap();
-        let took = t.elapsed();
-        let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-                .find(|v| v.get("result").is_some())
-                .unwrap_or_else(|| panic!("no answer in {text}"))
-        });
-        let result = &json["result"];
-        assert!(result["isError"] != json!(true), "search failed: {json}");
-        let note = result["structuredContent"]["note"].as_str().map(str::to_owned);
-        (took, note)
+        common::timed_search(&self.http, &self.base, &self.token, args).await
     }
-}
-
-fn p50(v: &mut [Duration]) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1000.0
 }
 
 fn main() {
@@ -197,34 +174,14 @@ async fn run() {
     settings.embed_timeout_ms = common::setting("REMOTE_TIMEOUT_MS", 120_000);
     let ns = format!("rw{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     settings.embed_scope_prefix = ns.clone();
-    let hash = mnemosyne::auth::basic::hash_password(PASSWORD).unwrap();
-    mnemosyne::store::pg::users::create(&pool, USER, Some(&hash), true)
-        .await
-        .unwrap();
+    common::service_user(&pool).await;
     let app = mnemosyne::startup::Application::build(settings.clone()).await.unwrap();
     let base = format!("http://{}", app.local_addr());
     let state = app.state().clone();
     tokio::spawn(app.run_until(std::future::pending()));
     let http = reqwest::Client::builder().pool_max_idle_per_host(32).build().unwrap();
     let lib = format!("{ns}_lib");
-    let r = http
-        .post(format!("{base}/library/api/libraries/"))
-        .basic_auth(USER, Some(PASSWORD))
-        .json(&json!({"uid": lib, "name": lib}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "library create: {}", r.status());
-    mnemosyne::store::pg::users::create(&pool, "reader", None, false)
-        .await
-        .unwrap();
-    mnemosyne::store::pg::users::grant(&pool, "reader", &lib, mnemosyne::store::pg::users::Role::Owner)
-        .await
-        .unwrap();
-    let token = mnemosyne::service::tokens::mint(&pool, "reader", "reader", std::slice::from_ref(&lib), None)
-        .await
-        .unwrap()
-        .plaintext;
+    let token = common::reader_library(&http, &base, &pool, &lib).await;
     let b = Arc::new(Bench { http, base, token });
     let docs = documents(2 * items);
     let (up_docs, down_docs) = docs.split_at(items);
@@ -283,7 +240,7 @@ async fn run() {
         up_p50.as_secs_f64() * 1000.0,
         100.0 * down_rate / up_rate
     );
-    let (h, k) = (p50(&mut hybrid), p50(&mut keyword));
+    let (h, k) = (common::p50_ms(&mut hybrid), common::p50_ms(&mut keyword));
     println!(
         "| search p50 while down: hybrid (keywords alone, {noted}/{searches} with a note) vs keyword mode | {h:.2} ms | {k:.2} ms | {:+.2} ms (goal ≤ 2) |",
         h - k

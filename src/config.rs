@@ -493,6 +493,58 @@ pub struct Settings {
     )]
     pub embed_calibration: crate::embed::ModelKind,
 
+    /// Base URL of a reranker (a cross-encoder behind `POST {base}/rerank`:
+    /// text-embeddings-inference, vLLM, Infinity, Jina, Cohere). Hybrid and
+    /// semantic search then send their best MNEMOSYNE_RERANK_CANDIDATES
+    /// candidates to it and order those by its score; when it does not
+    /// answer in time (MNEMOSYNE_RERANK_TIMEOUT_MS) or answers wrongly, the
+    /// results keep search's own order and say so. Unset: no reranking.
+    #[arg(long, env = "MNEMOSYNE_RERANK_URL", global = true)]
+    pub rerank_url: Option<String>,
+
+    /// The model name sent to MNEMOSYNE_RERANK_URL (the request's `model`;
+    /// unset: none sent, for a server that serves one model).
+    #[arg(long, env = "MNEMOSYNE_RERANK_MODEL", global = true)]
+    pub rerank_model: Option<String>,
+
+    /// File holding the API key for MNEMOSYNE_RERANK_URL (sent as a bearer
+    /// token; read once at start, never logged). Unset: no key.
+    #[arg(long, env = "MNEMOSYNE_RERANK_API_KEY_FILE", global = true)]
+    pub rerank_api_key_file: Option<std::path::PathBuf>,
+
+    /// A PEM file of extra certificate authorities trusted (besides the
+    /// webpki roots) by an https:// MNEMOSYNE_RERANK_URL.
+    #[arg(long, env = "MNEMOSYNE_RERANK_CA_FILE", global = true)]
+    pub rerank_ca_file: Option<std::path::PathBuf>,
+
+    /// The request shape MNEMOSYNE_RERANK_URL takes: cohere (`{"model",
+    /// "query", "documents", "top_n"}`: Cohere, Jina, vLLM, Infinity) or tei
+    /// (`{"query", "texts"}`: text-embeddings-inference).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_RERANK_API",
+        value_enum,
+        default_value_t = crate::embed::rerank::RerankApi::Cohere,
+        global = true
+    )]
+    pub rerank_api: crate::embed::rerank::RerankApi,
+
+    /// How many of a search's best fused candidates go to the reranker
+    /// (1–100; its cost grows with them).
+    #[arg(
+        long,
+        env = "MNEMOSYNE_RERANK_CANDIDATES",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u16).range(1..=100),
+        global = true
+    )]
+    pub rerank_candidates: u16,
+
+    /// How long a search waits for the reranker, in ms; then its results
+    /// keep search's own order and say so.
+    #[arg(long, env = "MNEMOSYNE_RERANK_TIMEOUT_MS", default_value_t = 1_000, global = true)]
+    pub rerank_timeout_ms: u64,
+
     /// Most chunk vectors held in memory for semantic search, over every
     /// library; past it the least recently searched are dropped and read
     /// again when searched. With a search index (`MNEMOSYNE_INDEX_DIR`) they
@@ -573,6 +625,17 @@ pub fn ca_roots(var: &str, path: &std::path::Path) -> anyhow::Result<Vec<reqwest
         reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| anyhow::anyhow!("{var} {}: {e}", path.display()))?;
     anyhow::ensure!(!roots.is_empty(), "{var} {}: no certificate in it", path.display());
     Ok(roots)
+}
+
+/// The API key in the file `path`, which the setting `var` names
+/// (MNEMOSYNE_EMBED_API_KEY_FILE, MNEMOSYNE_RERANK_API_KEY_FILE), trimmed;
+/// None without a file. Read once at start; the key is never logged.
+pub fn key_file(var: &str, path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let key = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{var}={}: {e}", path.display()))?;
+    Ok(Some(key.trim().to_owned()))
 }
 
 /// `scheme://user:****@host/db`: a URL with its password hidden.
@@ -665,6 +728,13 @@ impl fmt::Debug for Settings {
             embed_query_timeout_ms,
             embed_dimensions,
             embed_calibration,
+            rerank_url,
+            rerank_model,
+            rerank_api_key_file,
+            rerank_ca_file,
+            rerank_api,
+            rerank_candidates,
+            rerank_timeout_ms,
             vector_cache_chunks,
             search_concurrency,
             user_search_concurrency,
@@ -736,6 +806,13 @@ impl fmt::Debug for Settings {
             .field("embed_query_timeout_ms", embed_query_timeout_ms)
             .field("embed_dimensions", embed_dimensions)
             .field("embed_calibration", embed_calibration)
+            .field("rerank_url", &rerank_url.as_deref().map(redact_url))
+            .field("rerank_model", rerank_model)
+            .field("rerank_api_key_file", rerank_api_key_file)
+            .field("rerank_ca_file", rerank_ca_file)
+            .field("rerank_api", rerank_api)
+            .field("rerank_candidates", rerank_candidates)
+            .field("rerank_timeout_ms", rerank_timeout_ms)
             .field("vector_cache_chunks", vector_cache_chunks)
             .field("search_concurrency", search_concurrency)
             .field("user_search_concurrency", user_search_concurrency)

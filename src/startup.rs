@@ -368,7 +368,12 @@ fn routes(state: AppState) -> Router {
 fn tool_state(state: &AppState) -> crate::mcp::ToolState {
     crate::mcp::ToolState::new(
         state.knowledge.clone(),
-        crate::service::health::Probes::new(&state.pg, &state.knowledge, state.search.semantic()),
+        crate::service::health::Probes::new(
+            &state.pg,
+            &state.knowledge,
+            state.search.semantic(),
+            state.search.reranker(),
+        ),
         state.search.clone(),
         state.metrics.clone(),
         std::time::Duration::from_millis(state.settings.tool_deadline_ms),

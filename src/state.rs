@@ -138,7 +138,20 @@ impl AppState {
             metrics.register(c);
         }
         let graph = graph.into_handles();
-        let search = Engine::new(semantic, index.map(|ix| (ix, graph.index_source.clone())));
+        let reranker = reranker(&settings, &metrics)?;
+        match (&reranker, &semantic) {
+            (Some(r), Some(_)) => tracing::info!(
+                candidates = r.candidates(),
+                "reranker on: hybrid and semantic search reorder their best candidates by its score"
+            ),
+            (Some(_), None) => {
+                tracing::warn!(
+                    "MNEMOSYNE_RERANK_URL is set but semantic search is off: keyword search is never reranked"
+                )
+            }
+            (None, _) => {}
+        }
+        let search = Engine::new(semantic, index.map(|ix| (ix, graph.index_source.clone()))).with_reranker(reranker);
         let auth = Arc::new(
             Authenticator::new(
                 pg.clone(),
@@ -241,15 +254,8 @@ async fn embedding_provider(
             let model = settings.embed_url_model.clone().ok_or_else(|| {
                 anyhow::anyhow!("MNEMOSYNE_EMBED_URL needs MNEMOSYNE_EMBED_URL_MODEL (the model name)")
             })?;
-            let api_key = match &settings.embed_api_key_file {
-                Some(f) => Some(
-                    std::fs::read_to_string(f)
-                        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_EMBED_API_KEY_FILE={}: {e}", f.display()))?
-                        .trim()
-                        .to_owned(),
-                ),
-                None => None,
-            };
+            let api_key =
+                crate::config::key_file("MNEMOSYNE_EMBED_API_KEY_FILE", settings.embed_api_key_file.as_deref())?;
             let roots = match &settings.embed_ca_file {
                 Some(path) => crate::config::ca_roots("MNEMOSYNE_EMBED_CA_FILE", path)?,
                 None => Vec::new(),
@@ -274,4 +280,28 @@ async fn embedding_provider(
         }
         (None, None) => Ok(None),
     }
+}
+
+/// The reranker the settings name (MNEMOSYNE_RERANK_URL), or none.
+fn reranker(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Option<Arc<crate::embed::rerank::Reranker>>> {
+    let Some(url) = &settings.rerank_url else {
+        return Ok(None);
+    };
+    let api_key = crate::config::key_file("MNEMOSYNE_RERANK_API_KEY_FILE", settings.rerank_api_key_file.as_deref())?;
+    let roots = match &settings.rerank_ca_file {
+        Some(path) => crate::config::ca_roots("MNEMOSYNE_RERANK_CA_FILE", path)?,
+        None => Vec::new(),
+    };
+    let config = crate::embed::rerank::RerankConfig {
+        base_url: url.clone(),
+        model: settings.rerank_model.clone(),
+        api_key,
+        roots,
+        api: settings.rerank_api,
+        candidates: usize::from(settings.rerank_candidates),
+        timeout: std::time::Duration::from_millis(settings.rerank_timeout_ms),
+    };
+    let reranker = crate::embed::rerank::Reranker::new(config, metrics)
+        .map_err(|e| anyhow::anyhow!("MNEMOSYNE_RERANK_URL={}: {e:#}", crate::config::redact_url(url)))?;
+    Ok(Some(Arc::new(reranker)))
 }

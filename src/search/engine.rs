@@ -3,7 +3,8 @@
 //! embedding model (`crate::embed`), takes each library's candidates from its
 //! fresh index (`index::replica`) or else from the graph (through the narrow
 //! reads of `ScopedGraph`), ranks them, fuses the two signals, applies the
-//! floor and reads what each hit shows. The store only reads: it knows
+//! floor, reads what each hit shows and, with a reranker, reorders the best
+//! of them (`rerank`). The store only reads: it knows
 //! nothing of ranking, fusion or a model. The MCP `search` tool and the
 //! console's search call this one entry.
 
@@ -17,6 +18,7 @@ use super::fusion::{fuse, Calibration, Near, Ranked, CANDIDATES, CROSS};
 pub use super::fusion::{Floor, Mode, Signal};
 use super::index::replica::{blocking, OpenLibrary, SearchIndex};
 use super::index::{rank, IndexedChunk};
+pub use super::rerank::Reranking;
 use crate::analysis::{scoped, Language};
 use crate::store::graph::knowledge::{KeywordRow, ScopedGraph};
 use crate::store::graph::{GraphError, IndexSource};
@@ -39,7 +41,8 @@ pub struct SearchHit {
     /// The ranking score of the search's mode: BM25 over the library's own
     /// statistics (keyword), the cosine similarity (semantic), or the
     /// relevance plus a small share of the relative keyword score (hybrid,
-    /// `fusion::fuse`).
+    /// `fusion::fuse`); on a server with a reranker, a hybrid or semantic
+    /// hit it reordered holds the reranker's score instead.
     pub score: f64,
     /// 0–1: the share of the query's weight the chunk matches (keyword), the
     /// similarity read on the model's calibration (semantic), or either
@@ -56,6 +59,20 @@ pub struct SearchHit {
     /// Which searches found it: `keyword`, `semantic`, or both.
     pub found_by: Vec<Signal>,
     pub text: String,
+}
+
+impl super::rerank::Candidate for SearchHit {
+    fn text(&self) -> String {
+        crate::embed::chunk_text(&self.item_title, &self.text)
+    }
+
+    fn score(&self) -> f64 {
+        self.score
+    }
+
+    fn set_score(&mut self, score: f64) {
+        self.score = score;
+    }
 }
 
 /// Longest search query, in characters (DESIGN §5: 1–1000), for every
@@ -105,6 +122,15 @@ impl<'a> Search<'a> {
 pub struct Engine {
     semantic: Option<Arc<crate::embed::Embedder>>,
     index: Option<(Arc<SearchIndex>, IndexSource)>,
+    /// Reorders the best hybrid and semantic candidates (`rerank`).
+    reranker: Option<Arc<crate::embed::rerank::Reranker>>,
+}
+
+/// A search's hits and what the reranker did to them.
+#[derive(Debug)]
+pub struct Answer {
+    pub hits: Vec<SearchHit>,
+    pub reranking: Reranking,
 }
 
 /// The fresh library indexes of a search's scope, by library uid.
@@ -112,7 +138,22 @@ type Ready = HashMap<String, Arc<OpenLibrary>>;
 
 impl Engine {
     pub fn new(semantic: Option<Arc<crate::embed::Embedder>>, index: Option<(Arc<SearchIndex>, IndexSource)>) -> Self {
-        Engine { semantic, index }
+        Engine {
+            semantic,
+            index,
+            reranker: None,
+        }
+    }
+
+    /// The same engine reordering hybrid and semantic candidates with
+    /// `reranker`.
+    pub fn with_reranker(self, reranker: Option<Arc<crate::embed::rerank::Reranker>>) -> Self {
+        Engine { reranker, ..self }
+    }
+
+    /// The reranker, if there is one.
+    pub fn reranker(&self) -> Option<&Arc<crate::embed::rerank::Reranker>> {
+        self.reranker.as_ref()
     }
 
     /// The embedding model and its worker's counters, if semantic search is on.
@@ -184,8 +225,21 @@ impl Engine {
     ///   does occur (an identifier the library holds), the search runs as
     ///   any other.
     pub async fn run(&self, graph: &ScopedGraph, q: &Search<'_>) -> Result<Vec<SearchHit>, GraphError> {
+        Ok(self.answer(graph, q).await?.hits)
+    }
+
+    /// `run`, saying what the reranker did: with one, a hybrid or semantic
+    /// search's best `Reranker::candidates` hits (those kept by the floor)
+    /// are read and go to it, and come back in its order with its scores,
+    /// the rest of the best `limit` after them; if it cannot answer they
+    /// keep this order (`Reranking::Kept`).
+    pub async fn answer(&self, graph: &ScopedGraph, q: &Search<'_>) -> Result<Answer, GraphError> {
+        let nothing = || Answer {
+            hits: Vec::new(),
+            reranking: Reranking::NotAsked,
+        };
         if !crate::analysis::has_terms(q.text) {
-            return Ok(Vec::new());
+            return Ok(nothing());
         }
         let mode = match (q.mode, &self.semantic) {
             (Mode::Hybrid, None) => Mode::Keyword,
@@ -217,7 +271,7 @@ impl Engine {
                 _ => !keyword.is_empty(),
             };
             if !held {
-                return Ok(Vec::new());
+                return Ok(nothing());
             }
         }
         let vector = match (mode, &self.semantic) {
@@ -233,7 +287,14 @@ impl Engine {
             }
             _ => None,
         };
-        let mut ranked = fuse(mode, keyword, vector.unwrap_or_default(), q.limit);
+        // The reranker, and the hits it sees: its candidates, and the best
+        // `limit` at least.
+        let reranker = match mode {
+            Mode::Hybrid | Mode::Semantic => self.reranker.as_deref(),
+            Mode::Keyword => None,
+        };
+        let window = reranker.map_or(q.limit, |r| r.candidates().max(q.limit));
+        let mut ranked = fuse(mode, keyword, vector.unwrap_or_default(), window);
         q.floor.apply(&mut ranked);
         let scope = graph.scope();
         ranked.sort_by(|a, b| {
@@ -244,8 +305,14 @@ impl Engine {
                 .then_with(|| scope.position(&a.library_uid).cmp(&scope.position(&b.library_uid)))
                 .then_with(|| a.chunk_uid.cmp(&b.chunk_uid))
         });
-        ranked.truncate(q.limit);
-        hits(graph, ranked, &ready).await
+        ranked.truncate(window);
+        let mut hits = hits(graph, ranked, &ready).await?;
+        let reranking = match reranker {
+            Some(r) => super::rerank::rerank(r, q.text, &mut hits).await,
+            None => Reranking::NotAsked,
+        };
+        hits.truncate(q.limit);
+        Ok(Answer { hits, reranking })
     }
 
     /// The `k` chunks of the scope most similar to the query, best first

@@ -258,6 +258,10 @@ pub(crate) struct Ranked {
 /// rank high, whichever signal found them, and BM25 orders the keyword
 /// matches among themselves. Every term is a function of the caller's
 /// libraries only.
+///
+/// A semantic search keeps its best `limit` (the search's limit, or more
+/// for a reranker to reorder: `Engine::answer`); the others keep every
+/// candidate, for the floor.
 pub(crate) fn fuse(mode: Mode, mut keyword: Vec<rank::Scored>, semantic: Vec<Near>, limit: usize) -> Vec<Ranked> {
     let sem = |n: Near| Ranked {
         chunk_uid: n.chunk_uid,

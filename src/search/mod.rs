@@ -4,7 +4,9 @@
 //! memory bound, per-library BM25 ranking in `index::rank`, vectors in
 //! `index::vectors`, and this replica's set of them, built and caught up
 //! from the graph, in `index::replica`), and how keyword and semantic
-//! candidates are fused into one ranking with a `relevance` (`fusion`).
+//! candidates are fused into one ranking with a `relevance` (`fusion`), and
+//! the best of them reordered by a reranker when the deployment has one
+//! (`rerank`).
 //!
 //! It reads the stores through narrow handles: a caller's `ScopedGraph`
 //! (languages, full-text candidates, statistics, stored vectors, chunk
@@ -17,3 +19,4 @@
 pub mod engine;
 pub mod fusion;
 pub mod index;
+pub mod rerank;

@@ -96,14 +96,22 @@ pub struct Probes {
     graph: KnowledgeGraph,
     /// The embedding model, if semantic search is on.
     embedder: Option<Arc<crate::embed::Embedder>>,
+    /// The reranker, if there is one.
+    reranker: Option<Arc<crate::embed::rerank::Reranker>>,
 }
 
 impl Probes {
-    pub fn new(pg: &PgPool, graph: &KnowledgeGraph, embedder: Option<&Arc<crate::embed::Embedder>>) -> Self {
+    pub fn new(
+        pg: &PgPool,
+        graph: &KnowledgeGraph,
+        embedder: Option<&Arc<crate::embed::Embedder>>,
+        reranker: Option<&Arc<crate::embed::rerank::Reranker>>,
+    ) -> Self {
         Probes {
             pg: pg.clone(),
             graph: graph.clone(),
             embedder: embedder.cloned(),
+            reranker: reranker.cloned(),
         }
     }
 
@@ -118,9 +126,14 @@ impl Probes {
         let timestamp = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut report = json!({"status": health.verdict().as_str(), "timestamp": timestamp});
         let mut message: Vec<String> = health.message().into_iter().collect();
-        // A remote embedding provider that does not answer: the server
-        // still serves (keyword search, ingest), so `degraded`, naming it.
-        if let Some(trouble) = self.embedder.as_ref().and_then(|e| e.trouble()) {
+        // A remote embedding provider or reranker that does not answer: the
+        // server still serves (keyword search, ingest; search in its own
+        // order), so `degraded`, naming it.
+        let troubles = [
+            self.embedder.as_ref().and_then(|e| e.trouble()),
+            self.reranker.as_ref().and_then(|r| r.trouble()),
+        ];
+        for trouble in troubles.into_iter().flatten() {
             if health.verdict() == Verdict::Ok {
                 report["status"] = Verdict::Degraded.as_str().into();
             }

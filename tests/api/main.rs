@@ -24,6 +24,7 @@ mod pgbouncer;
 mod rate_limits;
 mod remote_embedding;
 mod replicas;
+mod rerank;
 mod routing;
 mod search;
 mod search_index;

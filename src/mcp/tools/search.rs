@@ -15,7 +15,7 @@ use super::args::{int, null_is_absent, opt_uid, parse, text, ArgError, Len, Rang
 use super::tool_body;
 use super::{input_schema, tally, Reply, ToolError};
 use crate::mcp::{KnowledgeServer, ToolState};
-use crate::search::engine::{Floor, Mode, Search, SearchHit, Signal, MAX_QUERY_CHARS};
+use crate::search::engine::{Floor, Mode, Reranking, Search, SearchHit, Signal, MAX_QUERY_CHARS};
 use crate::search::fusion::default_min_relevance;
 use crate::store::graph::knowledge::ScopedGraph;
 use crate::store::graph::GraphError;
@@ -107,7 +107,9 @@ pub struct SearchOut {
     pub results: Vec<SearchHit>,
     /// Set when the search is not the one asked for: a hybrid search whose
     /// query the embedding provider could not embed in time answers from
-    /// keyword search alone, and says so here.
+    /// keyword search alone, and a hybrid or semantic search the server's
+    /// reranker could not reorder (it did not answer in time, or answered
+    /// wrongly) keeps search's own order and scores; each says so here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -116,10 +118,15 @@ pub struct SearchOut {
 const KEYWORDS_ONLY: &str =
     "semantic search is unavailable right now (the embedding provider did not answer in time): these results are from keyword search alone";
 
+/// What a hybrid or semantic search answers when the reranker could not
+/// reorder it.
+const NOT_RERANKED: &str =
+    "the reranker is unavailable right now (it did not answer in time, or its answer was refused): these results keep search's own order and scores, not reranked";
+
 #[tool_router(router = search_router, vis = "pub(crate)")]
 impl KnowledgeServer {
     #[tool(
-        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search returns nothing when no hit reaches relevance 0.35 (0.3 on a server with one embedding model), which means the libraries most likely hold nothing on the question; otherwise it returns the best hits, weaker ones after with their lower relevance (`min_relevance` instead leaves out every hit below the value you give). A query with nothing to search returns nothing in every mode: one of punctuation, operators or spaces alone (`*`, `?`, `()` match no word and are no wildcard), or one whose every word the embedding model cannot read (a random identifier such as `a1b50dd5f6`) when no word of it occurs in the libraries searched.",
+        description = "Search the chunks of the libraries you may read. `mode`: hybrid (words and meaning fused; the default when the server has an embedding model), keyword (words; titles included; case, accents and word endings do not matter) or semantic (meaning: finds paraphrases that share no word); get_health lists the modes this server offers. Returns the best-matching chunks with their library (uid and name), collection and item uids, the item's source_uri, mime_type and updated_at (to cite), a score, a relevance from 0 to 1 (how strongly the words or the meaning support the hit) and which searches found each. Hybrid search returns nothing when no hit reaches relevance 0.35 (0.3 on a server with one embedding model), which means the libraries most likely hold nothing on the question; otherwise it returns the best hits, weaker ones after with their lower relevance (`min_relevance` instead leaves out every hit below the value you give). A query with nothing to search returns nothing in every mode: one of punctuation, operators or spaces alone (`*`, `?`, `()` match no word and are no wildcard), or one whose every word the embedding model cannot read (a random identifier such as `a1b50dd5f6`) when no word of it occurs in the libraries searched. On a server with a reranker, the best hybrid and semantic hits are ordered by the reranker's score (their `score`; their relevance, and what `min_relevance` and the 0.35 threshold keep, stay the search's own); when it cannot answer, the results keep the search's order and `note` says so.",
         input_schema = input_schema::<SearchArgs>(),
         output_schema = schema_for_output::<SearchOut>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -182,8 +189,11 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
         Mode::Hybrid if !engine.embedding_available() => {
             (engine.run(&graph, &keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
         }
-        _ => match engine.run(&graph, &search).await {
-            Ok(hits) => (hits, None, mode),
+        _ => match engine.answer(&graph, &search).await {
+            Ok(a) => match a.reranking {
+                Reranking::Kept(_) => (a.hits, Some(NOT_RERANKED), mode),
+                Reranking::NotAsked | Reranking::Reordered => (a.hits, None, mode),
+            },
             Err(GraphError::Embedding(_)) if mode == Mode::Hybrid => {
                 (engine.run(&graph, &keywords).await?, Some(KEYWORDS_ONLY), Mode::Keyword)
             }
