@@ -9,7 +9,10 @@
 //! 4. other words are folded — diacritics removed (NFD, combining marks
 //!    dropped), `ß`→`ss`, `æ`→`ae`, `œ`→`oe`, `ø`→`o`, `ł`→`l`, `đ`→`d`,
 //!    `þ`→`th` — and stemmed with the library's Snowball stemmer (English by
-//!    default), so `Zürich`/`zurich` and `tides`/`tide` meet;
+//!    default), so `Zürich`/`zurich` and `tides`/`tide` meet; English stems
+//!    are then respelled so that one inflection's spellings meet
+//!    (`dialling`/`dialing`, `panicking`/`panic`, `organise`/`organize`:
+//!    `respell_english`);
 //! 5. at query time, the stop words of English and of the library's language
 //!    are dropped (unless nothing else is left), so common words do not swamp
 //!    a question.
@@ -121,6 +124,8 @@ impl Language {
 /// The analyzer of one language (built once per language).
 pub struct Analyzer {
     stemmer: Stemmer,
+    /// English stems are respelled after Snowball (`respell_english`).
+    english: bool,
     /// Folded stop words of English and of this language.
     stop: HashSet<String>,
 }
@@ -139,6 +144,7 @@ static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
                 *lang,
                 Analyzer {
                     stemmer: Stemmer::create(lang.algorithm()),
+                    english: *lang == Language::English,
                     stop,
                 },
             )
@@ -210,6 +216,78 @@ pub fn fold(word: &str) -> String {
     out
 }
 
+/// An English Snowball (Porter2) stem respelled so that the spellings of one
+/// inflection meet (applied to every English stem, at ingest and at query
+/// time alike; `scoped::ANALYSIS_VERSION` 4). None: the stem stands.
+///
+/// - A root with two vowels before a doubled `l`, `z` or `s` loses the
+///   second (`diall` → `dial`, `fuell` → `fuel`, `quizz` → `quiz`): Snowball
+///   undoubles bb dd ff gg mm nn pp rr tt before -ed/-ing, and `ll` only
+///   where its R2 reaches (`travell` → `travel`, but not `diall`).
+/// - The `k` English adds to -ic before -ing/-ed goes, in a root of more
+///   than one syllable (`panick` → `panic`, `mimick`, `traffick`, `picnick`;
+///   `pick`, `kick` stay).
+/// - British -ise/-yse meet American -ize/-yze: Snowball removes -ize where
+///   its R2 holds it (`organize` → `organ`) and keeps `iz` otherwise
+///   (`realize` → `realiz`), and keeps -yze (`analyz`); a stem ending in `is`
+///   or `ys` is read the same way (`organis` → `organ`, `realis` → `realiz`,
+///   `analys` → `analyz`; `this`, `his` stay).
+///
+/// A monosyllable keeps its doubled consonant (`fill`; so `gel` and `gelled`
+/// do not meet, where undoubling would join `fill` and `fil`).
+fn respell_english(stem: &str) -> Option<String> {
+    let b = stem.as_bytes();
+    let n = b.len();
+    if n < 4 || !b.iter().all(u8::is_ascii_lowercase) {
+        return None;
+    }
+    let vowel = |i: usize| porter_vowel(b, i);
+    let has_vowel = |end: usize| (0..end).any(vowel);
+    let (last, prev) = (b[n - 1], b[n - 2]);
+    let mut out = stem.to_owned();
+    let doubled = last == prev && matches!(last, b'l' | b'z' | b's') && vowel(n - 3) && vowel(n - 4);
+    let ic_k = last == b'k' && prev == b'c' && vowel(n - 3) && has_vowel(n - 3);
+    if doubled || ic_k {
+        out.pop();
+    } else if last == b's' && prev == b'y' && has_vowel(n - 2) {
+        out.pop();
+        out.push('z');
+    } else if last == b's' && prev == b'i' && has_vowel(n - 2) {
+        out.truncate(n - 2);
+        if porter_r2(b) > n - 2 {
+            out.push_str("iz");
+        }
+    } else {
+        return None;
+    }
+    Some(out)
+}
+
+/// Whether `b[i]` is a vowel as Porter2 reads it: `y` is a consonant at the
+/// start and after a vowel.
+fn porter_vowel(b: &[u8], i: usize) -> bool {
+    match b[i] {
+        b'a' | b'e' | b'i' | b'o' | b'u' => true,
+        b'y' => i > 0 && !porter_vowel(b, i - 1),
+        _ => false,
+    }
+}
+
+/// Where Porter2's R2 starts in `b` (its length when R2 is empty).
+fn porter_r2(b: &[u8]) -> usize {
+    // The region after the first non-vowel that follows a vowel, from `start`.
+    let after = |start: usize| {
+        (start + 1..b.len())
+            .find(|&i| porter_vowel(b, i - 1) && !porter_vowel(b, i))
+            .map_or(b.len(), |i| i + 1)
+    };
+    let r1 = ["gener", "commun", "arsen"]
+        .iter()
+        .find(|p| b.starts_with(p.as_bytes()))
+        .map_or_else(|| after(0), |p| p.len());
+    after(r1)
+}
+
 /// A token as the index stores it: `[a-z0-9]` kept, anything else hex behind `x`.
 fn encode(token: &str) -> String {
     let t: String = if token.bytes().all(|b| b.is_ascii_alphanumeric()) {
@@ -266,7 +344,12 @@ impl Analyzer {
                         continue;
                     }
                     let stop = self.stop.contains(&folded);
-                    let stem = self.stemmer.stem(&folded);
+                    let mut stem = self.stemmer.stem(&folded);
+                    if self.english {
+                        if let Some(respelled) = respell_english(&stem) {
+                            stem = respelled.into();
+                        }
+                    }
                     let text = encode(if stem.is_empty() { &folded } else { &stem });
                     out.push(Token { text, stop });
                 }
@@ -364,6 +447,79 @@ mod tests {
         assert_eq!(en("tides"), en("tide"));
         assert_eq!(en("baking"), en("baked"));
         assert_eq!(en("indexes"), en("indexing"));
+    }
+
+    /// English inflections that differ only in spelling meet: Snowball
+    /// undoubles bb dd ff gg mm nn pp rr tt before -ed/-ing but not the `l`
+    /// of a short root (`dialled` → `diall`), nor `zz`; it keeps the `k`
+    /// added before -ing/-ed after -ic (`panicking` → `panick`); and it
+    /// stems British -ise/-yse apart from American -ize/-yze.
+    #[test]
+    fn english_spellings_of_one_inflection_meet() {
+        let groups: &[&[&str]] = &[
+            &["dial", "dials", "dialing", "dialling", "dialed", "dialled"],
+            &["fuel", "fueling", "fuelling", "fueled", "fuelled"],
+            &["trial", "trialing", "trialling", "trialed", "trialled"],
+            &["duel", "dueling", "duelling"],
+            &["travel", "traveling", "travelling", "traveled", "travelled"],
+            &["cancel", "canceling", "cancelling", "canceled", "cancelled"],
+            &["quiz", "quizzes", "quizzed", "quizzing"],
+            &["panic", "panics", "panicking", "panicked"],
+            &["mimic", "mimics", "mimicking", "mimicked"],
+            &["picnic", "picnicking", "picnicked"],
+            &["traffic", "trafficking", "trafficked"],
+            &[
+                "organise",
+                "organize",
+                "organised",
+                "organized",
+                "organising",
+                "organizing",
+            ],
+            &["organisation", "organization"],
+            &[
+                "tokenise",
+                "tokenize",
+                "tokenised",
+                "tokenized",
+                "tokenising",
+                "tokenizing",
+            ],
+            &["analyse", "analyze", "analysed", "analyzed", "analysing", "analyzing"],
+        ];
+        for group in groups {
+            let first = en(group[0]);
+            for w in &group[1..] {
+                assert_eq!(en(w), first, "{w} / {}", group[0]);
+            }
+        }
+    }
+
+    #[test]
+    fn respelled_stems_keep_unrelated_words_apart() {
+        for (a, b) in [
+            ("pick", "picnic"),
+            ("tick", "tic"),
+            ("dial", "dull"),
+            ("fill", "fil"),
+            ("quiz", "quit"),
+            ("panic", "pan"),
+            ("organ", "orange"),
+            ("his", "hiz"),
+            ("rise", "riz"),
+            ("analysis", "anal"),
+        ] {
+            assert_ne!(en(a), en(b), "{a} / {b}");
+        }
+        // A monosyllable keeps its k and its double consonant.
+        assert_eq!(en("kicking"), ["kick"]);
+        assert_eq!(en("filled"), ["fill"]);
+        // Other languages' stems are never respelled.
+        let fr = analyzer(Language::French);
+        assert_eq!(
+            fr.tokens("panique"),
+            vec![Stemmer::create(Algorithm::French).stem("panique").into_owned()]
+        );
     }
 
     #[test]
