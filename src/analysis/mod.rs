@@ -130,16 +130,88 @@ pub struct Analyzer {
     stop: HashSet<String>,
 }
 
-static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
+/// Stop words the NLTK lists lack, by language: the question words (English's
+/// list holds what, when, where, which, who, whom, why and how; German's only
+/// wie, was, wo and welche, French's none but qu, que and qui), the modal
+/// forms beside those the lists hold, and a few contractions and inflected
+/// forms of listed words. Kept in a question, `Warum` or `Pourquoi` was a
+/// word the library barely holds, so it weighed most and the page that
+/// answers lacked it: its share of the question fell below what hybrid's
+/// threshold reads as an answer (docs/search.md, issue 51).
+const MORE_STOP_WORDS: &[(&str, &[&str])] = &[
+    (
+        "de",
+        &[
+            "warum", "wann", "wer", "wen", "wem", "wessen", "weshalb", "weswegen", "wieso", "wozu", "wodurch", "womit",
+            "wofür", "woher", "wohin", "worauf", "woran", "worin", "worüber", "worum", "wovon", "wovor", "wobei",
+            "beim", "ans", "aufs", "durchs", "fürs", "ums", "darf", "dürfen", "durfte", "müssen", "müsste", "sollen",
+            "sollten", "möchte", "konnte", "konnten",
+        ],
+    ),
+    (
+        "fr",
+        &[
+            "pourquoi",
+            "comment",
+            "quand",
+            "combien",
+            "quel",
+            "quelle",
+            "quels",
+            "quelles",
+            "lequel",
+            "laquelle",
+            "lesquels",
+            "lesquelles",
+            "quoi",
+            "dont",
+            "si",
+            "elles",
+            "leurs",
+            "cette",
+            "cet",
+            "peut",
+            "peuvent",
+            "faut",
+            "doit",
+            "doivent",
+        ],
+    ),
+];
+
+/// Each language's own stop words, folded (English's are not in the
+/// others': an analyzer holds both, `ANALYZERS`).
+static OWN_STOP: LazyLock<Vec<(Language, HashSet<String>)>> = LazyLock::new(|| {
     LANGUAGES
         .iter()
         .map(|(lang, code)| {
-            let mut stop = HashSet::new();
-            for c in ["en", code] {
-                for w in stop_words::lookup(c).unwrap_or_default() {
-                    stop.insert(fold(&w.nfkc().collect::<String>().to_lowercase()));
-                }
-            }
+            let more = MORE_STOP_WORDS
+                .iter()
+                .filter(|(c, _)| c == code)
+                .flat_map(|(_, words)| words.iter().copied());
+            let words = stop_words::lookup(code).unwrap_or_default().iter().copied().chain(more);
+            let folded = words
+                .map(|w| fold(&w.nfkc().collect::<String>().to_lowercase()))
+                .collect();
+            (*lang, folded)
+        })
+        .collect()
+});
+
+fn own_stop(language: Language) -> &'static HashSet<String> {
+    let all = &*OWN_STOP;
+    all.iter()
+        .find(|(l, _)| *l == language)
+        .map(|(_, s)| s)
+        .unwrap_or(&all[0].1)
+}
+
+static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
+    LANGUAGES
+        .iter()
+        .map(|(lang, _)| {
+            let mut stop = own_stop(Language::English).clone();
+            stop.extend(own_stop(*lang).iter().cloned());
             (
                 *lang,
                 Analyzer {
@@ -163,9 +235,33 @@ pub fn detect(text: &str) -> Option<Language> {
     info.is_reliable().then(|| from_whatlang(info.lang())).flatten()
 }
 
-/// The most likely language of `text` (a short query rarely says clearly).
+/// The most likely language of `text` (a short query rarely says clearly):
+/// whatlang's guess, unless it is unreliable and the text holds more of
+/// another language's own stop words than of the guessed one's (the first
+/// such language with the most of them, in `LANGUAGES` order): whatlang reads
+/// "Warum braucht Roggenbrot Sauerteig?" as Dutch, and its `warum` is German.
+/// A text without stop words keeps whatlang's guess.
 pub fn guess(text: &str) -> Option<Language> {
-    from_whatlang(DETECTOR.detect_lang(text)?)
+    let info = DETECTOR.detect(text)?;
+    let guessed = from_whatlang(info.lang());
+    if info.is_reliable() {
+        return guessed;
+    }
+    let normal: String = text.nfkc().collect::<String>().to_lowercase();
+    let words: Vec<String> = normal
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(fold)
+        .collect();
+    let count = |l: Language| words.iter().filter(|w| own_stop(l).contains(*w)).count();
+    let mut best = (guessed, guessed.map_or(0, count));
+    for (l, _) in LANGUAGES {
+        let n = count(*l);
+        if n > best.1 {
+            best = (Some(*l), n);
+        }
+    }
+    best.0
 }
 
 fn from_whatlang(l: whatlang::Lang) -> Option<Language> {
@@ -590,6 +686,72 @@ mod tests {
             query_terms(&[en, de], "die Straßenbahn", 64).len() <= 2,
             "die is a German stop word"
         );
+    }
+
+    /// German and French question words, modal forms and contractions are
+    /// stop words as English's are (issue 51: a same-language question's
+    /// `Warum` or `Pourquoi` weighed most, and its answer lacked it).
+    #[test]
+    fn german_and_french_question_words_are_stop_words_as_english_ones_are() {
+        let (en, de, fr) = (
+            analyzer(Language::English),
+            analyzer(Language::German),
+            analyzer(Language::French),
+        );
+        for (lang, question, content) in [
+            (de, "Warum werden Roggenteige nicht geknetet?", "Roggenteige geknetet"),
+            (
+                de,
+                "Wann knacken die Kaffeebohnen beim Rösten?",
+                "knacken Kaffeebohnen Rösten",
+            ),
+            (
+                de,
+                "Womit werden Königinnenlarven gefüttert?",
+                "Königinnenlarven gefüttert",
+            ),
+            (
+                fr,
+                "Pourquoi faut-il traverser le Grand Couloir tôt ?",
+                "traverser Grand Couloir tôt",
+            ),
+            (
+                fr,
+                "Combien de temps un CDN conserve une réponse ?",
+                "temps CDN conserve réponse",
+            ),
+            (
+                fr,
+                "Quelle ligne du métro était la première automatique ?",
+                "ligne métro première automatique",
+            ),
+            (fr, "Comment composter sans jardin ?", "composter sans jardin"),
+        ] {
+            assert_eq!(
+                query_terms(&[en, lang], question, 64),
+                query_terms(&[en, lang], content, 64),
+                "{question}"
+            );
+        }
+        // Alone, a question word is still searched; and never in an English
+        // query read as English alone.
+        assert_eq!(de.query_terms("Warum", 64), de.tokens("warum"));
+        assert_eq!(en.query_terms("comment threads", 64).len(), 2);
+    }
+
+    #[test]
+    fn a_short_query_is_guessed_by_its_stop_words_when_whatlang_is_unsure() {
+        // whatlang alone: Dutch, Danish.
+        assert_eq!(guess("Warum braucht Roggenbrot Sauerteig?"), Some(Language::German));
+        assert_eq!(
+            guess("Warum gibt es zweimal im Monat Springfluten und Nippfluten?"),
+            Some(Language::German)
+        );
+        // English function words outweigh the one Portuguese `do`.
+        assert_eq!(guess("how do I renew my passport"), Some(Language::English));
+        // A clear guess stands; no stop word, no change.
+        assert_eq!(guess("Wie kühlt man eine Brandwunde richtig?"), Some(Language::German));
+        assert_eq!(guess("métros automatisés"), Some(Language::French));
     }
 
     #[test]
