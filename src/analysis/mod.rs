@@ -322,7 +322,8 @@ pub fn fold(word: &str) -> String {
 ///   where its R2 reaches (`travell` → `travel`, but not `diall`).
 /// - The `k` English adds to -ic before -ing/-ed goes, in a root of more
 ///   than one syllable (`panick` → `panic`, `mimick`, `traffick`, `picnick`;
-///   `pick`, `kick` stay).
+///   `pick`, `kick` stay). Only after `i`: `Lübeck`'s English stem stays
+///   `lubeck`, as its German one is, so an English query meets a German page.
 /// - British -ise/-yse meet American -ize/-yze: Snowball removes -ize where
 ///   its R2 holds it (`organize` → `organ`) and keeps `iz` otherwise
 ///   (`realize` → `realiz`), and keeps -yze (`analyz`); a stem ending in `is`
@@ -342,7 +343,7 @@ fn respell_english(stem: &str) -> Option<String> {
     let (last, prev) = (b[n - 1], b[n - 2]);
     let mut out = stem.to_owned();
     let doubled = last == prev && matches!(last, b'l' | b'z' | b's') && vowel(n - 3) && vowel(n - 4);
-    let ic_k = last == b'k' && prev == b'c' && vowel(n - 3) && has_vowel(n - 3);
+    let ic_k = last == b'k' && prev == b'c' && b[n - 3] == b'i' && has_vowel(n - 3);
     if doubled || ic_k {
         out.pop();
     } else if last == b's' && prev == b'y' && has_vowel(n - 2) {
@@ -607,6 +608,8 @@ mod tests {
         ] {
             assert_ne!(en(a), en(b), "{a} / {b}");
         }
+        // Only -ick loses its k: a German name keeps the stem German gives it.
+        assert_eq!(en("Lübeck"), analyzer(Language::German).tokens("Lübeck"));
         // A monosyllable keeps its k and its double consonant.
         assert_eq!(en("kicking"), ["kick"]);
         assert_eq!(en("filled"), ["fill"]);
