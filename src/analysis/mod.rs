@@ -9,7 +9,10 @@
 //! 4. other words are folded — diacritics removed (NFD, combining marks
 //!    dropped), `ß`→`ss`, `æ`→`ae`, `œ`→`oe`, `ø`→`o`, `ł`→`l`, `đ`→`d`,
 //!    `þ`→`th` — and stemmed with the library's Snowball stemmer (English by
-//!    default), so `Zürich`/`zurich` and `tides`/`tide` meet;
+//!    default), so `Zürich`/`zurich` and `tides`/`tide` meet; English stems
+//!    are then respelled so that one inflection's spellings meet
+//!    (`dialling`/`dialing`, `panicking`/`panic`, `organise`/`organize`:
+//!    `respell_english`);
 //! 5. at query time, the stop words of English and of the library's language
 //!    are dropped (unless nothing else is left), so common words do not swamp
 //!    a question.
@@ -121,24 +124,99 @@ impl Language {
 /// The analyzer of one language (built once per language).
 pub struct Analyzer {
     stemmer: Stemmer,
+    /// English stems are respelled after Snowball (`respell_english`).
+    english: bool,
     /// Folded stop words of English and of this language.
     stop: HashSet<String>,
+}
+
+/// Stop words the NLTK lists lack, by language: the question words (English's
+/// list holds what, when, where, which, who, whom, why and how; German's only
+/// wie, was, wo and welche, French's none but qu, que and qui), the modal
+/// forms beside those the lists hold, and a few contractions and inflected
+/// forms of listed words. Kept in a question, `Warum` or `Pourquoi` was a
+/// word the library barely holds, so it weighed most and the page that
+/// answers lacked it: its share of the question fell below what hybrid's
+/// threshold reads as an answer (docs/search.md, issue 51).
+const MORE_STOP_WORDS: &[(&str, &[&str])] = &[
+    (
+        "de",
+        &[
+            "warum", "wann", "wer", "wen", "wem", "wessen", "weshalb", "weswegen", "wieso", "wozu", "wodurch", "womit",
+            "wofür", "woher", "wohin", "worauf", "woran", "worin", "worüber", "worum", "wovon", "wovor", "wobei",
+            "beim", "ans", "aufs", "durchs", "fürs", "ums", "darf", "dürfen", "durfte", "müssen", "müsste", "sollen",
+            "sollten", "möchte", "konnte", "konnten",
+        ],
+    ),
+    (
+        "fr",
+        &[
+            "pourquoi",
+            "comment",
+            "quand",
+            "combien",
+            "quel",
+            "quelle",
+            "quels",
+            "quelles",
+            "lequel",
+            "laquelle",
+            "lesquels",
+            "lesquelles",
+            "quoi",
+            "dont",
+            "si",
+            "elles",
+            "leurs",
+            "cette",
+            "cet",
+            "peut",
+            "peuvent",
+            "faut",
+            "doit",
+            "doivent",
+        ],
+    ),
+];
+
+/// Each language's own stop words, folded (English's are not in the
+/// others': an analyzer holds both, `ANALYZERS`).
+static OWN_STOP: LazyLock<Vec<(Language, HashSet<String>)>> = LazyLock::new(|| {
+    LANGUAGES
+        .iter()
+        .map(|(lang, code)| {
+            let more = MORE_STOP_WORDS
+                .iter()
+                .filter(|(c, _)| c == code)
+                .flat_map(|(_, words)| words.iter().copied());
+            let words = stop_words::lookup(code).unwrap_or_default().iter().copied().chain(more);
+            let folded = words
+                .map(|w| fold(&w.nfkc().collect::<String>().to_lowercase()))
+                .collect();
+            (*lang, folded)
+        })
+        .collect()
+});
+
+fn own_stop(language: Language) -> &'static HashSet<String> {
+    let all = &*OWN_STOP;
+    all.iter()
+        .find(|(l, _)| *l == language)
+        .map(|(_, s)| s)
+        .unwrap_or(&all[0].1)
 }
 
 static ANALYZERS: LazyLock<Vec<(Language, Analyzer)>> = LazyLock::new(|| {
     LANGUAGES
         .iter()
-        .map(|(lang, code)| {
-            let mut stop = HashSet::new();
-            for c in ["en", code] {
-                for w in stop_words::lookup(c).unwrap_or_default() {
-                    stop.insert(fold(&w.nfkc().collect::<String>().to_lowercase()));
-                }
-            }
+        .map(|(lang, _)| {
+            let mut stop = own_stop(Language::English).clone();
+            stop.extend(own_stop(*lang).iter().cloned());
             (
                 *lang,
                 Analyzer {
                     stemmer: Stemmer::create(lang.algorithm()),
+                    english: *lang == Language::English,
                     stop,
                 },
             )
@@ -157,9 +235,33 @@ pub fn detect(text: &str) -> Option<Language> {
     info.is_reliable().then(|| from_whatlang(info.lang())).flatten()
 }
 
-/// The most likely language of `text` (a short query rarely says clearly).
+/// The most likely language of `text` (a short query rarely says clearly):
+/// whatlang's guess, unless it is unreliable and the text holds more of
+/// another language's own stop words than of the guessed one's (the first
+/// such language with the most of them, in `LANGUAGES` order): whatlang reads
+/// "Warum braucht Roggenbrot Sauerteig?" as Dutch, and its `warum` is German.
+/// A text without stop words keeps whatlang's guess.
 pub fn guess(text: &str) -> Option<Language> {
-    from_whatlang(DETECTOR.detect_lang(text)?)
+    let info = DETECTOR.detect(text)?;
+    let guessed = from_whatlang(info.lang());
+    if info.is_reliable() {
+        return guessed;
+    }
+    let normal: String = text.nfkc().collect::<String>().to_lowercase();
+    let words: Vec<String> = normal
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(fold)
+        .collect();
+    let count = |l: Language| words.iter().filter(|w| own_stop(l).contains(*w)).count();
+    let mut best = (guessed, guessed.map_or(0, count));
+    for (l, _) in LANGUAGES {
+        let n = count(*l);
+        if n > best.1 {
+            best = (Some(*l), n);
+        }
+    }
+    best.0
 }
 
 fn from_whatlang(l: whatlang::Lang) -> Option<Language> {
@@ -208,6 +310,79 @@ pub fn fold(word: &str) -> String {
         }
     }
     out
+}
+
+/// An English Snowball (Porter2) stem respelled so that the spellings of one
+/// inflection meet (applied to every English stem, at ingest and at query
+/// time alike; `scoped::ANALYSIS_VERSION` 4). None: the stem stands.
+///
+/// - A root with two vowels before a doubled `l`, `z` or `s` loses the
+///   second (`diall` → `dial`, `fuell` → `fuel`, `quizz` → `quiz`): Snowball
+///   undoubles bb dd ff gg mm nn pp rr tt before -ed/-ing, and `ll` only
+///   where its R2 reaches (`travell` → `travel`, but not `diall`).
+/// - The `k` English adds to -ic before -ing/-ed goes, in a root of more
+///   than one syllable (`panick` → `panic`, `mimick`, `traffick`, `picnick`;
+///   `pick`, `kick` stay). Only after `i`: `Lübeck`'s English stem stays
+///   `lubeck`, as its German one is, so an English query meets a German page.
+/// - British -ise/-yse meet American -ize/-yze: Snowball removes -ize where
+///   its R2 holds it (`organize` → `organ`) and keeps `iz` otherwise
+///   (`realize` → `realiz`), and keeps -yze (`analyz`); a stem ending in `is`
+///   or `ys` is read the same way (`organis` → `organ`, `realis` → `realiz`,
+///   `analys` → `analyz`; `this`, `his` stay).
+///
+/// A monosyllable keeps its doubled consonant (`fill`; so `gel` and `gelled`
+/// do not meet, where undoubling would join `fill` and `fil`).
+fn respell_english(stem: &str) -> Option<String> {
+    let b = stem.as_bytes();
+    let n = b.len();
+    if n < 4 || !b.iter().all(u8::is_ascii_lowercase) {
+        return None;
+    }
+    let vowel = |i: usize| porter_vowel(b, i);
+    let has_vowel = |end: usize| (0..end).any(vowel);
+    let (last, prev) = (b[n - 1], b[n - 2]);
+    let mut out = stem.to_owned();
+    let doubled = last == prev && matches!(last, b'l' | b'z' | b's') && vowel(n - 3) && vowel(n - 4);
+    let ic_k = last == b'k' && prev == b'c' && b[n - 3] == b'i' && has_vowel(n - 3);
+    if doubled || ic_k {
+        out.pop();
+    } else if last == b's' && prev == b'y' && has_vowel(n - 2) {
+        out.pop();
+        out.push('z');
+    } else if last == b's' && prev == b'i' && has_vowel(n - 2) {
+        out.truncate(n - 2);
+        if porter_r2(b) > n - 2 {
+            out.push_str("iz");
+        }
+    } else {
+        return None;
+    }
+    Some(out)
+}
+
+/// Whether `b[i]` is a vowel as Porter2 reads it: `y` is a consonant at the
+/// start and after a vowel.
+fn porter_vowel(b: &[u8], i: usize) -> bool {
+    match b[i] {
+        b'a' | b'e' | b'i' | b'o' | b'u' => true,
+        b'y' => i > 0 && !porter_vowel(b, i - 1),
+        _ => false,
+    }
+}
+
+/// Where Porter2's R2 starts in `b` (its length when R2 is empty).
+fn porter_r2(b: &[u8]) -> usize {
+    // The region after the first non-vowel that follows a vowel, from `start`.
+    let after = |start: usize| {
+        (start + 1..b.len())
+            .find(|&i| porter_vowel(b, i - 1) && !porter_vowel(b, i))
+            .map_or(b.len(), |i| i + 1)
+    };
+    let r1 = ["gener", "commun", "arsen"]
+        .iter()
+        .find(|p| b.starts_with(p.as_bytes()))
+        .map_or_else(|| after(0), |p| p.len());
+    after(r1)
 }
 
 /// A token as the index stores it: `[a-z0-9]` kept, anything else hex behind `x`.
@@ -266,7 +441,12 @@ impl Analyzer {
                         continue;
                     }
                     let stop = self.stop.contains(&folded);
-                    let stem = self.stemmer.stem(&folded);
+                    let mut stem = self.stemmer.stem(&folded);
+                    if self.english {
+                        if let Some(respelled) = respell_english(&stem) {
+                            stem = respelled.into();
+                        }
+                    }
                     let text = encode(if stem.is_empty() { &folded } else { &stem });
                     out.push(Token { text, stop });
                 }
@@ -366,6 +546,81 @@ mod tests {
         assert_eq!(en("indexes"), en("indexing"));
     }
 
+    /// English inflections that differ only in spelling meet: Snowball
+    /// undoubles bb dd ff gg mm nn pp rr tt before -ed/-ing but not the `l`
+    /// of a short root (`dialled` → `diall`), nor `zz`; it keeps the `k`
+    /// added before -ing/-ed after -ic (`panicking` → `panick`); and it
+    /// stems British -ise/-yse apart from American -ize/-yze.
+    #[test]
+    fn english_spellings_of_one_inflection_meet() {
+        let groups: &[&[&str]] = &[
+            &["dial", "dials", "dialing", "dialling", "dialed", "dialled"],
+            &["fuel", "fueling", "fuelling", "fueled", "fuelled"],
+            &["trial", "trialing", "trialling", "trialed", "trialled"],
+            &["duel", "dueling", "duelling"],
+            &["travel", "traveling", "travelling", "traveled", "travelled"],
+            &["cancel", "canceling", "cancelling", "canceled", "cancelled"],
+            &["quiz", "quizzes", "quizzed", "quizzing"],
+            &["panic", "panics", "panicking", "panicked"],
+            &["mimic", "mimics", "mimicking", "mimicked"],
+            &["picnic", "picnicking", "picnicked"],
+            &["traffic", "trafficking", "trafficked"],
+            &[
+                "organise",
+                "organize",
+                "organised",
+                "organized",
+                "organising",
+                "organizing",
+            ],
+            &["organisation", "organization"],
+            &[
+                "tokenise",
+                "tokenize",
+                "tokenised",
+                "tokenized",
+                "tokenising",
+                "tokenizing",
+            ],
+            &["analyse", "analyze", "analysed", "analyzed", "analysing", "analyzing"],
+        ];
+        for group in groups {
+            let first = en(group[0]);
+            for w in &group[1..] {
+                assert_eq!(en(w), first, "{w} / {}", group[0]);
+            }
+        }
+    }
+
+    #[test]
+    fn respelled_stems_keep_unrelated_words_apart() {
+        for (a, b) in [
+            ("pick", "picnic"),
+            ("tick", "tic"),
+            ("dial", "dull"),
+            ("fill", "fil"),
+            ("quiz", "quit"),
+            ("panic", "pan"),
+            ("organ", "orange"),
+            ("his", "hiz"),
+            ("rise", "riz"),
+            ("analysis", "anal"),
+        ] {
+            assert_ne!(en(a), en(b), "{a} / {b}");
+        }
+        // Only -ick loses its k: a German name keeps the stem German gives it.
+        assert_eq!(en("Lübeck"), analyzer(Language::German).tokens("Lübeck"));
+        // A monosyllable keeps its k and its double consonant.
+        assert_eq!(en("kicking"), ["kick"]);
+        assert_eq!(en("filled"), ["fill"]);
+        // Other languages' stems are never respelled.
+        let fr = analyzer(Language::French);
+        assert_eq!(
+            fr.tokens("panique"),
+            vec![Stemmer::create(Algorithm::French).stem("panique").into_owned()]
+        );
+    }
+
     #[test]
     fn german_and_french_stemmers_are_used_for_their_libraries() {
         let de = analyzer(Language::German);
@@ -434,6 +689,72 @@ mod tests {
             query_terms(&[en, de], "die Straßenbahn", 64).len() <= 2,
             "die is a German stop word"
         );
+    }
+
+    /// German and French question words, modal forms and contractions are
+    /// stop words as English's are (issue 51: a same-language question's
+    /// `Warum` or `Pourquoi` weighed most, and its answer lacked it).
+    #[test]
+    fn german_and_french_question_words_are_stop_words_as_english_ones_are() {
+        let (en, de, fr) = (
+            analyzer(Language::English),
+            analyzer(Language::German),
+            analyzer(Language::French),
+        );
+        for (lang, question, content) in [
+            (de, "Warum werden Roggenteige nicht geknetet?", "Roggenteige geknetet"),
+            (
+                de,
+                "Wann knacken die Kaffeebohnen beim Rösten?",
+                "knacken Kaffeebohnen Rösten",
+            ),
+            (
+                de,
+                "Womit werden Königinnenlarven gefüttert?",
+                "Königinnenlarven gefüttert",
+            ),
+            (
+                fr,
+                "Pourquoi faut-il traverser le Grand Couloir tôt ?",
+                "traverser Grand Couloir tôt",
+            ),
+            (
+                fr,
+                "Combien de temps un CDN conserve une réponse ?",
+                "temps CDN conserve réponse",
+            ),
+            (
+                fr,
+                "Quelle ligne du métro était la première automatique ?",
+                "ligne métro première automatique",
+            ),
+            (fr, "Comment composter sans jardin ?", "composter sans jardin"),
+        ] {
+            assert_eq!(
+                query_terms(&[en, lang], question, 64),
+                query_terms(&[en, lang], content, 64),
+                "{question}"
+            );
+        }
+        // Alone, a question word is still searched; and never in an English
+        // query read as English alone.
+        assert_eq!(de.query_terms("Warum", 64), de.tokens("warum"));
+        assert_eq!(en.query_terms("comment threads", 64).len(), 2);
+    }
+
+    #[test]
+    fn a_short_query_is_guessed_by_its_stop_words_when_whatlang_is_unsure() {
+        // whatlang alone: Dutch, Danish.
+        assert_eq!(guess("Warum braucht Roggenbrot Sauerteig?"), Some(Language::German));
+        assert_eq!(
+            guess("Warum gibt es zweimal im Monat Springfluten und Nippfluten?"),
+            Some(Language::German)
+        );
+        // English function words outweigh the one Portuguese `do`.
+        assert_eq!(guess("how do I renew my passport"), Some(Language::English));
+        // A clear guess stands; no stop word, no change.
+        assert_eq!(guess("Wie kühlt man eine Brandwunde richtig?"), Some(Language::German));
+        assert_eq!(guess("métros automatisés"), Some(Language::French));
     }
 
     #[test]

@@ -12,6 +12,10 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use uuid::Uuid;
 
+use mnemosyne::analysis::scoped::ANALYSIS_VERSION;
+use mnemosyne::search::index::vectors::CodeCache;
+use mnemosyne::search::index::{Applied, LibraryIndex};
+
 use crate::helpers::{send, test_index_root, McpClient, TestApp};
 use crate::search::{ingest_docs, ranking, search, QUERIES};
 
@@ -196,6 +200,52 @@ async fn a_corrupt_or_partial_index_is_rebuilt_from_the_graph_and_a_restart_resu
     assert_eq!(ranking(&until_indexed(&partial, &mut c, "tide").await), expected);
     assert_eq!(metric(&partial, "mnemosyne_index_rebuilds_total").await, 1.0);
     drop(partial);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// An index an older analysis made (its commit says so) is rebuilt from the
+/// graph when opened, never searched: after English stems were respelled
+/// (issue 51) its `diall` would not meet the query's `dial`.
+#[tokio::test]
+async fn an_index_an_older_analysis_made_is_rebuilt_from_the_graph() {
+    let first = TestApp::spawn().await;
+    let root = test_index_root()
+        .parent()
+        .unwrap()
+        .join(format!("mnemosyne-analysis-index-{}", Uuid::new_v4().simple()));
+    let settings = mnemosyne::config::Settings {
+        index_dir: Some(root.clone()),
+        ..first.settings.clone()
+    };
+    let lib = first.library("docs").await;
+    first
+        .ingest(json!({"library_uid": lib, "item": {"title": "Espresso Notes"},
+                       "content": "Dialling in espresso takes a few shots."}))
+        .await;
+    let token = first.opaque_token(&[lib.clone()]).await;
+    let replica = first.replica_with(settings.clone()).await;
+    until_indexed(&replica, &mut replica.mcp(&token).connect().await, "espresso").await;
+    drop(replica);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Its last commit now says the analysis before this one made it.
+    let dir = library_dir(&root, &lib);
+    {
+        let index = LibraryIndex::open_or_create(&dir, CodeCache::unbounded()).unwrap();
+        let applied = index.applied().unwrap();
+        assert_eq!(applied.analysis, ANALYSIS_VERSION);
+        let older = Applied {
+            analysis: ANALYSIS_VERSION - 1,
+            ..applied
+        };
+        index.apply(&[], &[], &older).unwrap();
+    }
+    let restarted = first.replica_with(settings).await;
+    let mut c = restarted.mcp(&token).connect().await;
+    let hits = until_indexed(&restarted, &mut c, "dialing").await;
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(metric(&restarted, "mnemosyne_index_rebuilds_total").await, 1.0);
+    drop(restarted);
     let _ = std::fs::remove_dir_all(&root);
 }
 
