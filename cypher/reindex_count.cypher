@@ -1,3 +1,3 @@
 MATCH (c:Chunk)
-WHERE c.analysis IS NULL OR c.analysis <> $analysis
+WHERE c.analysis IS NULL OR c.analysis < $analysis
 RETURN count(c) AS n

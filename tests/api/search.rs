@@ -567,3 +567,36 @@ async fn migrate_reindexes_chunks_indexed_before_english_stems_were_respelled() 
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0]["chunk_uid"], uid.as_str());
 }
+
+/// A newer analysis's chunks are not an older binary's to re-index: during
+/// a rolling upgrade (or beside a checkout of another version on one graph)
+/// the older `migrate` leaves them as the newer one wrote them.
+#[tokio::test]
+async fn migrate_leaves_chunks_a_newer_analysis_indexed_as_they_are() {
+    let app = TestApp::spawn().await;
+    let lib = app.library("newer").await;
+    let uid = app.uid("chk_newer");
+    let newer = ANALYSIS_VERSION + 1;
+    graph_rows(
+        &app,
+        neo4rs::query(
+            "CREATE (c:Chunk {uid: $uid, library_uid: $lib, collection_uid: $col, item_uid: $item, \
+             item_title: 'Newer', ordinal: 0, text: 'written by a newer analysis', scoped: 'as the newer wrote it', \
+             dl: 7, analysis: $analysis})",
+        )
+        .param("uid", uid.as_str())
+        .param("lib", lib.as_str())
+        .param("col", app.uid("col_newer"))
+        .param("item", app.uid("item_newer"))
+        .param("analysis", newer),
+    )
+    .await;
+    reindex(&app).await;
+    assert_eq!(chunk_index(&app, &uid).await, (Some(newer), Some(7)));
+    let rows = graph_rows(
+        &app,
+        neo4rs::query("MATCH (c:Chunk {uid: $uid}) RETURN c.scoped AS scoped").param("uid", uid.as_str()),
+    )
+    .await;
+    assert_eq!(rows[0].get::<String>("scoped").unwrap(), "as the newer wrote it");
+}

@@ -1,6 +1,7 @@
 //! Re-indexing for keyword search: chunks whose `scoped` and `dl` were made by
 //! an older analysis than `scoped::ANALYSIS_VERSION` (or before chunks had
-//! `dl` and `analysis` at all) get them made again from their library's
+//! `dl` and `analysis` at all; never a newer one's: an older binary's
+//! `migrate` during a rolling upgrade leaves them) get them made again from their library's
 //! language, item title and text. `mnemosyne migrate` runs it a page at a
 //! time, in uid order, reading only stale chunks: a page written is no longer
 //! stale, so a run that was interrupted is finished by running it again, and
