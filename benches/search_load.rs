@@ -137,7 +137,8 @@ async fn random_vectors(settings: &mnemosyne::config::Settings, model: &str, dim
             .execute(
                 query(include_str!("../cypher/embed_pending.cypher"))
                     .param("library_uid", lib)
-                    .param("n", 500i64),
+                    .param("n", 500i64)
+                    .param("skip", Vec::<String>::new()),
             )
             .await
             .unwrap();
