@@ -312,6 +312,205 @@ pub fn fold(word: &str) -> String {
     out
 }
 
+/// Endings a British root in `SPELLINGS` is met with: nothing, a plural or
+/// third person, a past, a comparative or agent, a participle, an adverb or
+/// an adjective (`centres`, `centred`, `greyer`, `mouldy`).
+const INFLECTIONS: &[&str] = &["", "s", "d", "ed", "es", "er", "ers", "ing", "ly", "y"];
+
+/// British roots and their American spelling, matched at a word's end
+/// (before one of `INFLECTIONS`; `kilometre`, `epicentres` and `sunburnt`
+/// too). A root ending in a silent `e` the American spelling lacks also
+/// meets its `-ing` without the `e` (`centring` → `centering`), and its `d`
+/// becomes `ed` (`centred` → `centered`). Left out on purpose: words whose
+/// American spelling is another English word (`tyre`/`tire`,
+/// `cheque`/`check`, `kerb`/`curb`, `draught`/`draft`, `storey`/`story`),
+/// and pasts that are also nouns (`spelt`, `smelt`).
+const SPELLINGS: &[(&str, &str)] = &[
+    ("centre", "center"),
+    ("metre", "meter"),
+    ("litre", "liter"),
+    ("theatre", "theater"),
+    ("fibre", "fiber"),
+    ("calibre", "caliber"),
+    ("sabre", "saber"),
+    ("sombre", "somber"),
+    ("lustre", "luster"),
+    ("spectre", "specter"),
+    ("meagre", "meager"),
+    ("manoeuvre", "maneuver"),
+    ("catalogue", "catalog"),
+    ("dialogue", "dialog"),
+    ("analogue", "analog"),
+    ("monologue", "monolog"),
+    ("prologue", "prolog"),
+    ("epilogue", "epilog"),
+    ("programme", "program"),
+    ("defence", "defense"),
+    ("offence", "offense"),
+    ("licence", "license"),
+    ("pretence", "pretense"),
+    ("practise", "practice"),
+    ("grey", "gray"),
+    ("aluminium", "aluminum"),
+    ("jewellery", "jewelry"),
+    ("jeweller", "jeweler"),
+    ("skilful", "skillful"),
+    ("wilful", "willful"),
+    ("fulfil", "fulfill"),
+    ("fulfilment", "fulfillment"),
+    ("enrol", "enroll"),
+    ("enrolment", "enrollment"),
+    ("instalment", "installment"),
+    ("ageing", "aging"),
+    ("judgement", "judgment"),
+    ("acknowledgement", "acknowledgment"),
+    ("cosy", "cozy"),
+    ("burnt", "burned"),
+    ("learnt", "learned"),
+    ("dreamt", "dreamed"),
+    ("spoilt", "spoiled"),
+    ("spilt", "spilled"),
+    ("leapt", "leaped"),
+    ("knelt", "kneeled"),
+    ("dwelt", "dwelled"),
+];
+
+/// British spellings met anywhere in a word (`haemoglobin`, `anaesthetist`,
+/// `unfocussed`, `sulphate`, `ploughing`, `smouldering`).
+const INNER_SPELLINGS: &[(&str, &str)] = &[
+    ("focuss", "focus"),
+    ("biass", "bias"),
+    ("haem", "hem"),
+    ("anaem", "anem"),
+    ("leukaem", "leukem"),
+    ("anaesth", "anesth"),
+    ("paediatr", "pediatr"),
+    ("orthopaed", "orthoped"),
+    ("encyclopaed", "encycloped"),
+    ("oesophag", "esophag"),
+    ("oestr", "estr"),
+    ("foet", "fet"),
+    ("diarrhoe", "diarrhe"),
+    ("sulph", "sulf"),
+    ("sceptic", "skeptic"),
+    ("plough", "plow"),
+    ("mould", "mold"),
+    ("moult", "molt"),
+    ("pyjama", "pajama"),
+];
+
+/// How a pattern of `SPELLINGS_AC` is taken.
+#[derive(Clone, Copy)]
+enum Spelling {
+    /// Anywhere in the word.
+    Inner,
+    /// At the word's end, before one of `INFLECTIONS`.
+    Root,
+    /// A silent-e root without its `e`, before `-ing` only.
+    RootStem,
+}
+
+/// Every spelling in one automaton (leftmost-longest: `centre` before
+/// `centr`), with its replacement and kind by pattern index.
+static SPELLINGS_AC: LazyLock<(aho_corasick::AhoCorasick, Vec<(&'static str, Spelling)>)> = LazyLock::new(|| {
+    let mut patterns: Vec<String> = Vec::new();
+    let mut replacements = Vec::new();
+    for &(british, american) in INNER_SPELLINGS {
+        patterns.push(british.to_owned());
+        replacements.push((american, Spelling::Inner));
+    }
+    for &(british, american) in SPELLINGS {
+        patterns.push(british.to_owned());
+        replacements.push((american, Spelling::Root));
+        if let Some(stem) = british.strip_suffix('e').filter(|_| !american.ends_with('e')) {
+            patterns.push(stem.to_owned());
+            replacements.push((american, Spelling::RootStem));
+        }
+    }
+    let ac = aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(&patterns)
+        .expect("spelling patterns build");
+    (ac, replacements)
+});
+
+/// A folded English word with its British spellings written the American
+/// way, before the stemmer (at ingest and at query time alike;
+/// `scoped::ANALYSIS_VERSION` 5), so `colour`/`color`, `centred`/`centered`,
+/// `haemoglobin`/`hemoglobin` and `learnt`/`learned` meet. None: the word
+/// stands. Since both sides are rewritten the same way, a rewrite only
+/// matters where it joins two words, so the rules stay where that is wanted:
+///
+/// - `-our` becomes `-or` after a consonant (or the `i` of `-iour`) that has
+///   a vowel before it: `colour`, `honourable`, `behaviour`, `neighbourhood`;
+///   `four`, `hour`, `your`, `tour`, `flour`, `pour` and `courage` stay;
+/// - the roots of `SPELLINGS` at the word's end, before an inflection;
+/// - the fragments of `INNER_SPELLINGS` anywhere.
+fn american_spelling(word: &str) -> Option<String> {
+    let b = word.as_bytes();
+    if b.len() < 4 || !b.iter().all(|c| c.is_ascii_lowercase()) {
+        return None;
+    }
+    let (ac, replacements) = &*SPELLINGS_AC;
+    let mut out = String::new();
+    let mut last = 0;
+    for m in ac.find_iter(word) {
+        let (american, kind) = replacements[m.pattern().as_usize()];
+        let rest = &word[m.end()..];
+        let british = &word[m.start()..m.end()];
+        let taken = match kind {
+            Spelling::Inner => true,
+            Spelling::Root => INFLECTIONS.contains(&rest),
+            Spelling::RootStem => rest == "ing",
+        };
+        if !taken {
+            continue;
+        }
+        out.push_str(&word[last..m.start()]);
+        out.push_str(american);
+        last = m.end();
+        if matches!(kind, Spelling::Root) && rest == "d" && british.ends_with('e') && !american.ends_with('e') {
+            out.push_str("ed");
+            last = word.len();
+        }
+    }
+    out.push_str(&word[last..]);
+    let ours = american_or(&out);
+    match ours {
+        Some(or) => Some(or),
+        None if last > 0 => Some(out),
+        None => None,
+    }
+}
+
+/// `-our` written `-or` where `american_spelling` says (None: no `-our`).
+fn american_or(word: &str) -> Option<String> {
+    let b = word.as_bytes();
+    let vowel = |c: u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u');
+    let consonant = |c: u8| c.is_ascii_lowercase() && !vowel(c);
+    let mut out = String::with_capacity(word.len());
+    let mut changed = false;
+    let mut from = 0;
+    while let Some(at) = word[from..].find("our").map(|i| i + from) {
+        out.push_str(&word[from..at]);
+        // The letter before `our`: a consonant, or the `i` of `-iour` after one.
+        let before = match at.checked_sub(1).map(|i| b[i]) {
+            Some(c) if consonant(c) => Some(at - 1),
+            Some(b'i') if at >= 2 && consonant(b[at - 2]) => Some(at - 2),
+            _ => None,
+        };
+        if before.is_some_and(|i| b[..i].iter().any(|&c| vowel(c))) {
+            out.push_str("or");
+            changed = true;
+        } else {
+            out.push_str("our");
+        }
+        from = at + 3;
+    }
+    out.push_str(&word[from..]);
+    changed.then_some(out)
+}
+
 /// An English Snowball (Porter2) stem respelled so that the spellings of one
 /// inflection meet (applied to every English stem, at ingest and at query
 /// time alike; `scoped::ANALYSIS_VERSION` 4). None: the stem stands.
@@ -441,7 +640,8 @@ impl Analyzer {
                         continue;
                     }
                     let stop = self.stop.contains(&folded);
-                    let mut stem = self.stemmer.stem(&folded);
+                    let american = if self.english { american_spelling(&folded) } else { None };
+                    let mut stem = self.stemmer.stem(american.as_deref().unwrap_or(&folded));
                     if self.english {
                         if let Some(respelled) = respell_english(&stem) {
                             stem = respelled.into();
@@ -590,6 +790,142 @@ mod tests {
                 assert_eq!(en(w), first, "{w} / {}", group[0]);
             }
         }
+    }
+
+    /// British spellings meet the American ones (`american_spelling`, before
+    /// the stemmer): each group analyses to one token.
+    #[test]
+    fn british_and_american_spellings_meet() {
+        let groups: &[&[&str]] = &[
+            &[
+                "colour",
+                "color",
+                "colours",
+                "colors",
+                "coloured",
+                "colored",
+                "colouring",
+                "coloring",
+            ],
+            &["colourful", "colorful"],
+            &["honour", "honor", "honoured", "honored"],
+            &["honourable", "honorable"],
+            &["behaviour", "behavior", "behaviours", "behaviors"],
+            &["behavioural", "behavioral"],
+            &["neighbour", "neighbor", "neighbours"],
+            &["neighbourhood", "neighborhood"],
+            &["favourite", "favorite", "favourites"],
+            &["labour", "labor", "labouring", "laboring"],
+            &["flavour", "flavor", "flavoured", "flavored"],
+            &["humour", "humor"],
+            &["harbour", "harbor"],
+            &["centre", "center", "centres", "centers"],
+            &["centred", "centered", "centring", "centering"],
+            &["kilometre", "kilometer", "kilometres", "kilometers"],
+            &["litre", "liter", "litres", "liters"],
+            &["millilitres", "milliliters"],
+            &["theatre", "theater", "theatres"],
+            &["fibre", "fiber", "fibres", "fibers"],
+            &["manoeuvre", "maneuver", "manoeuvring", "maneuvering"],
+            &[
+                "catalogue",
+                "catalog",
+                "catalogues",
+                "catalogs",
+                "catalogued",
+                "cataloged",
+            ],
+            &["dialogue", "dialog", "dialogues"],
+            &["programme", "program", "programmes", "programs"],
+            &["defence", "defense", "defences"],
+            &["licence", "license", "licences", "licenses"],
+            &["practise", "practice", "practised", "practiced"],
+            &["grey", "gray", "greys", "grays", "greying", "graying"],
+            &["greyer", "grayer"],
+            &["aluminium", "aluminum"],
+            &["jewellery", "jewelry"],
+            &["haemoglobin", "hemoglobin"],
+            &["anaemia", "anemia"],
+            &["leukaemia", "leukemia"],
+            &["anaesthetist", "anesthetist"],
+            &["paediatric", "pediatric"],
+            &["oesophagus", "esophagus"],
+            &["oestrogen", "estrogen"],
+            &["foetus", "fetus"],
+            &["diarrhoea", "diarrhea"],
+            &["sulphur", "sulfur"],
+            &["sulphate", "sulfate"],
+            &["sceptical", "skeptical"],
+            &["plough", "plow", "ploughing", "plowing"],
+            &["mould", "mold", "moulds", "molds", "moulding", "molding"],
+            &["mouldy", "moldy"],
+            &["smouldering", "smoldering"],
+            &["focussed", "focused"],
+            &["biassed", "biased"],
+            &["learnt", "learned"],
+            &["burnt", "burned"],
+            &["sunburnt", "sunburned"],
+            &["dreamt", "dreamed"],
+            &["spilt", "spilled"],
+            &["skilful", "skillful"],
+            &["fulfilment", "fulfillment"],
+            &["enrolment", "enrollment"],
+            &["judgement", "judgment"],
+            &["ageing", "aging"],
+            &["pyjamas", "pajamas"],
+        ];
+        let apart: Vec<String> = groups
+            .iter()
+            .flat_map(|g| g[1..].iter().map(move |w| (g[0], *w)))
+            .filter(|(a, b)| en(a) != en(b))
+            .map(|(a, b)| format!("{a} {:?} / {b} {:?}", en(a), en(b)))
+            .collect();
+        assert!(apart.is_empty(), "{apart:#?}");
+    }
+
+    /// The rewrite stays where it joins spellings of one word: other words,
+    /// and other languages, keep their own tokens.
+    #[test]
+    fn american_spelling_leaves_other_words_alone() {
+        let apart: &[(&str, &str)] = &[
+            ("four", "for"),
+            ("hour", "hor"),
+            ("your", "yor"),
+            ("tour", "tor"),
+            ("flour", "floor"),
+            ("pour", "poor"),
+            ("central", "center"),
+            ("concentrate", "concenter"),
+            ("tyre", "tire"),
+            ("cheque", "check"),
+            ("kerb", "curb"),
+            ("draught", "draft"),
+            ("storey", "story"),
+            ("spelt", "spelled"),
+            ("greyhound", "grayhound"),
+            ("courage", "corage"),
+            ("journal", "jornal"),
+        ];
+        for (a, b) in apart {
+            assert_ne!(en(a), en(b), "{a} and {b}");
+        }
+        for w in [
+            "four",
+            "hour",
+            "your",
+            "tour",
+            "flour",
+            "course",
+            "central",
+            "metric",
+            "theatrical",
+        ] {
+            assert_eq!(american_spelling(w), None, "{w}");
+        }
+        // German and French words are never rewritten.
+        let de = analyzer(Language::German);
+        assert_eq!(de.tokens("Zentrum Theater Farbe"), de.tokens("zentrum theater farbe"));
+        assert_ne!(de.tokens("Colour"), de.tokens("color"));
     }
 
     #[test]

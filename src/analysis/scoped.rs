@@ -27,8 +27,10 @@ use super::{self as analysis, analyzer, Language};
 /// The analysis a chunk's `scoped` and `dl` were made with (`Chunk.analysis`):
 /// `migrate` re-indexes every chunk made with an older one, and a replica
 /// rebuilds a library index an older one made. 4: English stems respelled
-/// after Snowball (`analysis::respell_english`, issue 51).
-pub const ANALYSIS_VERSION: i64 = 4;
+/// after Snowball (`analysis::respell_english`, issue 51). 5: British
+/// spellings written the American way before the stemmer
+/// (`analysis::american_spelling`).
+pub const ANALYSIS_VERSION: i64 = 5;
 
 /// At most this many distinct terms of a query are searched.
 pub const MAX_QUERY_WORDS: usize = 64;
