@@ -640,3 +640,38 @@ async fn searches_share_freshness_reads_and_each_sees_the_writes_acknowledged_be
     assert!(made < asked, "{made} reads for {asked} searches");
     eprintln!("freshness: {made} reads for {asked} searches");
 }
+
+/// Freshness reads hold a connection of their own (no acquire, no ping per
+/// read); when Postgres ends it between reads, the next read is made again
+/// on a new connection and still sees the write made meanwhile.
+#[tokio::test]
+async fn a_freshness_read_whose_connection_postgres_ended_is_made_again_on_a_new_one() {
+    use mnemosyne::search::index::freshness::FreshnessReads;
+    use mnemosyne::store::pg::index_changes;
+    let app = TestApp::spawn().await;
+    let reads = FreshnessReads::new(app.pg.clone());
+    let lib = format!("{}_fresh", app.ns);
+    let libs = std::slice::from_ref(&lib);
+    let first = index_changes::record_items(&app.pg, &lib, &["a".into()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reads.sequences(libs).await.unwrap().get(&lib).copied(), Some(first));
+    // Every other backend of the test's own database ends: the held
+    // connection among them (the pool's idle ones too).
+    let ended: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&app.pg)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "the held connection is a backend of its own");
+    let second = index_changes::record_items(&app.pg, &lib, &["b".into()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second > first);
+    assert_eq!(reads.sequences(libs).await.unwrap().get(&lib).copied(), Some(second));
+    assert_eq!(reads.sequences(libs).await.unwrap().get(&lib).copied(), Some(second));
+}

@@ -9,13 +9,22 @@
 //! once (one search alone waits for nothing more than before); under load,
 //! searches arriving within one read's round trip share one query instead
 //! of queueing one each on the pool.
+//!
+//! Reads go out on a connection of their own, held between reads (one read
+//! is out at a time): no pool acquire and no liveness ping before each read,
+//! which was a second round trip per read. A read that fails or does not
+//! answer within the pool's acquire timeout drops that connection, and one
+//! that failed on a held connection (Postgres restarted meanwhile) is made
+//! once more on a new one (one that timed out is not: a paused Postgres
+//! would keep the searches waiting twice as long).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounter;
-use sqlx::PgPool;
+use sqlx::{ConnectOptions, PgConnection, PgPool};
 use tokio::sync::{watch, Notify};
+use tokio::time::timeout;
 
 use crate::store::pg::index_changes;
 
@@ -25,6 +34,10 @@ pub type Sequences = Result<Arc<HashMap<String, i64>>, String>;
 
 pub struct FreshnessReads {
     pg: PgPool,
+    /// The connection reads are made on, taken out while a read is out and
+    /// put back only when it answered (a read that failed or timed out
+    /// leaves no connection in an unknown state behind).
+    conn: Mutex<Option<PgConnection>>,
     state: Mutex<State>,
     /// Signalled when a read ends (the next one may start).
     idle: Notify,
@@ -52,6 +65,7 @@ impl FreshnessReads {
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
         Arc::new(FreshnessReads {
             pg,
+            conn: Mutex::new(None),
             state: Mutex::new(State::default()),
             idle: Notify::new(),
             reads: counter(
@@ -124,11 +138,43 @@ impl FreshnessReads {
         let _out = Reading(self);
         self.reads.inc();
         let libs: Vec<String> = next.libs.into_iter().collect();
-        let read = index_changes::sequences(&self.pg, &libs)
-            .await
-            .map(|rows| Arc::new(rows.into_iter().collect()))
-            .map_err(|e| e.to_string());
+        let read = self.read(&libs).await.map(|rows| Arc::new(rows.into_iter().collect()));
         next.answer.send_replace(Some(read));
+    }
+
+    /// One read on the held connection (a new one when none is held, or
+    /// once more on a new one when the held one failed).
+    async fn read(&self, libs: &[String]) -> Result<Vec<(String, i64)>, String> {
+        let limit = self.pg.options().get_acquire_timeout();
+        let held = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut retry = held.is_some();
+        let mut conn = held;
+        loop {
+            let mut c = match conn.take() {
+                Some(c) => c,
+                None => match timeout(limit, self.pg.connect_options().connect()).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return Err(e.to_string()),
+                    Err(_) => return Err("connecting to Postgres timed out".into()),
+                },
+            };
+            let err = match timeout(limit, index_changes::sequences(&mut c, libs)).await {
+                Ok(Ok(rows)) => {
+                    *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+                    return Ok(rows);
+                }
+                Ok(Err(e)) => e.to_string(),
+                // Not made again: a Postgres that does not answer would
+                // keep the searches waiting twice as long.
+                Err(_) => return Err("the freshness read timed out".into()),
+            };
+            // The connection is dropped, not returned: it may be mid-query.
+            drop(c);
+            if !retry {
+                return Err(err);
+            }
+            retry = false;
+        }
     }
 }
 

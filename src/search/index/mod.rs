@@ -23,9 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tantivy::collector::TopDocs;
 use tantivy::indexer::IndexWriterOptions;
-use tantivy::query::TermQuery;
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, FAST, INDEXED, STORED, STRING,
 };
@@ -432,17 +430,26 @@ impl LibraryIndex {
 
     /// The stored chunk `uid`, if this library holds it.
     pub fn chunk(&self, uid: &str) -> Result<Option<IndexedChunk>, IndexError> {
-        let f = self.fields;
         let searcher = self.reader.searcher();
-        let q = TermQuery::new(Term::from_field_text(f.chunk_uid, uid), IndexRecordOption::Basic);
-        let Some((_, addr)) = searcher
-            .search(&q, &TopDocs::with_limit(1).order_by_score())?
-            .into_iter()
-            .next()
-        else {
-            return Ok(None);
-        };
-        Ok(Some(self.read(&searcher, addr)?))
+        // The uid's posting read directly (no query, weight or collector: a
+        // hit's text is fetched this way for every search).
+        let term = Term::from_field_text(self.fields.chunk_uid, uid);
+        for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+            let Some(mut postings) = segment
+                .inverted_index(self.fields.chunk_uid)?
+                .read_postings(&term, IndexRecordOption::Basic)?
+            else {
+                continue;
+            };
+            let mut doc = postings.doc();
+            while doc != tantivy::TERMINATED {
+                if !segment.is_deleted(doc) {
+                    return Ok(Some(self.read(&searcher, DocAddress::new(ord as u32, doc))?));
+                }
+                doc = postings.advance();
+            }
+        }
+        Ok(None)
     }
 
     fn read(&self, searcher: &tantivy::Searcher, addr: DocAddress) -> Result<IndexedChunk, IndexError> {

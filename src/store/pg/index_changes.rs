@@ -208,13 +208,16 @@ pub async fn record_items(pool: &PgPool, library_uid: &str, items: &[String]) ->
 
 /// The current sequence of each of `libraries` that ever changed (absent:
 /// never written, sequence 0). One primary-key read.
-pub async fn sequences(pool: &PgPool, libraries: &[String]) -> Result<Vec<(String, i64)>, sqlx::Error> {
+pub async fn sequences<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    libraries: &[String],
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
     if libraries.is_empty() {
         return Ok(Vec::new());
     }
     sqlx::query_as("SELECT library_uid, seq FROM index_sequences WHERE library_uid = ANY($1)")
         .bind(libraries)
-        .fetch_all(pool)
+        .fetch_all(db)
         .await
 }
 
