@@ -598,6 +598,11 @@ fn encode(token: &str) -> String {
 struct Token {
     text: String,
     stop: bool,
+    /// The token the word had before `american_spelling` rewrote it (None:
+    /// not rewritten). A query searches it too, in the word's group: a page
+    /// another language's analyzer read keeps the British spelling
+    /// (`kilometre` in a French page is the French stem `kilometr`).
+    british: Option<String>,
 }
 
 impl Analyzer {
@@ -623,12 +628,14 @@ impl Analyzer {
                         out.push(Token {
                             text: encode(segment),
                             stop: false,
+                            british: None,
                         });
                     }
                     for pair in chars.windows(2) {
                         out.push(Token {
                             text: encode(&pair.iter().collect::<String>()),
                             stop: false,
+                            british: None,
                         });
                     }
                 } else {
@@ -641,17 +648,27 @@ impl Analyzer {
                     }
                     let stop = self.stop.contains(&folded);
                     let american = if self.english { american_spelling(&folded) } else { None };
-                    let mut stem = self.stemmer.stem(american.as_deref().unwrap_or(&folded));
-                    if self.english {
-                        if let Some(respelled) = respell_english(&stem) {
-                            stem = respelled.into();
-                        }
-                    }
-                    let text = encode(if stem.is_empty() { &folded } else { &stem });
-                    out.push(Token { text, stop });
+                    let text = self.stem_token(american.as_deref().unwrap_or(&folded));
+                    let british = american
+                        .is_some()
+                        .then(|| self.stem_token(&folded))
+                        .filter(|b| *b != text);
+                    out.push(Token { text, stop, british });
                 }
             }
         }
+    }
+
+    /// A folded word's token: its stem (respelled in English), or the word
+    /// when the stemmer leaves nothing.
+    fn stem_token(&self, folded: &str) -> String {
+        let mut stem = self.stemmer.stem(folded);
+        if self.english {
+            if let Some(respelled) = respell_english(&stem) {
+                stem = respelled.into();
+            }
+        }
+        encode(if stem.is_empty() { folded } else { &stem })
     }
 
     /// The tokens of a text to index.
@@ -709,9 +726,11 @@ pub fn query_terms_grouped(analyzers: &[&Analyzer], query: &str, max: usize) -> 
     let mut groups = Vec::new();
     for i in (0..len).filter(|i| !(content && stop[*i])) {
         for p in &per {
-            if seen.insert(p[i].text.clone()) {
-                out.push(p[i].text.clone());
-                groups.push(i);
+            for t in std::iter::once(&p[i].text).chain(&p[i].british) {
+                if seen.insert(t.clone()) {
+                    out.push(t.clone());
+                    groups.push(i);
+                }
             }
         }
     }
@@ -881,6 +900,22 @@ mod tests {
             .map(|(a, b)| format!("{a} {:?} / {b} {:?}", en(a), en(b)))
             .collect();
         assert!(apart.is_empty(), "{apart:#?}");
+    }
+
+    /// A query also searches the British spelling's own stem, in the same
+    /// group: another language's page keeps it (`kilometre` in French).
+    #[test]
+    fn a_query_searches_the_british_stem_beside_the_american_one() {
+        let (en, fr) = (analyzer(Language::English), analyzer(Language::French));
+        let (terms, groups) = query_terms_grouped(&[en], "tram per kilometre", 8);
+        assert!(terms.contains(&en.tokens("kilometer")[0]), "{terms:?}");
+        assert!(terms.contains(&fr.tokens("kilomètre")[0]), "{terms:?}");
+        let at = |t: &str| groups[terms.iter().position(|x| x == t).unwrap()];
+        assert_eq!(at(&en.tokens("kilometer")[0]), at(&fr.tokens("kilomètre")[0]));
+        // Indexed text gets the American token only.
+        assert_eq!(en.tokens("kilometre"), en.tokens("kilometer"));
+        // A word the rewrite leaves alone gives one term.
+        assert_eq!(query_terms_grouped(&[en], "tram", 8).0.len(), 1);
     }
 
     /// The rewrite stays where it joins spellings of one word: other words,
