@@ -452,7 +452,8 @@ fn american_spelling(word: &str) -> Option<String> {
         return None;
     }
     let (ac, replacements) = &*SPELLINGS_AC;
-    let mut out = String::new();
+    // Allocated only when a spelling is taken (most words have none).
+    let mut out: Option<String> = None;
     let mut last = 0;
     for m in ac.find_iter(word) {
         let (american, kind) = replacements[m.pattern().as_usize()];
@@ -466,25 +467,29 @@ fn american_spelling(word: &str) -> Option<String> {
         if !taken {
             continue;
         }
-        out.push_str(&word[last..m.start()]);
-        out.push_str(american);
+        let o = out.get_or_insert_with(|| String::with_capacity(word.len() + 2));
+        o.push_str(&word[last..m.start()]);
+        o.push_str(american);
         last = m.end();
         if matches!(kind, Spelling::Root) && rest == "d" && british.ends_with('e') && !american.ends_with('e') {
-            out.push_str("ed");
+            o.push_str("ed");
             last = word.len();
         }
     }
-    out.push_str(&word[last..]);
-    let ours = american_or(&out);
-    match ours {
-        Some(or) => Some(or),
-        None if last > 0 => Some(out),
-        None => None,
+    match out {
+        Some(mut o) => {
+            o.push_str(&word[last..]);
+            Some(american_or(&o).unwrap_or(o))
+        }
+        None => american_or(word),
     }
 }
 
 /// `-our` written `-or` where `american_spelling` says (None: no `-our`).
 fn american_or(word: &str) -> Option<String> {
+    if !word.contains("our") {
+        return None;
+    }
     let b = word.as_bytes();
     let vowel = |c: u8| matches!(c, b'a' | b'e' | b'i' | b'o' | b'u');
     let consonant = |c: u8| c.is_ascii_lowercase() && !vowel(c);
