@@ -142,38 +142,53 @@ impl FreshnessReads {
         next.answer.send_replace(Some(read));
     }
 
-    /// One read on the held connection (a new one when none is held, or
-    /// once more on a new one when the held one failed).
+    /// One read on the held connection, or on a new one when none is held
+    /// or the held one failed.
     async fn read(&self, libs: &[String]) -> Result<Vec<(String, i64)>, String> {
-        let limit = self.pg.options().get_acquire_timeout();
         let held = self.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let mut retry = held.is_some();
-        let mut conn = held;
-        loop {
-            let mut c = match conn.take() {
-                Some(c) => c,
-                None => match timeout(limit, self.pg.connect_options().connect()).await {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => return Err(e.to_string()),
-                    Err(_) => return Err("connecting to Postgres timed out".into()),
-                },
-            };
-            let err = match timeout(limit, index_changes::sequences(&mut c, libs)).await {
-                Ok(Ok(rows)) => {
-                    *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
-                    return Ok(rows);
-                }
-                Ok(Err(e)) => e.to_string(),
-                // Not made again: a Postgres that does not answer would
-                // keep the searches waiting twice as long.
-                Err(_) => return Err("the freshness read timed out".into()),
-            };
-            // The connection is dropped, not returned: it may be mid-query.
-            drop(c);
-            if !retry {
-                return Err(err);
+        if let Some(c) = held {
+            match self.read_on(c, libs).await {
+                Err(Failed::Error(_)) => {} // Made once more, on a new connection.
+                done => return done.map_err(Failed::into_message),
             }
-            retry = false;
+        }
+        let limit = self.pg.options().get_acquire_timeout();
+        let c = match timeout(limit, self.pg.connect_options().connect()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("connecting to Postgres timed out".into()),
+        };
+        self.read_on(c, libs).await.map_err(Failed::into_message)
+    }
+
+    /// A read on `c`, which is held again when it answered and dropped
+    /// otherwise (it may be mid-query).
+    async fn read_on(&self, mut c: PgConnection, libs: &[String]) -> Result<Vec<(String, i64)>, Failed> {
+        let limit = self.pg.options().get_acquire_timeout();
+        match timeout(limit, index_changes::sequences(&mut c, libs)).await {
+            Ok(Ok(rows)) => {
+                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+                Ok(rows)
+            }
+            Ok(Err(e)) => Err(Failed::Error(e.to_string())),
+            Err(_) => Err(Failed::TimedOut),
+        }
+    }
+}
+
+/// Why a read on a connection gave no answer: a read that timed out is not
+/// made again (a Postgres that does not answer would keep the searches
+/// waiting twice as long).
+enum Failed {
+    Error(String),
+    TimedOut,
+}
+
+impl Failed {
+    fn into_message(self) -> String {
+        match self {
+            Failed::Error(e) => e,
+            Failed::TimedOut => "the freshness read timed out".into(),
         }
     }
 }
