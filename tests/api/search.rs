@@ -565,7 +565,17 @@ async fn migrate_reindexes_chunks_indexed_before_english_stems_were_respelled() 
     }
     reindex(&app).await;
     assert_eq!(chunk_index(&app, &uid).await, (Some(ANALYSIS_VERSION), Some(3)));
-    let hits = search(&mut c, "dialing", json!({})).await;
+    // When another test's `migrate` re-indexed the chunk first, this one
+    // found nothing to do, and that one may not have recorded the change for
+    // the replica's index yet: its record is awaited (at most 5 s).
+    let mut hits = Vec::new();
+    for _ in 0..50 {
+        hits = search(&mut c, "dialing", json!({})).await;
+        if !hits.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0]["chunk_uid"], uid.as_str());
 }
