@@ -89,6 +89,25 @@ pub fn block_on<F: std::future::Future>(name: &str, f: F) -> Option<F::Output> {
     Some(rt.block_on(f))
 }
 
+/// The CPU time a process has used so far (user + system), in seconds
+/// (from /proc; NaN when it cannot be read).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in its parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) if hz > 0.0 => (u + s) / hz,
+        _ => f64::NAN,
+    }
+}
+
 /// Resident memory of a process, in MB (from /proc).
 pub fn rss_mb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -733,8 +733,16 @@ async fn run() {
     if seconds > 0 {
         let (lucene_rps, lucene32) = throughput(target.clone(), 32, seconds, Mode::Lucene).await;
         let (raw_rps, raw32) = throughput(target.clone(), 32, seconds, Mode::Raw).await;
+        // The server process's own CPU per search (with LOAD_SERVER_BIN):
+        // steadier than req/s on a shared machine, where the load and the
+        // stores take the same cores.
+        let cpu = || server.as_ref().map_or(f64::NAN, |s| common::cpu_seconds(s.pid));
+        let c0 = cpu();
         let (mcp_rps, mcp32) = throughput(target.clone(), 32, seconds, Mode::Sessions).await;
+        let c1 = cpu();
         let (sl_rps, sl32) = throughput(target.clone(), 32, seconds, Mode::Stateless).await;
+        let c2 = cpu();
+        let per_search = |cpu: f64, n: usize| 1e6 * cpu / n.max(1) as f64;
         println!("\n== concurrency 32 ({seconds} s each; 32 MCP sessions) ==");
         println!(
             "raw Lucene      : {lucene_rps:8.1} req/s  p50 {:7.2} ms  p99 {:7.2} ms",
@@ -756,6 +764,13 @@ async fn run() {
             ms(sl32.p50),
             ms(sl32.p99)
         );
+        if server.is_some() {
+            println!(
+                "server CPU per search (sessions / stateless): {:.0} / {:.0} µs (the server process's user + system time over the searches answered)",
+                per_search(c1 - c0, mcp32.n),
+                per_search(c2 - c1, sl32.n)
+            );
+        }
         println!(
             "raw Lucene and graph-path searches that failed (store timeout): {}",
             RAW_ERRORS.load(std::sync::atomic::Ordering::Relaxed)
