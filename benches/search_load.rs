@@ -15,7 +15,9 @@
 //! in one chunk in a thousand). "raw Lucene" is the anchor: the scoped
 //! full-text query alone over Bolt, best 10; "graph path" is the search
 //! without the index (what every search did before it).
-//! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process.
+//! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process;
+//! then the concurrency-32 runs also print the server's CPU per search (its
+//! user + system time over the searches answered; the 32 session opens count too).
 //! LOAD_FLOOD_SECONDS (5; 0 skips it): one token runs `LOAD_FLOOD_WIDTHS`
 //! ("32,64") concurrent broad searches over the tenant while a second, small
 //! tenant (200 chunks) searches one at a time: that tenant's p50/p99 alone and
