@@ -100,6 +100,16 @@ impl Reply {
         })
     }
 
+    /// `structured`, from the structured content already made.
+    pub fn structured_value(structured: Value, text: String) -> Self {
+        Reply {
+            structured: Some(structured),
+            text,
+            reads: Vec::new(),
+            query: None,
+        }
+    }
+
     /// A plain text answer (no structured content).
     pub fn text(text: String) -> Self {
         Reply {

@@ -114,6 +114,77 @@ pub struct SearchOut {
     pub note: Option<String>,
 }
 
+impl SearchOut {
+    /// The structured result, exactly as `serde_json::to_value` writes it
+    /// (the published output schema is this type's), the hits' strings moved
+    /// into it rather than copied: this runs for every search, and copying
+    /// every field of every hit was a visible share of a light query's cost
+    /// (docs/performance.md).
+    fn into_value(self) -> Value {
+        let results = self.results.into_iter().map(hit_value).collect();
+        let mut out = serde_json::Map::new();
+        out.insert("results".into(), Value::Array(results));
+        if let Some(note) = self.note {
+            out.insert("note".into(), Value::String(note));
+        }
+        Value::Object(out)
+    }
+}
+
+/// A hit as `serde_json::to_value` writes it, its strings moved.
+fn hit_value(h: SearchHit) -> Value {
+    let SearchHit {
+        chunk_uid,
+        item_uid,
+        item_title,
+        collection_uid,
+        library_uid,
+        library_name,
+        source_uri,
+        mime_type,
+        updated_at,
+        ordinal,
+        score,
+        relevance,
+        similarity,
+        found_by,
+        text,
+    } = h;
+    let found_by = found_by
+        .into_iter()
+        .map(|s| {
+            Value::String(
+                match s {
+                    Signal::Keyword => "keyword",
+                    Signal::Semantic => "semantic",
+                }
+                .into(),
+            )
+        })
+        .collect();
+    let mut m = serde_json::Map::new();
+    for (key, value) in [
+        ("chunk_uid", Value::String(chunk_uid)),
+        ("item_uid", Value::String(item_uid)),
+        ("item_title", Value::String(item_title)),
+        ("collection_uid", Value::String(collection_uid)),
+        ("library_uid", Value::String(library_uid)),
+        ("library_name", Value::String(library_name)),
+        ("source_uri", source_uri.map_or(Value::Null, Value::String)),
+        ("mime_type", mime_type.map_or(Value::Null, Value::String)),
+        ("updated_at", updated_at.map_or(Value::Null, Value::String)),
+        ("ordinal", Value::from(ordinal)),
+        ("score", Value::from(score)),
+        ("relevance", Value::from(relevance)),
+        ("similarity", similarity.map_or(Value::Null, Value::from)),
+        ("found_by", Value::Array(found_by)),
+        ("text", Value::String(text)),
+    ] {
+        m.insert(key.into(), value);
+    }
+    Value::Object(m)
+}
+
 /// What a hybrid search answers when its query has no vector.
 const KEYWORDS_ONLY: &str =
     "semantic search is unavailable right now (the embedding provider did not answer in time): these results are from keyword search alone";
@@ -207,6 +278,181 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
         mode_name(mode)
     );
     for (i, h) in hits.iter().enumerate() {
+        write_hit(&mut text, i + 1, h);
+    }
+    if let Some(n) = note {
+        text.push_str(&format!("\n\nNote: {n}."));
+    }
+    let reads = tally(hits.iter().map(|h| h.library_uid.as_str()));
+    let out = SearchOut {
+        results: hits,
+        note: note.map(str::to_owned),
+    };
+    let reply = Reply::structured_value(out.into_value(), text);
+    Ok(reply.reading(reads).for_query(&a.query))
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Hybrid => "hybrid",
+        Mode::Keyword => "keyword",
+        Mode::Semantic => "semantic",
+    }
+}
+
+/// Hit `number`'s entry in the text block: a line of what it is and where it
+/// comes from, then the start of its text (`push_snippet`). Written into
+/// `out` as it goes: this runs for every hit of every search.
+fn write_hit(out: &mut String, number: usize, h: &SearchHit) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        "\n\n{number}. {} (score {:.3}; relevance {:.2}; found by ",
+        inline(&h.item_title),
+        h.score,
+        h.relevance
+    );
+    for (j, s) in h.found_by.iter().enumerate() {
+        if j > 0 {
+            out.push('+');
+        }
+        out.push_str(match s {
+            Signal::Keyword => "keyword",
+            Signal::Semantic => "semantic",
+        });
+    }
+    let _ = write!(
+        out,
+        "; chunk {} #{}; item {}; collection {}; library {} \"{}\"",
+        h.chunk_uid,
+        h.ordinal,
+        h.item_uid,
+        h.collection_uid,
+        h.library_uid,
+        inline(&h.library_name)
+    );
+    if let Some(uri) = &h.source_uri {
+        let _ = write!(out, "; source {}", inline(uri));
+    }
+    if let Some(u) = &h.updated_at {
+        let _ = write!(out, "; updated {}", inline(u));
+    }
+    out.push_str(")\n");
+    push_snippet(out, &h.text, 400);
+}
+
+/// Appends the first `n` characters of `text` with its whitespace collapsed
+/// (each run of `char::is_whitespace` characters between two words one
+/// space, none at either end), and `…` when cut: words are added until the
+/// snippet holds `n` bytes or more, and then it is cut to `n` characters.
+/// Words are found byte by byte, decoding only non-ASCII characters (the
+/// same words as `str::split_whitespace`, which decodes every one).
+fn push_snippet(out: &mut String, text: &str, n: usize) {
+    let start = out.len();
+    out.reserve(n.min(text.len()) + 4);
+    let bytes = text.as_bytes();
+    // The width of the whitespace character at `i`, or 0.
+    let space_at = |i: usize| -> usize {
+        let b = bytes[i];
+        if b < 0x80 {
+            return usize::from(matches!(b, b' ' | b'\t'..=b'\r'));
+        }
+        match text[i..].chars().next() {
+            Some(c) if c.is_whitespace() => c.len_utf8(),
+            _ => 0,
+        }
+    };
+    let mut i = 0;
+    loop {
+        while i < bytes.len() {
+            match space_at(i) {
+                0 => break,
+                w => i += w,
+            }
+        }
+        if i >= bytes.len() {
+            return;
+        }
+        let word = i;
+        while i < bytes.len() && space_at(i) == 0 {
+            i += if bytes[i] < 0x80 {
+                1
+            } else {
+                text[i..].chars().next().map_or(1, char::len_utf8)
+            };
+        }
+        if out.len() > start {
+            out.push(' ');
+        }
+        out.push_str(&text[word..i]);
+        if out.len() - start >= n {
+            let cut = out[start..]
+                .char_indices()
+                .nth(n)
+                .map_or(out.len(), |(at, _)| start + at);
+            out.truncate(cut);
+            out.push('…');
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `push_snippet` replaced (and must write to the byte): the words
+    /// of `str::split_whitespace`, joined by one space, until `n` bytes.
+    fn snippet_by_split_whitespace(text: &str, n: usize) -> String {
+        let mut out = String::with_capacity(n.min(text.len()) + 4);
+        for (count, word) in text.split_whitespace().enumerate() {
+            if count > 0 {
+                out.push(' ');
+            }
+            out.push_str(word);
+            if out.len() >= n {
+                let cut = out.char_indices().nth(n).map(|(i, _)| i).unwrap_or(out.len());
+                out.truncate(cut);
+                out.push('…');
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_snippet_is_split_whitespaces_words_to_the_byte() {
+        // Every kind of whitespace Rust knows (ASCII and not), characters
+        // beside them that are not whitespace (U+001C, U+200B, NBSP's
+        // neighbours), and words of 1–4 byte characters.
+        let pieces = [
+            "a", "word", "é", "Größe", "中文", "🙂", "x\u{200b}y", "\u{1c}", "\u{a1}", " ", "  ", "\t", "\n", "\r\n",
+            "\u{b}", "\u{c}", "\u{85}", "\u{a0}", "\u{1680}", "\u{2000}", "\u{200a}", "\u{2028}", "\u{2029}",
+            "\u{202f}", "\u{205f}", "\u{3000}",
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for case in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..(case % 40) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                text.push_str(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            for n in [0, 1, 3, 7, 20, 400] {
+                let mut out = String::from("prefix\n");
+                push_snippet(&mut out, &text, n);
+                assert_eq!(
+                    out,
+                    format!("prefix\n{}", snippet_by_split_whitespace(&text, n)),
+                    "{text:?} n={n}"
+                );
+            }
+        }
+    }
+
+    /// What `write_hit` replaced (and must write to the byte).
+    fn hit_by_format(number: usize, h: &SearchHit) -> String {
         let found: Vec<&str> = h
             .found_by
             .iter()
@@ -219,9 +465,9 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
             Some(uri) => format!("; source {}", inline(uri)),
             None => String::new(),
         };
-        text.push_str(&format!(
+        format!(
             "\n\n{}. {} (score {:.3}; relevance {:.2}; found by {}; chunk {} #{}; item {}; collection {}; library {} \"{}\"{}{})\n{}",
-            i + 1,
+            number,
             inline(&h.item_title),
             h.score,
             h.relevance,
@@ -237,46 +483,87 @@ async fn call(tools: &ToolState, graph: ScopedGraph, args: JsonObject) -> Result
                 .as_deref()
                 .map(|u| format!("; updated {}", inline(u)))
                 .unwrap_or_default(),
-            snippet(&h.text, 400)
-        ));
+            snippet_by_split_whitespace(&h.text, 400)
+        )
     }
-    if let Some(n) = note {
-        text.push_str(&format!("\n\nNote: {n}."));
-    }
-    let reads = tally(hits.iter().map(|h| h.library_uid.as_str()));
-    let reply = Reply::structured(
-        &SearchOut {
-            results: hits,
-            note: note.map(str::to_owned),
-        },
-        text,
-    )?;
-    Ok(reply.reading(reads).for_query(&a.query))
-}
 
-fn mode_name(m: Mode) -> &'static str {
-    match m {
-        Mode::Hybrid => "hybrid",
-        Mode::Keyword => "keyword",
-        Mode::Semantic => "semantic",
+    #[test]
+    fn a_hits_entry_is_written_as_before() {
+        let hit = SearchHit {
+            chunk_uid: "c1".into(),
+            item_uid: "i1".into(),
+            item_title: "A title\nwith a newline".into(),
+            collection_uid: "col".into(),
+            library_uid: "lib".into(),
+            library_name: "Docs \u{202e}".into(),
+            source_uri: Some("https://example.org/a b".into()),
+            mime_type: Some("text/plain".into()),
+            updated_at: Some("2026-12-03T00:00:00Z".into()),
+            ordinal: 7,
+            score: 1.234_567,
+            relevance: 0.5,
+            similarity: Some(0.8),
+            found_by: vec![Signal::Keyword, Signal::Semantic],
+            text: "word ".repeat(120),
+        };
+        let variants = [
+            hit.clone(),
+            SearchHit {
+                source_uri: None,
+                updated_at: None,
+                found_by: vec![Signal::Semantic],
+                score: f64::NAN,
+                text: "short\ttext".into(),
+                ..hit.clone()
+            },
+            SearchHit {
+                found_by: Vec::new(),
+                text: String::new(),
+                ..hit
+            },
+        ];
+        for (i, h) in variants.iter().enumerate() {
+            let mut out = String::new();
+            write_hit(&mut out, i + 1, h);
+            assert_eq!(out, hit_by_format(i + 1, h));
+        }
     }
-}
 
-/// The first `n` characters of `text` with its whitespace collapsed, and `…`
-/// when cut.
-fn snippet(text: &str, n: usize) -> String {
-    let mut out = String::with_capacity(n.min(text.len()) + 4);
-    for (count, word) in text.split_whitespace().enumerate() {
-        if count > 0 {
-            out.push(' ');
-        }
-        out.push_str(word);
-        if out.len() >= n {
-            let cut = out.char_indices().nth(n).map(|(i, _)| i).unwrap_or(out.len());
-            out.truncate(cut);
-            out.push('…');
-            break;
+    #[test]
+    fn the_structured_result_is_what_serde_writes() {
+        let hit = SearchHit {
+            chunk_uid: "c1".into(),
+            item_uid: "i1".into(),
+            item_title: "Title".into(),
+            collection_uid: "col".into(),
+            library_uid: "lib".into(),
+            library_name: "Docs".into(),
+            source_uri: Some("https://example.org/a".into()),
+            mime_type: None,
+            updated_at: Some("2026-12-03T00:00:00Z".into()),
+            ordinal: -3,
+            score: 1.25,
+            relevance: 0.5,
+            similarity: Some(0.8),
+            found_by: vec![Signal::Keyword, Signal::Semantic],
+            text: "text".into(),
+        };
+        let odd = SearchHit {
+            source_uri: None,
+            updated_at: None,
+            similarity: None,
+            score: f64::NAN,
+            relevance: f64::INFINITY,
+            found_by: Vec::new(),
+            ..hit.clone()
+        };
+        for note in [None, Some("a note".to_owned())] {
+            let out = SearchOut {
+                results: vec![hit.clone(), odd.clone()],
+                note: note.clone(),
+            };
+            let by_serde = serde_json::to_value(&out).unwrap();
+            assert_eq!(out.into_value(), by_serde, "{note:?}");
         }
     }
-    out
 }
