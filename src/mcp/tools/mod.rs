@@ -100,7 +100,8 @@ impl Reply {
         })
     }
 
-    /// `structured`, from the structured content already made.
+    /// `structured`, from the structured content already made (the caller
+    /// answers for it matching the tool's published output schema).
     pub fn structured_value(structured: Value, text: String) -> Self {
         Reply {
             structured: Some(structured),

@@ -341,12 +341,14 @@ fn write_hit(out: &mut String, number: usize, h: &SearchHit) {
     push_snippet(out, &h.text, 400);
 }
 
-/// Appends the first `n` characters of `text` with its whitespace collapsed
-/// (each run of `char::is_whitespace` characters between two words one
-/// space, none at either end), and `…` when cut: words are added until the
-/// snippet holds `n` bytes or more, and then it is cut to `n` characters.
-/// Words are found byte by byte, decoding only non-ASCII characters (the
-/// same words as `str::split_whitespace`, which decodes every one).
+/// Appends the start of `text` with its whitespace collapsed (each run of
+/// `char::is_whitespace` characters between two words one space, none at
+/// either end): words are added until the snippet holds `n` bytes or more;
+/// then it is cut to at most `n` characters and `…` follows (so a text that
+/// just reaches `n` bytes ends in `…` too, and one in a script of 3-byte
+/// characters keeps about `n / 3`; as the tool has always written it).
+/// Words are found byte by byte, ASCII bytes without decoding (the same words
+/// as `str::split_whitespace`, which decodes every character).
 fn push_snippet(out: &mut String, text: &str, n: usize) {
     let start = out.len();
     out.reserve(n.min(text.len()) + 4);
@@ -434,6 +436,8 @@ mod tests {
             "🙂",
             "x\u{200b}y",
             "\u{1c}",
+            "\u{8}",
+            "\u{e}",
             "\u{a1}",
             " ",
             "  ",
@@ -456,13 +460,13 @@ mod tests {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for case in 0..3000 {
             let mut text = String::new();
-            for _ in 0..(case % 40) {
+            for _ in 0..(case % 80) {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 text.push_str(pieces[(x % pieces.len() as u64) as usize]);
             }
-            for n in [0, 1, 3, 7, 20, 400] {
+            for n in [0, 1, 3, 7, 20, 60, 400] {
                 let mut out = String::from("prefix\n");
                 push_snippet(&mut out, &text, n);
                 assert_eq!(
@@ -562,7 +566,7 @@ mod tests {
             library_uid: "lib".into(),
             library_name: "Docs".into(),
             source_uri: Some("https://example.org/a".into()),
-            mime_type: None,
+            mime_type: Some("text/markdown".into()),
             updated_at: Some("2026-12-03T00:00:00Z".into()),
             ordinal: -3,
             score: 1.25,
@@ -573,6 +577,7 @@ mod tests {
         };
         let odd = SearchHit {
             source_uri: None,
+            mime_type: None,
             updated_at: None,
             similarity: None,
             score: f64::NAN,
