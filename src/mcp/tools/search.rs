@@ -152,15 +152,7 @@ fn hit_value(h: SearchHit) -> Value {
     } = h;
     let found_by = found_by
         .into_iter()
-        .map(|s| {
-            Value::String(
-                match s {
-                    Signal::Keyword => "keyword",
-                    Signal::Semantic => "semantic",
-                }
-                .into(),
-            )
-        })
+        .map(|s| Value::String(signal_name(s).into()))
         .collect();
     let mut m = serde_json::Map::new();
     for (key, value) in [
@@ -300,6 +292,15 @@ fn mode_name(m: Mode) -> &'static str {
     }
 }
 
+/// A signal's name, as `Signal`'s serde name (`rename_all = "lowercase"`)
+/// writes it: in the text block and the structured result alike.
+fn signal_name(s: Signal) -> &'static str {
+    match s {
+        Signal::Keyword => "keyword",
+        Signal::Semantic => "semantic",
+    }
+}
+
 /// Hit `number`'s entry in the text block: a line of what it is and where it
 /// comes from, then the start of its text (`push_snippet`). Written into
 /// `out` as it goes: this runs for every hit of every search.
@@ -316,10 +317,7 @@ fn write_hit(out: &mut String, number: usize, h: &SearchHit) {
         if j > 0 {
             out.push('+');
         }
-        out.push_str(match s {
-            Signal::Keyword => "keyword",
-            Signal::Semantic => "semantic",
-        });
+        out.push_str(signal_name(*s));
     }
     let _ = write!(
         out,
