@@ -791,3 +791,111 @@ async fn searches_whose_callers_left_hold_their_slots_until_they_stop() {
     }
     panic!("the credential could not search after the graph came back");
 }
+
+/// A TCP relay to the graph's Bolt port that holds back, once, the request
+/// that carries `marker` (a statement's text): the graph never sees that
+/// statement until `hold` has passed, as if it were taking that long.
+struct StallRelay {
+    port: u16,
+    armed: Arc<AtomicBool>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl StallRelay {
+    async fn start(target: u16, marker: &'static [u8], hold: Duration) -> StallRelay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (armed, stalled) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (a, st) = (armed.clone(), stalled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    continue;
+                };
+                let (a, st) = (a.clone(), st.clone());
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let down = tokio::spawn(async move { tokio::io::copy(&mut sr, &mut cw).await });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // The last bytes of the previous read: a marker split
+                    // across two reads is still seen.
+                    let mut tail: Vec<u8> = Vec::new();
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let mut seen = tail.clone();
+                        seen.extend_from_slice(&buf[..n]);
+                        if a.load(Ordering::SeqCst)
+                            && seen.windows(marker.len()).any(|w| w == marker)
+                            && a.swap(false, Ordering::SeqCst)
+                        {
+                            st.store(true, Ordering::SeqCst);
+                            tokio::time::sleep(hold).await;
+                        }
+                        let keep = seen.len().saturating_sub(marker.len());
+                        tail = seen.split_off(keep);
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    down.abort();
+                });
+            }
+        });
+        StallRelay { port, armed, stalled }
+    }
+}
+
+/// A library delete whose batch gets no answer within the store timeout,
+/// while the graph itself still answers (the statement held back on its way,
+/// as a 5,000-chunk batch of a large library takes ~10 s on ArcadeDB), goes on
+/// in smaller batches and finishes instead of failing as an outage.
+#[tokio::test]
+async fn a_library_delete_whose_batch_runs_out_of_time_goes_on_in_smaller_batches() {
+    let graph = OwnGraph::start().await;
+    let app = TestApp::spawn_with(|s| graph.apply(s)).await;
+    let mut patient = app.settings.clone();
+    patient.store_timeout_ms = SETUP_TIMEOUT_MS;
+    let setup = GraphStore::connect(&patient).await.unwrap();
+    setup.bootstrap_schema().await.expect("schema on the test's own graph");
+    let setup = setup.into_handles();
+    let changes = AuthChanges::new(app.pg.clone(), None);
+    let ws = app.uid("ws_delete");
+    let content = (0..300)
+        .map(|i| format!("Paragraph {i} tells of the pelican's flight number {i} along the coast."))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let doc = DocumentIn {
+        workspace_id: Some(ws.clone()),
+        title: "Flights".into(),
+        content,
+        ..Default::default()
+    };
+    let lib = ingest::ingest(&setup.admin, &changes, 100, Document::parse(doc).unwrap())
+        .await
+        .expect("seeding the test's own graph")
+        .library_uid;
+    let held = setup.admin.workspace_libraries(&ws).await.unwrap();
+    assert!(held[0].chunk_count > 250, "{} chunks", held[0].chunk_count);
+
+    let timeout = Duration::from_millis(STORE_TIMEOUT_MS);
+    let relay = StallRelay::start(graph.bolt, b"LIMIT $batch", timeout * 2).await;
+    let mut through = app.settings.clone();
+    through.bolt_uri = format!("127.0.0.1:{}", relay.port);
+    through.store_timeout_ms = STORE_TIMEOUT_MS;
+    let g = GraphStore::connect(&through).await.unwrap();
+    g.ping().await.expect("the graph through the relay");
+    let g = g.into_handles();
+    relay.armed.store(true, Ordering::SeqCst);
+    let out = g.admin.delete_libraries(&[lib.clone()]).await;
+    assert!(relay.stalled.load(Ordering::SeqCst), "the first batch was held back");
+    out.expect("the delete went on in smaller batches");
+    assert!(
+        setup.admin.workspace_libraries(&ws).await.unwrap().is_empty(),
+        "the library and its chunks are gone"
+    );
+}

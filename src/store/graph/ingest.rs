@@ -715,7 +715,6 @@ impl AdminGraph {
         for lib in libs {
             intents.push(self.0.intend(lib, None, workspace).await?);
         }
-        const BATCH: i64 = 5_000;
         let l: BoltType = libs.to_vec().into();
         // Close first: a single write to the Library nodes, which item writes
         // only read, so it commits at once; item writes that start after it
@@ -738,15 +737,21 @@ impl AdminGraph {
                 include_str!("../../../cypher/delete_libraries_items.cypher"),
             ),
         ] {
+            // Batches follow what the graph manages within the store timeout
+            // (an ArcadeDB took ~10 s over 5,000 chunks of a 100,000-chunk
+            // library, twice the default timeout).
+            let mut batch = DeleteBatch::new(self.0.timeout);
             loop {
                 let done = Arc::new(AtomicI64::new(0));
                 let n = done.clone();
-                self.0
+                let started = std::time::Instant::now();
+                let out = self
+                    .0
                     .transaction::<()>(
                         what,
                         false,
                         vec![Step::check(
-                            query(file).param("libs", l.clone()).param("batch", BATCH),
+                            query(file).param("libs", l.clone()).param("batch", batch.size),
                             move |rows| {
                                 n.store(
                                     rows.first().map(|r| r.get("n")).transpose()?.unwrap_or(0),
@@ -756,10 +761,30 @@ impl AdminGraph {
                             },
                         )],
                     )
-                    .await?;
-                if done.load(Ordering::Relaxed) < BATCH {
+                    .await;
+                match out {
+                    Ok(_) => {}
+                    // No answer in time (or the connection lost) while the
+                    // graph itself still answers: the batch was too much for
+                    // it. A smaller one goes again (a delete is idempotent;
+                    // the abandoned one may still commit, and the two then
+                    // conflict and are retried). A graph that does not
+                    // answer either is an outage: the delete stops, the
+                    // library stays closed, and a retry finishes it.
+                    Err(GraphError::Unavailable(cause)) if batch.can_shrink() => {
+                        if self.0.ping().await.is_err() {
+                            return Err(GraphError::Unavailable(cause));
+                        }
+                        tracing::warn!(what, size = batch.size, %cause, "delete batch ran out of time; smaller batches");
+                        batch.shrink();
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+                if done.load(Ordering::Relaxed) < batch.size {
                     break;
                 }
+                batch.took(started.elapsed());
             }
         }
         for lib in libs {
@@ -805,6 +830,47 @@ impl AdminGraph {
     }
 }
 
+/// How many chunks (or items) one transaction of a library delete takes. It
+/// starts at `FIRST` and follows what the graph manages: each batch aims at a
+/// quarter of the store timeout (the next at most twice or half the last),
+/// and one that ran out of time goes again at a quarter of its size, down to
+/// `MIN`.
+#[derive(Debug)]
+struct DeleteBatch {
+    size: i64,
+    aim: std::time::Duration,
+}
+
+impl DeleteBatch {
+    const FIRST: i64 = 1_000;
+    const MIN: i64 = 50;
+    const MAX: i64 = 5_000;
+
+    fn new(timeout: std::time::Duration) -> Self {
+        DeleteBatch {
+            size: Self::FIRST,
+            aim: timeout / 4,
+        }
+    }
+
+    /// The last full batch took `took`: the next is sized to take `aim`.
+    fn took(&mut self, took: std::time::Duration) {
+        let took = took.as_secs_f64().max(1e-3);
+        let scaled = (self.size as f64 * self.aim.as_secs_f64() / took) as i64;
+        self.size = scaled
+            .clamp(self.size / 2, self.size.saturating_mul(2))
+            .clamp(Self::MIN, Self::MAX);
+    }
+
+    fn can_shrink(&self) -> bool {
+        self.size > Self::MIN
+    }
+
+    fn shrink(&mut self) {
+        self.size = (self.size / 4).max(Self::MIN);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -826,5 +892,40 @@ mod tests {
         let used: std::collections::HashSet<String> = (0..2_000).map(|i| fence_of(lib, &format!("i{i}"))).collect();
         assert!(used.len() > (FENCES as usize) * 3 / 4);
         assert!(used.iter().all(|f| fence_uids(lib).contains(f)));
+    }
+
+    #[test]
+    fn delete_batches_follow_the_time_they_take() {
+        let second = std::time::Duration::from_secs(1);
+        let mut b = DeleteBatch::new(4 * second);
+        assert_eq!(b.size, 1_000);
+        // Fast batches grow, at most doubling, up to MAX.
+        b.took(std::time::Duration::from_millis(10));
+        assert_eq!(b.size, 2_000);
+        for _ in 0..5 {
+            b.took(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(b.size, DeleteBatch::MAX);
+        // One that took its aim stays; a slower one shrinks, at most halving.
+        b.took(second);
+        assert_eq!(b.size, DeleteBatch::MAX);
+        b.took(2 * second);
+        assert_eq!(b.size, 2_500);
+        b.took(100 * second);
+        assert_eq!(b.size, 1_250);
+        b.took(std::time::Duration::from_millis(1_250));
+        assert_eq!(b.size, 1_000);
+        // A timed-out batch goes again at a quarter, down to MIN, and then no more.
+        let mut shrunk = Vec::new();
+        while b.can_shrink() {
+            b.shrink();
+            shrunk.push(b.size);
+        }
+        assert_eq!(shrunk, vec![250, 62, 50]);
+        b.took(100 * second);
+        assert_eq!(b.size, DeleteBatch::MIN);
+        // A zero duration (a coarse clock) is not a division by zero.
+        b.took(std::time::Duration::ZERO);
+        assert_eq!(b.size, 100);
     }
 }
