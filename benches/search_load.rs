@@ -15,6 +15,8 @@
 //! in one chunk in a thousand). "raw Lucene" is the anchor: the scoped
 //! full-text query alone over Bolt, best 10; "graph path" is the search
 //! without the index (what every search did before it).
+//! LOAD_ALSO ("|"-separated queries, e.g. "magnetar"): each also measured at
+//! concurrency 1 (MCP beside raw Lucene) on the same corpus.
 //! LOAD_SERVER_BIN=target/release/mnemosyne runs the server as its own process;
 //! then the concurrency-32 runs also print the server's CPU per search (its
 //! user + system time over the searches answered; the 32 session opens count too).
@@ -729,6 +731,33 @@ async fn run() {
         "MCP p50 − raw Lucene p50 = {:+.2} ms (goal ≤ +0.3 ms)",
         ms(mcp1.p50) - ms(lucene1.p50)
     );
+
+    // LOAD_ALSO ("|"-separated): more queries at concurrency 1 on the same
+    // corpus, each beside its raw Lucene query (a selective point of the
+    // curve beside the broad one, without loading a large corpus twice).
+    let also = std::env::var("LOAD_ALSO").unwrap_or_default();
+    for q in also.split('|').map(str::trim).filter(|q| !q.is_empty()) {
+        let words = mnemosyne::analysis::scoped::query_words(Language::English, q);
+        let (_, lucene) = mnemosyne::analysis::scoped::scoped_queries(&[tenant.clone()], &words).remove(0);
+        let t = Arc::new(Target {
+            http: target.http.clone(),
+            url: target.url.clone(),
+            token: target.token.clone(),
+            lucene: (target.lucene.0.clone(), target.lucene.1, lucene),
+            query: q.to_owned(),
+            mode: target.mode.clone(),
+            graph: target.graph.clone(),
+        });
+        let mcp = sequential(requests, || t.mcp_search(Some(&sid))).await;
+        let lucene = sequential(requests, || t.raw_lucene()).await;
+        println!(
+            "query {q:?}: MCP (session) p50 {:7.2} ms  p99 {:7.2} ms; raw Lucene p50 {:7.2} ms  p99 {:7.2} ms",
+            ms(mcp.p50),
+            ms(mcp.p99),
+            ms(lucene.p50),
+            ms(lucene.p99)
+        );
+    }
 
     // LOAD_SECONDS=0 skips concurrency 32 (a big tenant's broad query would
     // only measure timeouts).
