@@ -799,6 +799,8 @@ struct StallRelay {
     port: u16,
     armed: Arc<AtomicBool>,
     stalled: Arc<AtomicBool>,
+    /// Requests that carried `marker` (the held one included).
+    seen: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl StallRelay {
@@ -806,13 +808,14 @@ impl StallRelay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (armed, stalled) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (a, st) = (armed.clone(), stalled.clone());
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (a, st, count) = (armed.clone(), stalled.clone(), seen.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                     continue;
                 };
-                let (a, st) = (a.clone(), st.clone());
+                let (a, st, count) = (a.clone(), st.clone(), count.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let (mut cr, mut cw) = client.into_split();
@@ -829,10 +832,11 @@ impl StallRelay {
                         };
                         let mut seen = tail.clone();
                         seen.extend_from_slice(&buf[..n]);
-                        if a.load(Ordering::SeqCst)
-                            && seen.windows(marker.len()).any(|w| w == marker)
-                            && a.swap(false, Ordering::SeqCst)
-                        {
+                        let carries = seen.windows(marker.len()).any(|w| w == marker);
+                        if carries {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if carries && a.swap(false, Ordering::SeqCst) {
                             st.store(true, Ordering::SeqCst);
                             tokio::time::sleep(hold).await;
                         }
@@ -846,7 +850,12 @@ impl StallRelay {
                 });
             }
         });
-        StallRelay { port, armed, stalled }
+        StallRelay {
+            port,
+            armed,
+            stalled,
+            seen,
+        }
     }
 }
 
@@ -882,11 +891,13 @@ async fn a_library_delete_whose_batch_runs_out_of_time_goes_on_in_smaller_batche
     let held = setup.admin.workspace_libraries(&ws).await.unwrap();
     assert!(held[0].chunk_count > 250, "{} chunks", held[0].chunk_count);
 
-    let timeout = Duration::from_millis(STORE_TIMEOUT_MS);
+    // Twice the other fault tests' timeout: the smaller batches and the
+    // ping must each answer within it on a loaded CI machine.
+    let timeout = Duration::from_millis(2 * STORE_TIMEOUT_MS);
     let relay = StallRelay::start(graph.bolt, b"LIMIT $batch", timeout * 2).await;
     let mut through = app.settings.clone();
     through.bolt_uri = format!("127.0.0.1:{}", relay.port);
-    through.store_timeout_ms = STORE_TIMEOUT_MS;
+    through.store_timeout_ms = 2 * STORE_TIMEOUT_MS;
     let g = GraphStore::connect(&through).await.unwrap();
     g.ping().await.expect("the graph through the relay");
     let g = g.into_handles();
@@ -894,6 +905,11 @@ async fn a_library_delete_whose_batch_runs_out_of_time_goes_on_in_smaller_batche
     let out = g.admin.delete_libraries(&[lib.clone()]).await;
     assert!(relay.stalled.load(Ordering::SeqCst), "the first batch was held back");
     out.expect("the delete went on in smaller batches");
+    // The held chunk batch, then at least two smaller chunk batches (250
+    // of the 300 chunks, then the rest) and the item batch: the delete went
+    // on by batches, not only by the final transaction's sweep.
+    let batches = relay.seen.load(Ordering::SeqCst);
+    assert!(batches >= 4, "{batches} batch statements");
     assert!(
         setup.admin.workspace_libraries(&ws).await.unwrap().is_empty(),
         "the library and its chunks are gone"

@@ -766,16 +766,20 @@ impl AdminGraph {
                     Ok(_) => {}
                     // No answer in time (or the connection lost) while the
                     // graph itself still answers: the batch was too much for
-                    // it. A smaller one goes again (a delete is idempotent;
-                    // the abandoned one may still commit, and the two then
-                    // conflict and are retried). A graph that does not
-                    // answer either is an outage: the delete stops, the
-                    // library stays closed, and a retry finishes it.
+                    // it. A smaller one goes again (a delete is idempotent).
+                    // The abandoned one still runs on the graph and may
+                    // commit: on ArcadeDB the two then conflict and one is
+                    // retried; on Neo4j the smaller one waits for its locks,
+                    // so it may run out of time too and shrink again. A
+                    // graph that does not answer the ping either is an
+                    // outage: the delete stops (after at most two store
+                    // timeouts), the library stays closed, and a retry
+                    // finishes it.
                     Err(GraphError::Unavailable(cause)) if batch.can_shrink() => {
                         if self.0.ping().await.is_err() {
                             return Err(GraphError::Unavailable(cause));
                         }
-                        tracing::warn!(what, size = batch.size, %cause, "delete batch ran out of time; smaller batches");
+                        tracing::warn!(what, size = batch.size, %cause, "delete batch got no answer while the graph answers; smaller batches");
                         batch.shrink();
                         continue;
                     }
