@@ -358,16 +358,21 @@ pub(crate) async fn metric(app: &TestApp, name: &str) -> Option<i64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Connections of `app`'s database whose last statement tried the leader
-/// lock and that hold no advisory lock (not the leader's): (pid, when it
-/// started).
-async fn lock_attempt_connections(app: &TestApp) -> Vec<(i32, String)> {
+/// Connections of `app`'s database opened after `since` (Postgres's clock)
+/// whose last statement tried the leader lock and that hold no advisory lock
+/// (not the leader's): (pid, when it started). `since` keeps out the
+/// connections of the replicas started before the one under test (in one CI
+/// run, stop 64, such a connection was listed without its advisory lock, and
+/// the test failed on it).
+async fn lock_attempt_connections(app: &TestApp, since: &str) -> Vec<(i32, String)> {
     sqlx::query_as(
         "SELECT pid, backend_start::text FROM pg_stat_activity
          WHERE datname = current_database() AND query LIKE '%pg_try_advisory_lock%' AND pid <> pg_backend_pid()
+           AND backend_start > $1::timestamptz
            AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)
          ORDER BY pid",
     )
+    .bind(since)
     .fetch_all(&app.pg)
     .await
     .unwrap()
@@ -390,10 +395,14 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
     }
     // A follower whose scope holds the queued chunks.
     settings.embed_scope_prefix = first.ns.clone();
+    let since: String = sqlx::query_scalar("SELECT clock_timestamp()::text")
+        .fetch_one(&first.pg)
+        .await
+        .unwrap();
     let follower = first.replica_with(settings).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let attempts = loop {
-        let a = lock_attempt_connections(&follower).await;
+        let a = lock_attempt_connections(&follower, &since).await;
         if !a.is_empty() {
             break a;
         }
@@ -403,7 +412,7 @@ async fn only_the_leader_counts_the_backlog_and_a_follower_keeps_one_connection(
     // Two more attempts (one a second), on the same connection: it is still
     // there, the same backend, its last statement a lock attempt.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let later = lock_attempt_connections(&follower).await;
+    let later = lock_attempt_connections(&follower, &since).await;
     assert!(
         attempts.iter().all(|a| later.contains(a)),
         "{attempts:?} then {later:?}"
