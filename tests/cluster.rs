@@ -38,22 +38,25 @@ fn script() -> PathBuf {
 /// Where the cluster's ports start: below the kernel's ephemeral range
 /// (32768–60999 by default), so that no connection's local port and no
 /// test's `127.0.0.1:0` listener can take one between the script's check and
-/// the replica's bind; random, so that the two tests of this file running at
-/// once start far apart (the script skips ports in use).
-fn base_port() -> u16 {
+/// the replica's bind. Each test of this file has a range of its own
+/// (`slot`), random within it: the two run at once, and in one CI run (stop
+/// 64) both failed together, as one's replicas answering the other's
+/// balancer would make them (a team "not found", a missing leader gauge).
+fn base_port(slot: u16) -> u16 {
     use rand::Rng;
-    20_000 + 32 * rand::thread_rng().gen_range(0..380u16)
+    20_000 + 6_000 * slot + 32 * rand::thread_rng().gen_range(0..185u16)
 }
 
 impl Cluster {
     fn up(app: &TestApp) -> Cluster {
-        Self::up_with(app, REPLICAS, &[])
+        Self::up_with(app, 0, REPLICAS, &[])
     }
 
-    /// `replicas` replicas with `env` added to their settings.
-    fn up_with(app: &TestApp, replicas: usize, env: &[(&str, String)]) -> Cluster {
+    /// `replicas` replicas with `env` added to their settings, on ports of
+    /// range `slot` (one per test).
+    fn up_with(app: &TestApp, slot: u16, replicas: usize, env: &[(&str, String)]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("mnemosyne-cluster-{}", app.ns));
-        let port = base_port();
+        let port = base_port(slot);
         let mut cmd = Command::new(script());
         cmd.args(["up", &replicas.to_string()])
             .env("MNEMOSYNE_BIN", env!("CARGO_BIN_EXE_mnemosyne"))
@@ -303,6 +306,7 @@ async fn killing_the_embedding_leader_hands_the_queue_to_another_replica_within_
     let lib = app.library("queue").await;
     let cluster = Cluster::up_with(
         &app,
+        1,
         2,
         &[
             ("MNEMOSYNE_EMBED_MODEL", helpers::model_dir().display().to_string()),
