@@ -81,10 +81,22 @@ impl AppState {
             settings.library_activity,
             settings.activity_query,
         ));
+        let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
+        for c in caches.collectors() {
+            metrics.register(c);
+        }
+        // A write is acknowledged once every replica that searches from the
+        // index sequences it heard has heard the write's (or stopped
+        // trusting them): concurrent writers share one fence.
+        let fence = crate::auth::cache::SharedFence::new(caches.clone(), pg.clone());
         let mut graph = GraphStore::connect(&settings)
             .await?
             .with_metrics(&metrics)
-            .with_change_log(pg.clone());
+            .with_change_log(pg.clone())
+            .with_change_fence(Arc::new(move || {
+                let fence = fence.clone();
+                Box::pin(async move { fence.wait().await })
+            }));
         // The indexes hold this model's vectors (none without one).
         let mut model = String::new();
         let mut dim = crate::embed::DIM;
@@ -121,6 +133,10 @@ impl AppState {
                     dim,
                     settings.vector_cache_chunks,
                 )?
+                .with_known(caches.index.clone(), {
+                    let caches = caches.clone();
+                    Arc::new(move || caches.usable())
+                })
                 .lock()?;
                 for c in opened.collectors() {
                     metrics.register(c);
@@ -133,10 +149,6 @@ impl AppState {
             .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), &settings.graph_flavor.to_string()])
             .set(1);
-        let caches = Arc::new(AuthCaches::new(settings.cache_max_staleness()));
-        for c in caches.collectors() {
-            metrics.register(c);
-        }
         let graph = graph.into_handles();
         let reranker = reranker(&settings, &metrics)?;
         match (&reranker, &semantic) {

@@ -17,7 +17,8 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::ids::Scope;
-use crate::store::pg::{auth::TeamAuthRow, auth::TokenAuthRow, AUTH_CHANNEL};
+use crate::store::pg::index_changes::KnownSequences;
+use crate::store::pg::{auth::TeamAuthRow, auth::TokenAuthRow, AUTH_CHANNEL, INDEX_CHANNEL};
 
 /// A moka cache with a generation counter: a value read from a store is only
 /// inserted if no invalidation happened since the read began, so a NOTIFY that
@@ -285,6 +286,9 @@ pub struct AuthCaches {
     pub unknown: Named<String, ()>,
     /// per-turn jti → the session it is bound to (only immutable facts are cached).
     pub jti_sessions: Named<String, Arc<String>>,
+    /// The libraries' index sequences heard on `INDEX_CHANNEL`: searches use
+    /// them instead of a read while `usable` (forgotten with the caches).
+    pub index: Arc<KnownSequences>,
     notifications: broadcast::Sender<String>,
     /// This instance's identity on the auth channel (fences and acks).
     pub instance: Uuid,
@@ -336,6 +340,7 @@ impl AuthCaches {
             unknown: Named::new("unknown", ttl, 100_000, &requests),
             // A jti outlives its token by at most the leeway; sessions do not move.
             jti_sessions: Named::new("jti_sessions", Duration::from_secs(11 * 60), 100_000, &requests),
+            index: Arc::default(),
             notifications,
             instance: Uuid::new_v4(),
             live_replicas: Arc::new(AtomicUsize::new(1)),
@@ -397,6 +402,7 @@ impl AuthCaches {
     }
 
     pub fn invalidate_all(&self) {
+        self.index.forget_all();
         self.keys.invalidate_all();
         self.tokens.invalidate_all();
         self.teams.invalidate_all();
@@ -546,6 +552,11 @@ impl AuthCaches {
                 return Err(Unconfirmed { replicas: 0 });
             }
         };
+        // This replica, when it does not trust what it heard, need not
+        // answer: it trusts again only from empty (`heard_echo`, `listen`).
+        if !self.usable() {
+            waiting.remove(&self.instance.to_string());
+        }
         if let Err(e) = crate::store::pg::notify(pool, &format!("fence:{id}")).await {
             tracing::warn!(error = %e, "fence: could not notify");
             return Err(Unconfirmed {
@@ -673,7 +684,7 @@ pub async fn listen(pool: PgPool, session: Option<PgConnectOptions>, caches: Arc
                 .max_connections(1)
                 .connect_lazy_with(opts);
             let mut l = PgListener::connect_with(&own).await?;
-            l.listen(AUTH_CHANNEL).await?;
+            l.listen_all([AUTH_CHANNEL, INDEX_CHANNEL]).await?;
             Ok::<_, sqlx::Error>(l)
         }
         .await;
@@ -700,6 +711,12 @@ pub async fn listen(pool: PgPool, session: Option<PgConnectOptions>, caches: Arc
         tracing::debug!("auth LISTEN connected");
         loop {
             match listener.try_recv().await {
+                Ok(Some(n)) if n.channel() == INDEX_CHANNEL => {
+                    if !caches.index.apply(n.payload()) {
+                        tracing::warn!("index LISTEN: a payload that is not `<seq>:<library>`; sequences read again");
+                        caches.index.forget_all();
+                    }
+                }
                 Ok(Some(n)) => {
                     let payload = n.payload();
                     caches.apply(payload).await;
@@ -725,5 +742,86 @@ pub async fn listen(pool: PgPool, session: Option<PgConnectOptions>, caches: Arc
         caches.listener_up.store(false, Ordering::SeqCst);
         caches.echoed.store(false, Ordering::SeqCst);
         caches.invalidate_all();
+    }
+}
+
+/// Fences shared between writers: a writer joins the next fence, which is
+/// sent once the one out (if any) has ended — so it is sent after the
+/// writer's change committed, as its own would be — for every writer that
+/// joined meanwhile. One writer alone waits for nothing more than its own
+/// fence; concurrent writers share one instead of a fence each.
+pub struct SharedFence {
+    caches: Arc<AuthCaches>,
+    pool: PgPool,
+    state: std::sync::Mutex<FenceTurns>,
+    /// Signalled when a fence ends (the next may be sent).
+    idle: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct FenceTurns {
+    /// A fence is out.
+    out: bool,
+    /// The fence sent when the one out ends: where its end is told.
+    next: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl SharedFence {
+    pub fn new(caches: Arc<AuthCaches>, pool: PgPool) -> Arc<SharedFence> {
+        Arc::new(SharedFence {
+            caches,
+            pool,
+            state: std::sync::Mutex::new(FenceTurns::default()),
+            idle: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn turns(&self) -> std::sync::MutexGuard<'_, FenceTurns> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns once a fence sent after this call began has ended
+    /// (acknowledged by every live replica, or those that did not answer
+    /// have stopped trusting what they heard: `AuthCaches::fence`).
+    pub async fn wait(self: &Arc<Self>) {
+        let mut ended = {
+            let mut st = self.turns();
+            match &st.next {
+                Some(next) => next.subscribe(),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(false);
+                    st.next = Some(tx);
+                    // Its own task: a writer that goes away takes no one
+                    // else's fence with it.
+                    let me = self.clone();
+                    tokio::spawn(async move { me.send_next().await });
+                    rx
+                }
+            }
+        };
+        let _ = ended.wait_for(|done| *done).await;
+    }
+
+    async fn send_next(&self) {
+        let next = loop {
+            let ended = self.idle.notified();
+            {
+                let mut st = self.turns();
+                if !st.out {
+                    match st.next.take() {
+                        Some(next) => {
+                            st.out = true;
+                            break next;
+                        }
+                        None => return,
+                    }
+                }
+            }
+            ended.await;
+        };
+        let _ = self.caches.fence(&self.pool).await;
+        next.send_replace(true);
+        self.turns().out = false;
+        self.idle.notify_waiters();
     }
 }

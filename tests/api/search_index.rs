@@ -100,6 +100,99 @@ async fn an_acknowledged_write_is_seen_by_the_next_search_on_every_replica() {
     assert_eq!(metric(&b, "mnemosyne_index_graph_fallbacks_total").await, before);
 }
 
+/// While a replica hears the index channel (its listener trusted), its
+/// searches read no sequences: those it heard announced are current, since
+/// a write is acknowledged only after a fence every trusted replica answered.
+/// Writes on the other replica are still seen by the next search.
+#[tokio::test]
+async fn a_replica_that_hears_every_write_searches_without_reading_the_sequences() {
+    let a = TestApp::spawn().await;
+    let b = a.second_instance().await;
+    let lib = a.library("heard").await;
+    a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("seed"), "title": "Seed"}, "content": "kelp forests"}))
+        .await;
+    let token = a.opaque_token(&[lib.clone()]).await;
+    let mut on_b = b.mcp(&token).connect().await;
+    until_indexed(&b, &mut on_b, "kelp").await;
+    let (reads, heard) = (
+        metric(&b, "mnemosyne_search_freshness_reads_total").await,
+        metric(&b, "mnemosyne_search_freshness_heard_total").await,
+    );
+    let mut searches = 0;
+    for round in 0..6 {
+        let word = format!("narwhal{round}");
+        a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid(&format!("i{round}")), "title": "Round"}, "content": format!("{word} swims here")}))
+            .await;
+        for _ in 0..3 {
+            let hits = search(&mut on_b, &word, json!({})).await;
+            assert_eq!(hits.len(), 1, "round {round}: the write on A is seen on B at once");
+            searches += 1;
+        }
+    }
+    let read = metric(&b, "mnemosyne_search_freshness_reads_total").await - reads;
+    let from_heard = metric(&b, "mnemosyne_search_freshness_heard_total").await - heard;
+    // A heartbeat heard late on a loaded machine costs a read or two (the
+    // sequences start again from empty); one read per search is what
+    // reading every time would be.
+    assert!(
+        read < f64::from(searches) / 3.0,
+        "{read} freshness reads for {searches} searches"
+    );
+    assert!(
+        from_heard >= f64::from(searches) / 2.0,
+        "{from_heard} of {searches} from what B heard"
+    );
+}
+
+/// The race the fence guards: B's LISTEN backend is gone (B has not noticed
+/// and still trusts what it heard) when A writes. A's fence counts B (its
+/// heartbeat registration) and cannot be answered, so A acknowledges only
+/// once B's trust has lapsed — and B's next search reads the sequences and
+/// finds the write.
+#[tokio::test]
+async fn a_write_is_seen_by_a_replica_whose_listener_was_just_lost() {
+    use crate::sessions::{url_parts, FreezingProxy};
+    use std::sync::atomic::Ordering;
+    let a = TestApp::spawn().await;
+    let url = url_parts(&a.settings.database_url);
+    let proxy = FreezingProxy::start(url.host_port.clone()).await;
+    let mut settings = a.settings.clone();
+    settings.database_url = format!("{}127.0.0.1:{}/{}", url.prefix, proxy.port, url.db);
+    let b = a.replica_with(settings).await;
+    let lib = a.library("lost").await;
+    a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("seed"), "title": "Seed"}, "content": "kelp forests"}))
+        .await;
+    let token = a.opaque_token(&[lib.clone()]).await;
+    let mut on_b = b.mcp(&token).connect().await;
+    until_indexed(&b, &mut on_b, "kelp").await;
+    // B's sequences are known from what it heard.
+    let heard = metric(&b, "mnemosyne_search_freshness_heard_total").await;
+    search(&mut on_b, "kelp", json!({})).await;
+    assert!(metric(&b, "mnemosyne_search_freshness_heard_total").await > heard);
+    let b_instance = b.state.auth.caches.instance.to_string();
+    proxy.sever.store(true, Ordering::SeqCst);
+    let mut gone = false;
+    for _ in 0..200 {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(format!("mnemosyne-listener:{b_instance}"))
+            .fetch_one(&a.pg)
+            .await
+            .unwrap();
+        if n == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(gone, "B's listener backend left pg_stat_activity");
+    assert!(b.state.auth.caches.usable(), "B still trusts what it heard");
+    a.ingest(json!({"library_uid": lib, "item": {"uid": a.uid("new"), "title": "New"}, "content": "walrus colonies"}))
+        .await;
+    let hits = search(&mut on_b, "walrus", json!({})).await;
+    assert_eq!(hits.len(), 1, "B serves the write A acknowledged");
+    assert_eq!(hits[0]["item_uid"], a.uid("new").as_str());
+}
+
 #[tokio::test]
 async fn the_index_ranks_exactly_as_the_graph_path() {
     let indexed = TestApp::spawn().await;

@@ -410,17 +410,17 @@ async fn a_non_ascii_origin_is_refused_without_consuming_the_jti() {
 /// A TCP proxy to Postgres that can freeze (not close) the LISTEN connection
 /// of the replica behind it: the connection stays open and listed in
 /// `pg_stat_activity`, but nothing flows through it.
-struct FreezingProxy {
-    port: u16,
-    freeze: Arc<AtomicBool>,
+pub(crate) struct FreezingProxy {
+    pub(crate) port: u16,
+    pub(crate) freeze: Arc<AtomicBool>,
     /// Closes the Postgres side of the LISTEN connection while the replica's
     /// side stays open and silent (a partition): the backend leaves
     /// `pg_stat_activity` at once, the replica notices nothing.
-    sever: Arc<AtomicBool>,
+    pub(crate) sever: Arc<AtomicBool>,
 }
 
 impl FreezingProxy {
-    async fn start(upstream: String) -> FreezingProxy {
+    pub(crate) async fn start(upstream: String) -> FreezingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let freeze = Arc::new(AtomicBool::new(false));
@@ -577,13 +577,13 @@ async fn a_replica_whose_listener_is_blocked_stops_trusting_its_caches_within_th
     assert!(trusted, "B's listener recovered");
 }
 
-struct UrlParts {
-    prefix: String,
-    host_port: String,
-    db: String,
+pub(crate) struct UrlParts {
+    pub(crate) prefix: String,
+    pub(crate) host_port: String,
+    pub(crate) db: String,
 }
 
-fn url_parts(url: &str) -> UrlParts {
+pub(crate) fn url_parts(url: &str) -> UrlParts {
     let (scheme, rest) = url.split_once("://").unwrap();
     let (authority, db) = rest.split_once('/').unwrap();
     let (userinfo, host_port) = match authority.rsplit_once('@') {

@@ -17,6 +17,14 @@
 //! that failed on a held connection (Postgres restarted meanwhile) is made
 //! once more on a new one (one that timed out is not: a paused Postgres
 //! would keep the searches waiting twice as long).
+//!
+//! Most searches make no read at all: while the replica's LISTEN
+//! connection is trusted (it hears its own heartbeat), the sequences it
+//! heard announced (`KnownSequences`, fed by `auth::cache::listen`) are
+//! current for every write acknowledged so far, since a write is
+//! acknowledged only after a fence every trusted replica answered after
+//! applying what came before it; reads made while it is trusted are kept
+//! there too. A library not known yet, or a listener not trusted, is read.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -26,7 +34,11 @@ use sqlx::{ConnectOptions, PgConnection, PgPool};
 use tokio::sync::{watch, Notify};
 use tokio::time::timeout;
 
-use crate::store::pg::index_changes;
+use crate::store::pg::index_changes::{self, KnownSequences};
+
+/// Whether the sequences heard can be used right now (the auth caches'
+/// `usable`: the listener connected and hearing its own heartbeat).
+pub type Trusted = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Each library's sequence (absent: never written), or why it could not be
 /// read.
@@ -41,9 +53,13 @@ pub struct FreshnessReads {
     state: Mutex<State>,
     /// Signalled when a read ends (the next one may start).
     idle: Notify,
-    /// Queries made, and the searches they answered.
+    /// The sequences heard on the index channel, and when they hold.
+    known: Option<(Arc<KnownSequences>, Trusted)>,
+    /// Queries made, the searches that needed sequences, and those answered
+    /// from the sequences heard.
     reads: IntCounter,
     asked: IntCounter,
+    heard: IntCounter,
 }
 
 #[derive(Default)]
@@ -68,6 +84,7 @@ impl FreshnessReads {
             conn: Mutex::new(None),
             state: Mutex::new(State::default()),
             idle: Notify::new(),
+            known: None,
             reads: counter(
                 "mnemosyne_search_freshness_reads_total",
                 "Reads of the libraries' index sequences made for searches (shared by the searches that arrived while the one before was out)",
@@ -76,17 +93,46 @@ impl FreshnessReads {
                 "mnemosyne_search_freshness_asked_total",
                 "Searches that needed their libraries' index sequences",
             ),
+            heard: counter(
+                "mnemosyne_search_freshness_heard_total",
+                "Searches whose libraries' index sequences were known from the announcements heard (no read)",
+            ),
         })
+    }
+
+    /// Uses the sequences heard while `trusted` says they hold (a server's
+    /// `serve`; without it every search reads).
+    pub fn with_known(known: Arc<KnownSequences>, trusted: Trusted, pg: PgPool) -> Arc<FreshnessReads> {
+        let mut reads = Arc::into_inner(Self::new(pg)).expect("just made");
+        reads.known = Some((known, trusted));
+        Arc::new(reads)
     }
 
     /// Its metrics, to register.
     pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![Box::new(self.reads.clone()), Box::new(self.asked.clone())]
+        vec![
+            Box::new(self.reads.clone()),
+            Box::new(self.asked.clone()),
+            Box::new(self.heard.clone()),
+        ]
     }
 
     /// The sequences of `libs`, read after this call began.
     pub async fn sequences(self: &Arc<Self>, libs: &[String]) -> Sequences {
         self.asked.inc();
+        // Whether this read may be kept: the listener trusted before it
+        // began, and nothing forgotten by the time it answered.
+        let mut keep = None;
+        if let Some((known, trusted)) = &self.known {
+            if trusted() {
+                let generation = known.generation();
+                if let Some(seqs) = known.get(libs) {
+                    self.heard.inc();
+                    return Ok(Arc::new(seqs));
+                }
+                keep = Some((known, generation));
+            }
+        }
         let mut answer = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             match &mut st.next {
@@ -112,6 +158,9 @@ impl FreshnessReads {
             Ok(a) => a.clone().unwrap_or_else(|| Err("no answer".into())),
             Err(_) => Err("the freshness read ended without an answer".into()),
         };
+        if let (Some((known, generation)), Ok(seqs)) = (keep, &got) {
+            known.learn(generation, libs, seqs);
+        }
         got
     }
 

@@ -281,6 +281,17 @@ impl SearchIndex {
         })
     }
 
+    /// Searches use the index sequences this replica heard announced while
+    /// `trusted` holds, instead of a read each (`freshness`).
+    pub fn with_known(
+        mut self,
+        known: Arc<crate::store::pg::index_changes::KnownSequences>,
+        trusted: super::freshness::Trusted,
+    ) -> Self {
+        self.freshness = super::freshness::FreshnessReads::with_known(known, trusted, self.pg.clone());
+        self
+    }
+
     /// Takes the directory for this process (`serve`): two replicas given
     /// one `MNEMOSYNE_INDEX_DIR` (a shared volume) would each write and
     /// garbage-collect the other's segments, so the second one refuses to

@@ -109,7 +109,14 @@ pub struct GraphStore {
     /// Where writes record their change for every replica's index
     /// (`pg::index_changes`).
     pub(crate) change_log: sqlx::PgPool,
+    /// Waited for after a write recorded its change and before it is
+    /// acknowledged: every replica searching from the index sequences it
+    /// heard has heard this one (`state` installs the auth channel's fence).
+    pub(crate) change_fence: Option<ChangeFence>,
 }
+
+/// See `GraphStore::change_fence`.
+pub type ChangeFence = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// What `GraphStore::known` holds, by key: the value is the library uid
 /// (a workspace's library, a fenced library, a collection's library) or the
@@ -189,6 +196,7 @@ impl GraphStore {
             on_item_write: None,
             change_log: crate::store::pg::pool(&settings.database_url, settings.store_timeout())
                 .map_err(|e| GraphError::Unavailable(format!("postgres: {e}")))?,
+            change_fence: None,
         })
     }
 
@@ -199,6 +207,19 @@ impl GraphStore {
         self
     }
 
+    /// Waits, after a change was recorded, for every replica that searches
+    /// from the sequences it heard to have heard it.
+    pub fn with_change_fence(mut self, fence: ChangeFence) -> Self {
+        self.change_fence = Some(fence);
+        self
+    }
+
+    async fn fenced(&self) {
+        if let Some(fence) = &self.change_fence {
+            fence().await;
+        }
+    }
+
     /// Records, after its graph transaction committed, that a write changed
     /// `item` of `library` (None: the whole library), so that every
     /// replica's index catches up before its next search of it. A failure is
@@ -206,8 +227,11 @@ impl GraphStore {
     pub(super) async fn record_change(&self, library: &str, item: Option<&str>) -> Result<(), GraphError> {
         crate::store::pg::index_changes::record(&self.change_log, library, item)
             .await
-            .map(|_| ())
-            .map_err(|e| GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}")))
+            .map_err(|e| {
+                GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}"))
+            })?;
+        self.fenced().await;
+        Ok(())
     }
 
     /// Records, before a write touches the graph, the change it is about
@@ -236,8 +260,11 @@ impl GraphStore {
     ) -> Result<(), GraphError> {
         crate::store::pg::index_changes::record_intended(&self.change_log, intent, library, item)
             .await
-            .map(|_| ())
-            .map_err(|e| GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}")))
+            .map_err(|e| {
+                GraphError::Unavailable(format!("postgres: recording the change for the search index: {e}"))
+            })?;
+        self.fenced().await;
+        Ok(())
     }
 
     /// Removes the intent of a write that changed nothing (best effort: a
@@ -256,10 +283,13 @@ impl GraphStore {
         &self,
         which: crate::store::pg::index_changes::Pending<'_>,
     ) -> Result<(), GraphError> {
-        crate::store::pg::index_changes::record_pending(&self.change_log, which)
+        let recorded = crate::store::pg::index_changes::record_pending(&self.change_log, which)
             .await
-            .map(|_| ())
-            .map_err(|e| GraphError::Unavailable(format!("postgres: recording an earlier write's change: {e}")))
+            .map_err(|e| GraphError::Unavailable(format!("postgres: recording an earlier write's change: {e}")))?;
+        if recorded > 0 {
+            self.fenced().await;
+        }
+        Ok(())
     }
 
     /// Calls `f` as each item write begins.

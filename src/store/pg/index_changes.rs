@@ -249,3 +249,106 @@ pub async fn sweep(pool: &PgPool, days: u32) -> Result<u64, sqlx::Error> {
         .await
         .map(|r| r.rows_affected())
 }
+
+/// The index sequences a replica heard on `INDEX_CHANNEL` (or read while
+/// its listener was trusted), so that a search need not read them: only
+/// valid while that listener is trusted, and forgotten whenever it may have
+/// missed an announcement (`forget_all`: a new LISTEN connection, a
+/// heartbeat heard late). Bounded: past `KNOWN_MAX` libraries it starts again
+/// from empty.
+#[derive(Default)]
+pub struct KnownSequences {
+    inner: std::sync::Mutex<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    /// Bumped by every `forget_all`: a read that began before it is not kept.
+    generation: u64,
+    seqs: std::collections::HashMap<String, i64>,
+}
+
+/// Most libraries whose sequence a replica keeps.
+pub const KNOWN_MAX: usize = 100_000;
+
+impl KnownSequences {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An announcement heard: `seq` is `library`'s sequence as of a commit
+    /// no earlier than any it announced before.
+    pub fn heard(&self, library: &str, seq: i64) {
+        let mut k = self.lock();
+        if !k.seqs.contains_key(library) && k.seqs.len() >= KNOWN_MAX {
+            k.generation += 1;
+            k.seqs.clear();
+        }
+        let at = k.seqs.entry(library.to_owned()).or_insert(seq);
+        *at = (*at).max(seq);
+    }
+
+    /// Applies one `INDEX_CHANNEL` payload (`<seq>:<library_uid>`); false
+    /// when it is not one (then nothing heard can be trusted).
+    pub fn apply(&self, payload: &str) -> bool {
+        match payload.split_once(':').map(|(s, lib)| (s.parse::<i64>(), lib)) {
+            Some((Ok(seq), lib)) => {
+                self.heard(lib, seq);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Each of `libraries`' sequences (0: never written), when every one
+    /// is known.
+    pub fn get(&self, libraries: &[String]) -> Option<std::collections::HashMap<String, i64>> {
+        let k = self.lock();
+        libraries
+            .iter()
+            .map(|l| k.seqs.get(l).map(|s| (l.clone(), *s)))
+            .collect()
+    }
+
+    /// Where `learn` is to check that nothing was forgotten since.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// Keeps a read of `asked` (its `rows`; an absent library was never
+    /// written) that began, at `generation`, while the listener was trusted:
+    /// whatever committed after the read's snapshot is heard. Dropped when
+    /// anything was forgotten since it began.
+    pub fn learn(&self, generation: u64, asked: &[String], rows: &std::collections::HashMap<String, i64>) {
+        let mut k = self.lock();
+        if k.generation != generation {
+            return;
+        }
+        if k.seqs.len() + asked.len() > KNOWN_MAX {
+            k.generation += 1;
+            k.seqs.clear();
+            return;
+        }
+        for lib in asked {
+            let seq = rows.get(lib).copied().unwrap_or(0);
+            let at = k.seqs.entry(lib.clone()).or_insert(seq);
+            *at = (*at).max(seq);
+        }
+    }
+
+    /// Forgets everything (an announcement may have been missed).
+    pub fn forget_all(&self) {
+        let mut k = self.lock();
+        k.generation += 1;
+        k.seqs.clear();
+    }
+
+    /// How many libraries' sequences are known.
+    pub fn len(&self) -> usize {
+        self.lock().seqs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

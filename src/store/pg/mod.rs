@@ -24,6 +24,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// Channel every auth-relevant change is announced on (see the migration's trigger).
 pub const AUTH_CHANNEL: &str = "mnemosyne_auth";
 
+/// Channel every bump of a library's index sequence is announced on
+/// (`<seq>:<library_uid>`, migration `..._index_sequence_notify.sql`).
+pub const INDEX_CHANNEL: &str = "mnemosyne_index";
+
 /// Opens a pool; connecting is lazy so `serve` starts (and `/readyz` says why it
 /// is not ready) while Postgres is down.
 pub fn pool(database_url: &str, acquire_timeout: Duration) -> Result<PgPool, sqlx::Error> {
