@@ -352,3 +352,62 @@ impl KnownSequences {
         self.len() == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn libs(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn sequences_heard_only_grow_and_a_read_begun_before_a_forget_is_not_kept() {
+        let k = KnownSequences::default();
+        assert!(k.apply("7:lib:with:colons"));
+        assert!(k.apply("5:lib:with:colons"), "an older announcement is still one");
+        assert!(!k.apply("seven:lib"));
+        assert!(!k.apply("no separator"));
+        assert_eq!(
+            k.get(&libs(&["lib:with:colons"])),
+            Some(HashMap::from([("lib:with:colons".into(), 7)]))
+        );
+        // Not every library known: no answer (the search reads them all).
+        assert_eq!(k.get(&libs(&["lib:with:colons", "b"])), None);
+
+        // A read of b and c (c never written) kept; an announcement heard
+        // meanwhile is not lowered by it.
+        let g = k.generation();
+        k.heard("b", 4);
+        k.learn(g, &libs(&["b", "c"]), &HashMap::from([("b".into(), 3)]));
+        assert_eq!(
+            k.get(&libs(&["b", "c"])),
+            Some(HashMap::from([("b".into(), 4), ("c".into(), 0)]))
+        );
+
+        // A read that began before the sequences were forgotten is dropped.
+        let g = k.generation();
+        k.forget_all();
+        assert!(k.is_empty());
+        k.learn(g, &libs(&["d"]), &HashMap::from([("d".into(), 9)]));
+        assert_eq!(k.get(&libs(&["d"])), None);
+        k.learn(k.generation(), &libs(&["d"]), &HashMap::from([("d".into(), 9)]));
+        assert_eq!(k.get(&libs(&["d"])), Some(HashMap::from([("d".into(), 9)])));
+    }
+
+    #[test]
+    fn known_sequences_start_again_from_empty_past_their_bound() {
+        let k = KnownSequences::default();
+        for i in 0..KNOWN_MAX {
+            k.heard(&format!("l{i}"), 1);
+        }
+        assert_eq!(k.len(), KNOWN_MAX);
+        let g = k.generation();
+        k.heard("one more", 1);
+        assert_eq!(k.len(), 1);
+        assert!(k.generation() > g, "a read begun before is not kept");
+        k.heard("one more", 2);
+        assert_eq!(k.len(), 1, "a library already known takes no room");
+    }
+}
