@@ -24,6 +24,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod text;
+pub mod turns;
 pub mod usage;
 
 #[cfg(test)]

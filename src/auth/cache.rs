@@ -745,25 +745,14 @@ pub async fn listen(pool: PgPool, session: Option<PgConnectOptions>, caches: Arc
     }
 }
 
-/// Fences shared between writers: a writer joins the next fence, which is
-/// sent once the one out (if any) has ended — so it is sent after the
-/// writer's change committed, as its own would be — for every writer that
-/// joined meanwhile. One writer alone waits for nothing more than its own
-/// fence; concurrent writers share one instead of a fence each.
+/// Fences shared between writers (`Turns`): a writer joins the next fence,
+/// sent once the one out (if any) has ended — so after the writer's change
+/// committed, as its own would be — for every writer that joined meanwhile.
 pub struct SharedFence {
     caches: Arc<AuthCaches>,
     pool: PgPool,
-    state: std::sync::Mutex<FenceTurns>,
-    /// Signalled when a fence ends (the next may be sent).
-    idle: tokio::sync::Notify,
-}
-
-#[derive(Default)]
-struct FenceTurns {
-    /// A fence is out.
-    out: bool,
-    /// The fence sent when the one out ends: where its end is told.
-    next: Option<tokio::sync::watch::Sender<bool>>,
+    /// Where the end of the next fence is told.
+    turns: crate::turns::Turns<tokio::sync::watch::Sender<bool>>,
 }
 
 impl SharedFence {
@@ -771,57 +760,32 @@ impl SharedFence {
         Arc::new(SharedFence {
             caches,
             pool,
-            state: std::sync::Mutex::new(FenceTurns::default()),
-            idle: tokio::sync::Notify::new(),
+            turns: Default::default(),
         })
-    }
-
-    fn turns(&self) -> std::sync::MutexGuard<'_, FenceTurns> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Returns once a fence sent after this call began has ended
     /// (acknowledged by every live replica, or those that did not answer
     /// have stopped trusting what they heard: `AuthCaches::fence`).
     pub async fn wait(self: &Arc<Self>) {
-        let mut ended = {
-            let mut st = self.turns();
-            match &st.next {
-                Some(next) => next.subscribe(),
-                None => {
-                    let (tx, rx) = tokio::sync::watch::channel(false);
-                    st.next = Some(tx);
-                    // Its own task: a writer that goes away takes no one
-                    // else's fence with it.
-                    let me = self.clone();
-                    tokio::spawn(async move { me.send_next().await });
-                    rx
-                }
+        let mut ended = self.turns.join(|next| match next {
+            Some(next) => next.subscribe(),
+            None => {
+                let (tx, rx) = tokio::sync::watch::channel(false);
+                *next = Some(tx);
+                let me = self.clone();
+                tokio::spawn(async move { me.send_next().await });
+                rx
             }
-        };
+        });
         let _ = ended.wait_for(|done| *done).await;
     }
 
     async fn send_next(&self) {
-        let next = loop {
-            let ended = self.idle.notified();
-            {
-                let mut st = self.turns();
-                if !st.out {
-                    match st.next.take() {
-                        Some(next) => {
-                            st.out = true;
-                            break next;
-                        }
-                        None => return,
-                    }
-                }
-            }
-            ended.await;
+        let Some((next, _out)) = self.turns.take().await else {
+            return;
         };
         let _ = self.caches.fence(&self.pool).await;
         next.send_replace(true);
-        self.turns().out = false;
-        self.idle.notify_waiters();
     }
 }

@@ -416,7 +416,7 @@ pub(crate) struct FreezingProxy {
     /// Closes the Postgres side of the LISTEN connection while the replica's
     /// side stays open and silent (a partition): the backend leaves
     /// `pg_stat_activity` at once, the replica notices nothing.
-    pub(crate) sever: Arc<AtomicBool>,
+    sever: Arc<AtomicBool>,
 }
 
 impl FreezingProxy {
@@ -444,6 +444,25 @@ impl FreezingProxy {
             }
         });
         FreezingProxy { port, freeze, sever }
+    }
+
+    /// Severs the LISTEN connection of the replica `instance` behind the
+    /// proxy and waits (bounded) until its backend has left
+    /// `pg_stat_activity`; the replica notices nothing.
+    pub(crate) async fn sever_listener(&self, pg: &sqlx::PgPool, instance: &str) {
+        self.sever.store(true, Ordering::SeqCst);
+        for _ in 0..200 {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(format!("mnemosyne-listener:{instance}"))
+                .fetch_one(pg)
+                .await
+                .unwrap();
+            if n == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the listener backend of {instance} did not leave pg_stat_activity");
     }
 }
 
@@ -658,21 +677,7 @@ async fn revocation_holds_through_listener_loss() {
     }
     assert!(registered, "B's heartbeat registered it");
 
-    proxy.sever.store(true, Ordering::SeqCst);
-    let mut gone = false;
-    for _ in 0..200 {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-            .bind(format!("mnemosyne-listener:{b_instance}"))
-            .fetch_one(&app.pg)
-            .await
-            .unwrap();
-        if n == 0 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(gone, "B's listener backend left pg_stat_activity");
+    proxy.sever_listener(&app.pg, &b_instance).await;
     // The race this guards: B has not noticed and still trusts its caches.
     assert!(b.state.auth.caches.usable(), "B trusts its caches after the loss");
 

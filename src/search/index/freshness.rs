@@ -31,10 +31,11 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounter;
 use sqlx::{ConnectOptions, PgConnection, PgPool};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::timeout;
 
 use crate::store::pg::index_changes::{self, KnownSequences};
+use crate::turns::Turns;
 
 /// Whether the sequences heard can be used right now (the auth caches'
 /// `usable`: the listener connected and hearing its own heartbeat).
@@ -50,9 +51,9 @@ pub struct FreshnessReads {
     /// put back only when it answered (a read that failed or timed out
     /// leaves no connection in an unknown state behind).
     conn: Mutex<Option<PgConnection>>,
-    state: Mutex<State>,
-    /// Signalled when a read ends (the next one may start).
-    idle: Notify,
+    /// The read out, and the next one: the libraries asked of it, and where
+    /// its answer goes.
+    turns: Turns<Next>,
     /// The sequences heard on the index channel, and when they hold.
     known: Option<(Arc<KnownSequences>, Trusted)>,
     /// Queries made, the searches that needed sequences, and those answered
@@ -60,15 +61,6 @@ pub struct FreshnessReads {
     reads: IntCounter,
     asked: IntCounter,
     heard: IntCounter,
-}
-
-#[derive(Default)]
-struct State {
-    /// A read is out.
-    reading: bool,
-    /// The read that starts when the one out ends: the libraries asked of
-    /// it, and where its answer goes.
-    next: Option<Next>,
 }
 
 struct Next {
@@ -82,8 +74,7 @@ impl FreshnessReads {
         Arc::new(FreshnessReads {
             pg,
             conn: Mutex::new(None),
-            state: Mutex::new(State::default()),
-            idle: Notify::new(),
+            turns: Turns::default(),
             known: None,
             reads: counter(
                 "mnemosyne_search_freshness_reads_total",
@@ -133,27 +124,24 @@ impl FreshnessReads {
                 keep = Some((known, generation));
             }
         }
-        let mut answer = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            match &mut st.next {
-                Some(next) => {
-                    next.libs.extend(libs.iter().cloned());
-                    next.answer.subscribe()
-                }
-                None => {
-                    let (tx, rx) = watch::channel(None);
-                    st.next = Some(Next {
-                        libs: libs.iter().cloned().collect(),
-                        answer: tx,
-                    });
-                    // Its own task: a search that goes away (its client
-                    // hung up) takes no one else's answer with it.
-                    let me = self.clone();
-                    tokio::spawn(async move { me.read_next().await });
-                    rx
-                }
+        let mut answer = self.turns.join(|next| match next {
+            Some(next) => {
+                next.libs.extend(libs.iter().cloned());
+                next.answer.subscribe()
             }
-        };
+            None => {
+                let (tx, rx) = watch::channel(None);
+                *next = Some(Next {
+                    libs: libs.iter().cloned().collect(),
+                    answer: tx,
+                });
+                // Its own task: a search that goes away (its client hung
+                // up) takes no one else's answer with it.
+                let me = self.clone();
+                tokio::spawn(async move { me.read_next().await });
+                rx
+            }
+        });
         let got = match answer.wait_for(Option::is_some).await {
             Ok(a) => a.clone().unwrap_or_else(|| Err("no answer".into())),
             Err(_) => Err("the freshness read ended without an answer".into()),
@@ -166,25 +154,9 @@ impl FreshnessReads {
 
     /// Waits for the read out to end, then makes the next one.
     async fn read_next(&self) {
-        let next = loop {
-            let ended = self.idle.notified();
-            {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                if !st.reading {
-                    // Whoever joins from now on joins a later read.
-                    match st.next.take() {
-                        Some(next) => {
-                            st.reading = true;
-                            break next;
-                        }
-                        None => return,
-                    }
-                }
-            }
-            ended.await;
+        let Some((next, _out)) = self.turns.take().await else {
+            return;
         };
-        // `reading` ends even if this task is cancelled mid-read.
-        let _out = Reading(self);
         self.reads.inc();
         let libs: Vec<String> = next.libs.into_iter().collect();
         let read = self.read(&libs).await.map(|rows| Arc::new(rows.into_iter().collect()));
@@ -239,15 +211,5 @@ impl Failed {
             Failed::Error(e) => e,
             Failed::TimedOut => "the freshness read timed out".into(),
         }
-    }
-}
-
-/// A read out: when it ends, the next may start.
-struct Reading<'a>(&'a FreshnessReads);
-
-impl Drop for Reading<'_> {
-    fn drop(&mut self) {
-        self.0.state.lock().unwrap_or_else(|p| p.into_inner()).reading = false;
-        self.0.idle.notify_one();
     }
 }

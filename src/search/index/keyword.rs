@@ -224,6 +224,24 @@ impl LibraryIndex {
         })
     }
 
+    /// How many postings `words` have in this index, over the text and the
+    /// title (term dictionary lookups only): what ranking them would read at
+    /// most.
+    pub fn postings(&self, words: &[String]) -> Result<u64, IndexError> {
+        let searcher = self.reader.searcher();
+        let f = self.fields;
+        let mut n = 0u64;
+        for seg in searcher.segment_readers() {
+            for field in [f.text_terms, f.title_terms] {
+                let inv = seg.inverted_index(field)?;
+                for w in words {
+                    n += u64::from(inv.doc_freq(&Term::from_field_text(field, w))?);
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// The test oracle of `score_grouped`, and the baseline benchmarks print
     /// beside it: the same answer, to the bit, from scoring every posting
     /// (see the module's doc). Not used by the server.
