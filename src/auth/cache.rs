@@ -552,9 +552,12 @@ impl AuthCaches {
                 return Err(Unconfirmed { replicas: 0 });
             }
         };
-        // This replica, when it does not trust what it heard, need not
-        // answer: it trusts again only from empty (`heard_echo`, `listen`).
-        if !self.usable() {
+        // This replica need not answer when it cannot trust what it hears:
+        // caches off, or its LISTEN connection gone (the next one starts from
+        // empty and hears only what commits after it listens). Not merely
+        // when its trust lapsed: a late echo being applied may make it trust
+        // again before it applied this change.
+        if !self.enabled || !self.listener_up() {
             waiting.remove(&self.instance.to_string());
         }
         if let Err(e) = crate::store::pg::notify(pool, &format!("fence:{id}")).await {
@@ -785,7 +788,15 @@ impl SharedFence {
         let Some((next, _out)) = self.turns.take().await else {
             return;
         };
-        let _ = self.caches.fence(&self.pool).await;
+        let began = tokio::time::Instant::now();
+        if self.caches.fence(&self.pool).await.is_err() {
+            // Not confirmed (the replicas could not be listed, the fence not
+            // sent, or a replica did not answer): once `FENCE_WAIT` has passed
+            // since it began, every replica that has not applied the change
+            // has stopped trusting what it heard (its last heartbeat heard was
+            // sent before the change committed).
+            tokio::time::sleep_until(began + FENCE_WAIT).await;
+        }
         next.send_replace(true);
     }
 }

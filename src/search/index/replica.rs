@@ -707,7 +707,10 @@ pub(crate) async fn blocking_unless<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, super::IndexError> + Send + 'static,
 ) -> Result<T, GraphError> {
     match inline {
-        true => f().map_err(|e| GraphError::Query(e.to_string())),
+        // A panic is the search's error, as the pool's `JoinError` makes it.
+        true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .map_err(|_| GraphError::Query("index task: panicked".into()))?
+            .map_err(|e| GraphError::Query(e.to_string())),
         false => blocking(f).await,
     }
 }

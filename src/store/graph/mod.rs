@@ -283,12 +283,12 @@ impl GraphStore {
         &self,
         which: crate::store::pg::index_changes::Pending<'_>,
     ) -> Result<(), GraphError> {
-        let recorded = crate::store::pg::index_changes::record_pending(&self.change_log, which)
+        crate::store::pg::index_changes::record_pending(&self.change_log, which)
             .await
             .map_err(|e| GraphError::Unavailable(format!("postgres: recording an earlier write's change: {e}")))?;
-        if recorded > 0 {
-            self.fenced().await;
-        }
+        // Also when it recorded nothing: the first attempt may have recorded
+        // and still be waiting for its fence when its retry answers.
+        self.fenced().await;
         Ok(())
     }
 
