@@ -34,7 +34,7 @@ impl AdminGraph {
             .param("limit", limit as i64 + 1);
         let mut out = Vec::new();
         for row in self.0.rows("admin_libraries_page.cypher", q).await? {
-            out.push(LibraryDetail::from_row(&row)?);
+            out.extend(LibraryDetail::from_row(&row)?);
         }
         let more = out.len() > limit;
         out.truncate(limit);
@@ -102,9 +102,14 @@ impl LibraryDetail {
     /// From a row with the columns `uid`, `name`, `description`,
     /// `workspace_id`, `deleting`, `collection_count`, `item_count` and
     /// `chunk_count` (the items' recorded counts).
-    pub(super) fn from_row(row: &neo4rs::Row) -> Result<Self, GraphError> {
-        Ok(LibraryDetail {
-            uid: row.get("uid")?,
+    /// None for a library deleted while the rows were read (Neo4j then
+    /// gives its properties as null).
+    pub(super) fn from_row(row: &neo4rs::Row) -> Result<Option<Self>, GraphError> {
+        let Some(uid) = row.get::<Option<String>>("uid")? else {
+            return Ok(None);
+        };
+        Ok(Some(LibraryDetail {
+            uid,
             name: row.get::<Option<String>>("name")?.unwrap_or_default(),
             description: row.get::<Option<String>>("description")?.unwrap_or_default(),
             workspace_id: row.get("workspace_id")?,
@@ -112,7 +117,7 @@ impl LibraryDetail {
             collection_count: row.get("collection_count")?,
             item_count: row.get("item_count")?,
             chunk_count: row.get::<Option<i64>>("chunk_count")?.unwrap_or(0),
-        })
+        }))
     }
 }
 
@@ -126,14 +131,16 @@ impl AdminGraph {
                 query(include_str!("../../../cypher/all_libraries.cypher")),
             )
             .await?;
-        rows.iter().map(LibraryDetail::from_row).collect()
+        rows.iter()
+            .filter_map(|r| LibraryDetail::from_row(r).transpose())
+            .collect()
     }
 
     /// One library with its counts; None if it does not exist.
     pub async fn library_detail(&self, uid: &str) -> Result<Option<LibraryDetail>, GraphError> {
         let q = query(include_str!("../../../cypher/library_detail.cypher")).param("uid", uid);
         let rows = self.0.rows("library_detail.cypher", q).await?;
-        rows.first().map(LibraryDetail::from_row).transpose()
+        Ok(rows.first().map(LibraryDetail::from_row).transpose()?.flatten())
     }
 
     /// Sets a user-managed library's name and description; false when there
